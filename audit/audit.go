@@ -1,0 +1,48 @@
+// Package audit records the evidence of every exchange step: what arrived,
+// what the dedup core decided, what the handler did, what was answered.
+package audit
+
+import (
+	"context"
+	"time"
+)
+
+// Step names a point of an exchange.
+type Step string
+
+const (
+	StepReceived Step = "received"
+	StepDecision Step = "decision"
+	StepHandler  Step = "handler"
+	StepReply    Step = "reply"
+)
+
+// Record is one audited step of one exchange.
+type Record struct {
+	Time      time.Time `json:"time"`
+	Step      Step      `json:"step"`
+	Partner   string    `json:"partner"`
+	Protocol  string    `json:"protocol"`
+	MessageID string    `json:"message_id"`
+	// Key is the transport dedup key.
+	Key string `json:"key,omitempty"`
+	// InterchangeKey is the business key, when the payload had one.
+	InterchangeKey string `json:"interchange_key,omitempty"`
+	// Reference is the business interchange reference (UNB 0020, ISA13, …).
+	Reference string `json:"reference,omitempty"`
+	// Decision: new, duplicate, in-flight, reused, drift, rejected, unavailable,
+	// accepted, abandoned, ok, error.
+	Decision      string `json:"decision,omitempty"`
+	PayloadSHA256 string `json:"payload_sha256,omitempty"`
+	// Disposition is the reply sent: an MDN disposition, "receipt", an ebMS
+	// error code, or an HTTP status.
+	Disposition string `json:"disposition,omitempty"`
+	Error       string `json:"error,omitempty"`
+}
+
+// Sink receives audit records. A durable sink's Write error fails the
+// exchange (no positive reply, the claim is abandoned); wrap a sink with
+// BestEffort to log and count failures instead.
+type Sink interface {
+	Write(ctx context.Context, r Record) error
+}

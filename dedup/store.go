@@ -1,0 +1,125 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Outcome is what a claim decided.
+type Outcome int
+
+const (
+	// Claimed: the key is new (or its previous claim was abandoned, its lease
+	// ran out, or its window passed); the caller holds it with Decision.Token
+	// and must Accept or Abandon.
+	Claimed Outcome = iota + 1
+	// Duplicate: the key was accepted before; Decision carries the first-seen
+	// time, the payload hash and the reply bytes stored at accept.
+	Duplicate
+	// InFlight: another delivery holds the key within its lease; retry after
+	// Decision.RetryAfter.
+	InFlight
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Claimed:
+		return "claimed"
+	case Duplicate:
+		return "duplicate"
+	case InFlight:
+		return "in-flight"
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
+
+// Token identifies one claim. Every transition after a claim is a
+// compare-and-set on it.
+type Token string
+
+// ClaimRequest asks a store to claim a key.
+type ClaimRequest struct {
+	Key Key
+	// PayloadSHA256 is the hex SHA-256 of the delivered payload(s), stored on
+	// claim so that a later duplicate can be checked for drift.
+	PayloadSHA256 string
+	// Window, when positive, limits how long an accepted key counts as a
+	// duplicate: an accepted row first seen more than Window ago is claimed
+	// anew (Decision.Reused is set). Zero means for as long as the row exists.
+	Window time.Duration
+}
+
+// Decision is the answer to a claim.
+type Decision struct {
+	Outcome Outcome
+	// Token is set when Outcome is Claimed.
+	Token Token
+	// Reused is set when Outcome is Claimed over an accepted row whose window
+	// had passed.
+	Reused bool
+	// FirstSeen is when the key was first claimed (Duplicate, InFlight).
+	FirstSeen time.Time
+	// PayloadSHA256 is the hash stored with the accepted delivery (Duplicate).
+	PayloadSHA256 string
+	// Reply holds the reply bytes stored at accept (Duplicate).
+	Reply []byte
+	// RetryAfter is the time left on the holder's lease (InFlight), at least
+	// one second.
+	RetryAfter time.Duration
+}
+
+// ErrStaleClaim is returned by Accept and Abandon when the token no longer
+// holds the key: the lease ran out and another delivery took it over, or the
+// claim was already accepted or abandoned.
+var ErrStaleClaim = errors.New("dedup: stale claim")
+
+// ErrUnavailable wraps errors of a store that cannot be reached; callers
+// answer such errors with a retryable status, never a positive reply.
+var ErrUnavailable = errors.New("dedup: store unavailable")
+
+// Store is the claim contract. Implementations must be safe for concurrent
+// use, and SQL implementations read time from the database clock so that a
+// fleet of gateways agrees on leases.
+//
+// The life of a key: Claim → (Accept | Abandon). A key that was abandoned,
+// or whose lease ran out before accept, can be claimed again with a new
+// token; the old token then fails with ErrStaleClaim.
+type Store interface {
+	Claim(ctx context.Context, req ClaimRequest) (Decision, error)
+	// Accept marks the claim as done and stores the reply that was sent.
+	Accept(ctx context.Context, key Key, token Token, reply []byte) error
+	// Abandon releases the claim so that a retransmission is processed anew.
+	Abandon(ctx context.Context, key Key, token Token) error
+	// Expire removes accepted rows first seen before the given time and
+	// returns how many it removed. It never removes claims in progress.
+	Expire(ctx context.Context, before time.Time) (int64, error)
+	Close() error
+}
+
+// Options are the settings every store takes.
+type Options struct {
+	// Lease is how long a claim holds a key before another delivery may take
+	// it over. Default 5 minutes.
+	Lease time.Duration
+}
+
+// DefaultLease is used when Options.Lease is zero.
+const DefaultLease = 5 * time.Minute
+
+// WithDefaults fills zero settings.
+func (o Options) WithDefaults() Options {
+	if o.Lease <= 0 {
+		o.Lease = DefaultLease
+	}
+	return o
+}
+
+// RetryAfter rounds a remaining lease up to whole seconds, at least one.
+func RetryAfter(remaining time.Duration) time.Duration {
+	if remaining < time.Second {
+		return time.Second
+	}
+	return (remaining + time.Second - 1).Truncate(time.Second)
+}
