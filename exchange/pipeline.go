@@ -1,0 +1,358 @@
+package exchange
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"gateway/audit"
+	"gateway/dedup"
+)
+
+// Replies builds one protocol's replies for one inbound message. The
+// pipeline decides which reply is due; the protocol knows how it looks (an
+// MDN, an ebMS receipt or error).
+type Replies interface {
+	// Accepted is the positive reply for a message the handler took. It is
+	// stored, so that a retransmission can be answered from it.
+	Accepted(ctx context.Context) (Reply, error)
+	// Duplicate is the positive reply to a retransmission of an accepted
+	// message; stored is the reply sent the first time.
+	Duplicate(ctx context.Context, stored Reply, d dedup.Decision) (Reply, error)
+	// Failed is the negative reply: the message was not processed.
+	Failed(ctx context.Context, f *Failure) (Reply, error)
+}
+
+// FailureKind says why a message was not processed.
+type FailureKind int
+
+const (
+	// HandlerFailed: the business handler returned an error or panicked; the
+	// partner should retransmit.
+	HandlerFailed FailureKind = iota + 1
+	// Drift: the key was accepted before with a different payload.
+	Drift
+)
+
+// Failure describes a negative outcome for Replies.Failed.
+type Failure struct {
+	Kind FailureKind
+	Err  error
+	// For Drift: the hash stored with the first delivery and this one's.
+	StoredSHA256, PayloadSHA256 string
+	FirstSeen                   time.Time
+}
+
+func (f *Failure) Error() string { return f.Err.Error() }
+
+// DriftPolicy says what happens when a duplicate key carries a different
+// payload.
+type DriftPolicy string
+
+const (
+	// DriftReject answers negatively, naming both hashes (default).
+	DriftReject DriftPolicy = "reject"
+	// DriftAccept processes the message as new.
+	DriftAccept DriftPolicy = "accept"
+)
+
+// Inbound is one verified message handed to the pipeline by a protocol.
+type Inbound struct {
+	Message *Message
+	Replies Replies
+	// Window limits how long an accepted transport key counts as a
+	// duplicate (0: as long as the store keeps it).
+	Window  time.Duration
+	OnDrift DriftPolicy
+}
+
+// Stats counts pipeline events; safe for concurrent use.
+type Stats struct {
+	Claimed, Duplicates, InFlight, HandlerErrors, Drift, Unavailable atomic.Int64
+}
+
+// Pipeline runs every inbound message through the claim → handler → audit →
+// accept → reply sequence. It is the only place that talks to the store.
+type Pipeline struct {
+	Store   dedup.Store
+	Audit   audit.Sink
+	Handler Handler
+	Log     *slog.Logger
+	// Lease is the store's lease; the handler's context ends a margin before
+	// it, so that a slow handler cannot outlive its claim.
+	Lease time.Duration
+	// UnavailableRetryAfter is sent with 503 when the store cannot be reached.
+	UnavailableRetryAfter time.Duration
+	Now                   func() time.Time
+	Stats                 Stats
+}
+
+// PayloadSHA256 is the hash of a message's payloads used for drift
+// detection: the payload's own SHA-256 when there is one payload, otherwise
+// the SHA-256 over the payloads' hashes in order.
+func PayloadSHA256(m *Message) string {
+	switch len(m.Payloads) {
+	case 0:
+		return hex.EncodeToString(sha256.New().Sum(nil))
+	case 1:
+		return m.Payloads[0].SHA256
+	}
+	h := sha256.New()
+	for _, p := range m.Payloads {
+		h.Write([]byte(p.SHA256))
+		h.Write([]byte{'\n'})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (p *Pipeline) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
+
+func (p *Pipeline) log() *slog.Logger {
+	if p.Log != nil {
+		return p.Log
+	}
+	return slog.Default()
+}
+
+// Process runs one message and returns the reply to send. It never returns
+// a positive reply unless the store recorded the message as accepted.
+func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
+	m := in.Message
+	hash := PayloadSHA256(m)
+	rec := audit.Record{Partner: m.Partner, Protocol: string(m.Protocol), MessageID: m.MessageID,
+		Key: string(m.TransportKey), PayloadSHA256: hash}
+	if len(m.Interchanges) > 0 {
+		rec.InterchangeKey = string(m.Interchanges[0].Key)
+		rec.Reference = m.Interchanges[0].Reference
+	}
+	lg := p.log().With("partner", m.Partner, "protocol", string(m.Protocol), "message_id", m.MessageID)
+
+	if err := p.audit(ctx, rec, audit.StepReceived, "", "", nil); err != nil {
+		lg.Error("audit unavailable", "err", err)
+		return p.unavailable(ctx, rec, err)
+	}
+	d, err := p.Store.Claim(ctx, dedup.ClaimRequest{Key: m.TransportKey, PayloadSHA256: hash, Window: in.Window})
+	if err != nil {
+		lg.Error("dedup store unavailable", "err", err)
+		return p.unavailable(ctx, rec, err)
+	}
+	switch d.Outcome {
+	case dedup.InFlight:
+		p.Stats.InFlight.Add(1)
+		reply := retryLater(d.RetryAfter, "in-flight")
+		p.auditBestEffort(ctx, rec, audit.StepDecision, "in-flight", "", nil)
+		p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
+		lg.Info("message in flight elsewhere", "decision", "in-flight", "retry_after", d.RetryAfter)
+		return reply
+	case dedup.Duplicate:
+		return p.duplicate(ctx, in, d, hash, rec, lg)
+	case dedup.Claimed:
+		decision := "new"
+		if d.Reused {
+			decision = "reused"
+		}
+		p.Stats.Claimed.Add(1)
+		if err := p.audit(ctx, rec, audit.StepDecision, decision, "", nil); err != nil {
+			p.abandon(ctx, m, d.Token, lg)
+			return p.unavailable(ctx, rec, err)
+		}
+		return p.claimed(ctx, in, d.Token, rec, lg)
+	}
+	err = fmt.Errorf("exchange: store returned outcome %v", d.Outcome)
+	lg.Error("dedup store misbehaved", "err", err)
+	return p.unavailable(ctx, rec, err)
+}
+
+func (p *Pipeline) duplicate(ctx context.Context, in Inbound, d dedup.Decision, hash string, rec audit.Record, lg *slog.Logger) Reply {
+	m := in.Message
+	if d.PayloadSHA256 != "" && d.PayloadSHA256 != hash {
+		p.Stats.Drift.Add(1)
+		lg.Error("payload drift: duplicate message id with a different payload", "decision", "drift",
+			"stored_sha256", d.PayloadSHA256, "payload_sha256", hash, "first_seen", d.FirstSeen)
+		driftErr := fmt.Errorf("message id %s was accepted on %s with payload SHA-256 %s; this delivery has %s",
+			m.MessageID, d.FirstSeen.UTC().Format(time.RFC3339), d.PayloadSHA256, hash)
+		if in.OnDrift == DriftAccept {
+			// Processed as new: the partner's policy says a changed payload
+			// under a reused id is a new document. The stored row is replaced
+			// by a fresh claim through the window mechanism.
+			p.auditBestEffort(ctx, rec, audit.StepDecision, "drift", "", driftErr)
+			d2, err := p.Store.Claim(ctx, dedup.ClaimRequest{Key: m.TransportKey, PayloadSHA256: hash, Window: time.Nanosecond})
+			if err != nil {
+				return p.unavailable(ctx, rec, err)
+			}
+			if d2.Outcome != dedup.Claimed {
+				return retryLater(d2.RetryAfter, "in-flight")
+			}
+			return p.claimed(ctx, in, d2.Token, rec, lg)
+		}
+		if err := p.audit(ctx, rec, audit.StepDecision, "drift", "", driftErr); err != nil {
+			return p.unavailable(ctx, rec, err)
+		}
+		reply, err := in.Replies.Failed(ctx, &Failure{Kind: Drift, Err: driftErr, StoredSHA256: d.PayloadSHA256, PayloadSHA256: hash, FirstSeen: d.FirstSeen})
+		if err != nil {
+			return p.internalError(ctx, rec, lg, err)
+		}
+		p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
+		return reply
+	}
+	p.Stats.Duplicates.Add(1)
+	if err := p.audit(ctx, rec, audit.StepDecision, "duplicate", "", nil); err != nil {
+		return p.unavailable(ctx, rec, err)
+	}
+	stored, err := DecodeReply(d.Reply)
+	if err != nil {
+		return p.internalError(ctx, rec, lg, err)
+	}
+	reply, err := in.Replies.Duplicate(ctx, stored, d)
+	if err != nil {
+		return p.internalError(ctx, rec, lg, err)
+	}
+	lg.Info("duplicate answered from stored reply", "decision", "duplicate", "first_seen", d.FirstSeen, "disposition", reply.Disposition)
+	p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
+	return reply
+}
+
+func (p *Pipeline) claimed(ctx context.Context, in Inbound, token dedup.Token, rec audit.Record, lg *slog.Logger) Reply {
+	m := in.Message
+	herr := p.runHandler(ctx, m)
+	if herr != nil {
+		p.Stats.HandlerErrors.Add(1)
+		lg.Error("handler failed; claim abandoned so the partner's retransmission is processed", "decision", "abandoned", "err", herr)
+		p.abandon(ctx, m, token, lg)
+		p.auditBestEffort(ctx, rec, audit.StepHandler, "error", "", herr)
+		reply, err := in.Replies.Failed(ctx, &Failure{Kind: HandlerFailed, Err: herr})
+		if err != nil {
+			return p.internalError(ctx, rec, lg, err)
+		}
+		p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
+		return reply
+	}
+	if err := p.audit(ctx, rec, audit.StepHandler, "ok", "", nil); err != nil {
+		p.abandon(ctx, m, token, lg)
+		return p.unavailable(ctx, rec, err)
+	}
+	reply, err := in.Replies.Accepted(ctx)
+	if err != nil {
+		p.abandon(ctx, m, token, lg)
+		return p.internalError(ctx, rec, lg, err)
+	}
+	stored, err := EncodeReply(reply)
+	if err != nil {
+		p.abandon(ctx, m, token, lg)
+		return p.internalError(ctx, rec, lg, err)
+	}
+	if err := p.Store.Accept(ctx, m.TransportKey, token, stored); err != nil {
+		lg.Error("accept failed; no positive reply sent", "err", err)
+		if !errors.Is(err, dedup.ErrStaleClaim) {
+			p.abandon(ctx, m, token, lg)
+		}
+		return p.unavailable(ctx, rec, err)
+	}
+	lg.Info("message accepted", "decision", "accepted", "disposition", reply.Disposition)
+	p.auditBestEffort(ctx, rec, audit.StepReply, "accepted", reply.Disposition, nil)
+	return reply
+}
+
+// runHandler calls the handler with a deadline inside the lease and turns a
+// panic into an error.
+func (p *Pipeline) runHandler(ctx context.Context, m *Message) (err error) {
+	if p.Lease > 0 {
+		margin := p.Lease / 10
+		if margin > 30*time.Second {
+			margin = 30 * time.Second
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.Lease-margin)
+		defer cancel()
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			p.log().Error("handler panic", "partner", m.Partner, "protocol", string(m.Protocol), "message_id", m.MessageID,
+				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = fmt.Errorf("handler panic: %v", r)
+		}
+	}()
+	if p.Handler == nil {
+		return errors.New("no handler configured")
+	}
+	return p.Handler.Handle(ctx, m)
+}
+
+func (p *Pipeline) abandon(ctx context.Context, m *Message, token dedup.Token, lg *slog.Logger) {
+	// The request may have been cancelled; the release must still happen.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := p.Store.Abandon(actx, m.TransportKey, token); err != nil {
+		lg.Error("abandon failed; the claim is released when its lease runs out", "err", err)
+	}
+}
+
+func (p *Pipeline) audit(ctx context.Context, rec audit.Record, step audit.Step, decision, disposition string, err error) error {
+	if p.Audit == nil {
+		return nil
+	}
+	rec.Time = p.now().UTC()
+	rec.Step = step
+	rec.Decision = decision
+	rec.Disposition = disposition
+	if err != nil {
+		rec.Error = err.Error()
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if werr := p.Audit.Write(actx, rec); werr != nil {
+		return fmt.Errorf("exchange: audit %s: %w", step, werr)
+	}
+	return nil
+}
+
+// auditBestEffort records steps after the decision is final; a failure is
+// logged, since the outcome can no longer be changed.
+func (p *Pipeline) auditBestEffort(ctx context.Context, rec audit.Record, step audit.Step, decision, disposition string, err error) {
+	if aerr := p.audit(ctx, rec, step, decision, disposition, err); aerr != nil {
+		p.log().Error("audit write failed", "partner", rec.Partner, "protocol", rec.Protocol, "message_id", rec.MessageID, "err", aerr)
+	}
+}
+
+func (p *Pipeline) unavailable(ctx context.Context, rec audit.Record, err error) Reply {
+	p.Stats.Unavailable.Add(1)
+	ra := p.UnavailableRetryAfter
+	if ra <= 0 {
+		ra = 30 * time.Second
+	}
+	reply := retryLater(ra, "unavailable")
+	p.auditBestEffort(ctx, rec, audit.StepReply, "unavailable", reply.Disposition, err)
+	return reply
+}
+
+func (p *Pipeline) internalError(ctx context.Context, rec audit.Record, lg *slog.Logger, err error) Reply {
+	lg.Error("building reply failed", "err", err)
+	reply := Reply{Status: http.StatusInternalServerError, Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
+		Body: []byte("internal error; the message was not processed, please retransmit\n"), Disposition: "http-500"}
+	p.auditBestEffort(ctx, rec, audit.StepReply, "error", reply.Disposition, err)
+	return reply
+}
+
+// retryLater is HTTP 503 with Retry-After in whole seconds.
+func retryLater(after time.Duration, why string) Reply {
+	secs := int64(dedup.RetryAfter(after) / time.Second)
+	return Reply{
+		Status:      http.StatusServiceUnavailable,
+		Header:      http.Header{"Retry-After": {strconv.FormatInt(secs, 10)}, "Content-Type": {"text/plain; charset=utf-8"}},
+		Body:        []byte("message not processed (" + why + "); retry later\n"),
+		Disposition: "http-503",
+	}
+}
