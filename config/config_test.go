@@ -1,0 +1,87 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func write(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadFileResolvesPathsAndParsesDurations(t *testing.T) {
+	p := write(t, `
+listen: ":9999"
+store: sqlite:data/gw.db
+lease: 2m
+partners: partners
+identity:
+  as2_id: GATEWAY
+  keys:
+    - cert: keys/a.pem
+      key: keys/a.key
+handler:
+  type: dir
+  inbox: inbox
+`)
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(p)
+	if c.Listen != ":9999" || c.Lease != 2*time.Minute || c.Identity.AS2ID != "GATEWAY" {
+		t.Fatalf("unexpected %+v", c)
+	}
+	if c.Store != "sqlite:"+filepath.Join(dir, "data/gw.db") {
+		t.Errorf("store = %q", c.Store)
+	}
+	if c.Identity.Keys[0].Cert != filepath.Join(dir, "keys/a.pem") || c.Partners != filepath.Join(dir, "partners") {
+		t.Errorf("paths not resolved: %+v", c)
+	}
+	if c.Retention != 90*24*time.Hour || c.AS2.Path != "/as2" || c.Limits.MaxBodyBytes != 100<<20 {
+		t.Errorf("defaults missing: %+v", c)
+	}
+}
+
+func TestEnvironmentOverrides(t *testing.T) {
+	p := write(t, "listen: \":9999\"\nstore: \"memory:\"\n")
+	t.Setenv("GATEWAY_LISTEN", "127.0.0.1:7000")
+	t.Setenv("GATEWAY_STORE", "postgres://u:secret@db/x")
+	t.Setenv("GATEWAY_HANDLER_INBOX", "/srv/inbox")
+	t.Setenv("GATEWAY_LEASE", "90s")
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:7000" || c.Store != "postgres://u:secret@db/x" || c.Handler.Inbox != "/srv/inbox" || c.Lease != 90*time.Second {
+		t.Fatalf("env not applied: %+v", c)
+	}
+	if got := c.Redacted(); got != "postgres://u:***@db/x" {
+		t.Errorf("redacted = %q", got)
+	}
+}
+
+func TestUnknownKeysAndBadValuesAreErrors(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"listen: x\nstroe: x\n", "stroe"},
+		{"store: mysql://x\n", "store"},
+		{"lease: 10ms\n", "lease"},
+		{"handler:\n  type: s3\n", "handler.type"},
+		{"tls:\n  cert: a.pem\n", "tls"},
+		{"as2:\n  path: as2\n", "as2.path"},
+		{"log_level: loud\n", "log_level"},
+	} {
+		_, err := Load(write(t, tc.body))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want mention of %q", tc.body, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,430 @@
+// Package partners loads the trading partner directory: one YAML file per
+// partner, validated strictly (unknown fields are errors, every error names
+// the file and the field).
+package partners
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Duration is a time.Duration written in YAML as "168h", "30m", "7d" or "0".
+type Duration time.Duration
+
+// UnmarshalYAML accepts Go duration strings plus a "d" (24h) suffix.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// ParseDuration parses Go durations plus whole days ("7d").
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "0" || s == "" {
+		return 0, nil
+	}
+	if strings.HasSuffix(s, "d") {
+		var days int
+		if _, err := fmt.Sscanf(s, "%dd", &days); err != nil || fmt.Sprintf("%dd", days) != s || days < 0 {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("invalid duration %q", s)
+	}
+	return v, nil
+}
+
+// Std returns the standard library duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// Partner is one trading partner.
+type Partner struct {
+	// ID is the operator's name for the partner: lowercase letters, digits,
+	// '.', '_' and '-'. It names the inbox directory and appears in audit.
+	ID   string `yaml:"id"`
+	Name string `yaml:"name"`
+	// OnDrift says what happens to a retransmitted key or interchange whose
+	// payload changed: reject (default), quarantine or accept.
+	OnDrift string `yaml:"on_drift"`
+	AS2     *AS2   `yaml:"as2"`
+	AS4     *AS4   `yaml:"as4"`
+
+	// File is the YAML file the partner was loaded from.
+	File string `yaml:"-"`
+}
+
+// AS2 is a partner's AS2 agreement.
+type AS2 struct {
+	// ID is the AS2-From the partner sends (case-sensitive).
+	ID string `yaml:"as2_id"`
+	// OurID is the AS2-To the partner addresses; empty means the gateway's
+	// identity as2_id.
+	OurID string `yaml:"our_as2_id"`
+	// Certificates are the partner's signing/encryption certificates (PEM
+	// files relative to the partners directory); several for rollover.
+	Certificates      []string `yaml:"certificates"`
+	RequireSignature  bool     `yaml:"require_signature"`
+	RequireEncryption bool     `yaml:"require_encryption"`
+	RequireSignedMDN  bool     `yaml:"require_signed_mdn"`
+	// AllowedDigests for signatures and MICs; empty allows sha1, sha224,
+	// sha256, sha384 and sha512 (never md5 unless listed).
+	AllowedDigests []string `yaml:"allowed_digests"`
+	// AllowedCiphers for encryption; empty allows every supported cipher.
+	AllowedCiphers []string `yaml:"allowed_ciphers"`
+	// DuplicateDisposition: "warning" (processed/warning: duplicate-document,
+	// default) or "processed" for partners that resend on warnings.
+	DuplicateDisposition string `yaml:"duplicate_disposition"`
+	// DedupWindow is how long a Message-ID or interchange counts as a
+	// duplicate (default 7d).
+	DedupWindow Duration `yaml:"dedup_window"`
+	// RetryWindow is how long the partner's product keeps retransmitting;
+	// `partners check` warns when it exceeds DedupWindow.
+	RetryWindow Duration `yaml:"retry_window"`
+}
+
+// AS4 is a partner's AS4 agreement.
+type AS4 struct {
+	// PartyID and PartyType identify the partner as eb:From/eb:PartyId.
+	PartyID   string `yaml:"party_id"`
+	PartyType string `yaml:"party_type"`
+	// Certificates are the partner's signing certificates (rollover: several).
+	Certificates      []string `yaml:"certificates"`
+	RequireEncryption bool     `yaml:"require_encryption"`
+	// ClockSkew tolerated on wsu:Timestamp (default 5m).
+	ClockSkew   Duration `yaml:"clock_skew"`
+	DedupWindow Duration `yaml:"dedup_window"`
+	RetryWindow Duration `yaml:"retry_window"`
+	PModes      []PMode  `yaml:"pmodes"`
+}
+
+// PMode is one processing mode agreed with the partner; empty fields match
+// anything.
+type PMode struct {
+	ID          string `yaml:"id"`
+	Agreement   string `yaml:"agreement"`
+	Service     string `yaml:"service"`
+	ServiceType string `yaml:"service_type"`
+	Action      string `yaml:"action"`
+	ToPartyID   string `yaml:"to_party_id"`
+	ToPartyType string `yaml:"to_party_type"`
+}
+
+// Default dedup windows.
+const (
+	DefaultAS2Window = 7 * 24 * time.Hour
+	DefaultAS4Window = 30 * 24 * time.Hour
+)
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+
+var knownDigests = map[string]bool{"md5": true, "sha1": true, "sha224": true, "sha256": true, "sha384": true, "sha512": true}
+var knownCiphers = map[string]bool{"3des": true, "aes128-cbc": true, "aes192-cbc": true, "aes256-cbc": true, "aes128-gcm": true, "aes256-gcm": true}
+
+// FieldError is a validation error naming the file and the field.
+type FieldError struct {
+	File, Field, Msg string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s: %s", e.File, e.Field, e.Msg) }
+
+// Directory is the loaded set of partners with the lookups the protocols need.
+type Directory struct {
+	Dir      string
+	Partners []*Partner
+	// Warnings are non-fatal findings (e.g. a dedup window shorter than the
+	// partner's retry window).
+	Warnings []string
+
+	byAS2 map[string]*Partner
+	byAS4 map[string]*Partner
+	certs map[string][]*x509.Certificate
+}
+
+// Load reads every *.yaml / *.yml file in dir.
+func Load(dir string) (*Directory, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("partners: %w", err)
+	}
+	d := &Directory{Dir: dir, byAS2: map[string]*Partner{}, byAS4: map[string]*Partner{}, certs: map[string][]*x509.Certificate{}}
+	var errs []error
+	ids := map[string]string{}
+	var names []string
+	for _, e := range entries {
+		n := e.Name()
+		if e.IsDir() || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+			continue
+		}
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		path := filepath.Join(dir, n)
+		p, err := LoadFile(path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if prev, ok := ids[p.ID]; ok {
+			errs = append(errs, &FieldError{path, "id", fmt.Sprintf("%q is also the id of %s", p.ID, prev)})
+			continue
+		}
+		ids[p.ID] = path
+		if p.AS2 != nil {
+			k := p.AS2.ID + "\x00" + p.AS2.OurID
+			if prev, ok := d.byAS2[k]; ok {
+				errs = append(errs, &FieldError{path, "as2.as2_id", fmt.Sprintf("%q is also used by %s", p.AS2.ID, prev.File)})
+				continue
+			}
+			d.byAS2[k] = p
+			certs, err := d.loadCerts(path, "as2.certificates", p.AS2.Certificates)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			d.certs["as2\x00"+p.ID] = certs
+			if p.AS2.RetryWindow > p.AS2.DedupWindow {
+				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as2.dedup_window %s is shorter than as2.retry_window %s: a late retransmission would be processed as new",
+					path, p.AS2.DedupWindow.Std(), p.AS2.RetryWindow.Std()))
+			}
+		}
+		if p.AS4 != nil {
+			k := p.AS4.PartyType + "\x00" + p.AS4.PartyID
+			if prev, ok := d.byAS4[k]; ok {
+				errs = append(errs, &FieldError{path, "as4.party_id", fmt.Sprintf("%q is also used by %s", p.AS4.PartyID, prev.File)})
+				continue
+			}
+			d.byAS4[k] = p
+			certs, err := d.loadCerts(path, "as4.certificates", p.AS4.Certificates)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			d.certs["as4\x00"+p.ID] = certs
+			if p.AS4.RetryWindow > p.AS4.DedupWindow {
+				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as4.dedup_window %s is shorter than as4.retry_window %s: a late retransmission would be processed as new",
+					path, p.AS4.DedupWindow.Std(), p.AS4.RetryWindow.Std()))
+			}
+		}
+		d.Partners = append(d.Partners, p)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return d, nil
+}
+
+func (d *Directory) loadCerts(file, field string, paths []string) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for i, p := range paths {
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(d.Dir, p)
+		}
+		certs, err := ReadCertificates(p)
+		if err != nil {
+			return nil, &FieldError{file, fmt.Sprintf("%s[%d]", field, i), err.Error()}
+		}
+		out = append(out, certs...)
+	}
+	return out, nil
+}
+
+// ReadCertificates reads every certificate of a PEM file, or one DER certificate.
+func ReadCertificates(path string) ([]*x509.Certificate, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Contains(b, []byte("-----BEGIN")) {
+		c, err := x509.ParseCertificate(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: not a PEM or DER certificate: %w", path, err)
+		}
+		return []*x509.Certificate{c}, nil
+	}
+	var out []*x509.Certificate
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			break
+		}
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no CERTIFICATE block", path)
+	}
+	return out, nil
+}
+
+// LoadFile reads and validates one partner file.
+func LoadFile(path string) (*Partner, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("partners: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	var p Partner
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	p.File = path
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+func (p *Partner) validate() error {
+	f := func(field, format string, a ...any) error {
+		return &FieldError{p.File, field, fmt.Sprintf(format, a...)}
+	}
+	if !idPattern.MatchString(p.ID) {
+		return f("id", "%q must be 1-64 of a-z 0-9 . _ - starting with a letter or digit", p.ID)
+	}
+	switch p.OnDrift {
+	case "":
+		p.OnDrift = "reject"
+	case "reject", "quarantine", "accept":
+	default:
+		return f("on_drift", "%q is not one of reject, quarantine, accept", p.OnDrift)
+	}
+	if p.AS2 == nil && p.AS4 == nil {
+		return f("as2", "a partner needs an as2 or an as4 section")
+	}
+	if a := p.AS2; a != nil {
+		if err := checkAS2Name(a.ID); err != nil {
+			return f("as2.as2_id", "%v", err)
+		}
+		if a.OurID != "" {
+			if err := checkAS2Name(a.OurID); err != nil {
+				return f("as2.our_as2_id", "%v", err)
+			}
+		}
+		if len(a.Certificates) == 0 && a.RequireSignature {
+			return f("as2.certificates", "require_signature needs at least one certificate")
+		}
+		for i, d := range a.AllowedDigests {
+			d = NormalizeDigest(d)
+			if !knownDigests[d] {
+				return f(fmt.Sprintf("as2.allowed_digests[%d]", i), "%q is not one of md5, sha1, sha224, sha256, sha384, sha512", a.AllowedDigests[i])
+			}
+			a.AllowedDigests[i] = d
+		}
+		for i, c := range a.AllowedCiphers {
+			if !knownCiphers[c] {
+				return f(fmt.Sprintf("as2.allowed_ciphers[%d]", i), "%q is not one of 3des, aes128-cbc, aes192-cbc, aes256-cbc, aes128-gcm, aes256-gcm", c)
+			}
+		}
+		switch a.DuplicateDisposition {
+		case "":
+			a.DuplicateDisposition = "warning"
+		case "warning", "processed":
+		default:
+			return f("as2.duplicate_disposition", "%q is not one of warning, processed", a.DuplicateDisposition)
+		}
+		if a.DedupWindow == 0 {
+			a.DedupWindow = Duration(DefaultAS2Window)
+		}
+	}
+	if a := p.AS4; a != nil {
+		if strings.TrimSpace(a.PartyID) == "" {
+			return f("as4.party_id", "required")
+		}
+		if len(a.Certificates) == 0 {
+			return f("as4.certificates", "at least one signing certificate is required")
+		}
+		if len(a.PModes) == 0 {
+			return f("as4.pmodes", "at least one pmode is required")
+		}
+		seen := map[string]bool{}
+		for i, pm := range a.PModes {
+			if pm.ID == "" {
+				return f(fmt.Sprintf("as4.pmodes[%d].id", i), "required")
+			}
+			if seen[pm.ID] {
+				return f(fmt.Sprintf("as4.pmodes[%d].id", i), "%q is used twice", pm.ID)
+			}
+			seen[pm.ID] = true
+		}
+		if a.ClockSkew == 0 {
+			a.ClockSkew = Duration(5 * time.Minute)
+		}
+		if a.DedupWindow == 0 {
+			a.DedupWindow = Duration(DefaultAS4Window)
+		}
+	}
+	return nil
+}
+
+// checkAS2Name applies RFC 4130 §6.2: 1-128 printable ASCII characters.
+func checkAS2Name(s string) error {
+	if s == "" {
+		return errors.New("required")
+	}
+	if len(s) > 128 {
+		return fmt.Errorf("%q is longer than 128 characters (RFC 4130 §6.2)", s)
+	}
+	for _, c := range []byte(s) {
+		if c < 0x20 || c > 0x7e {
+			return fmt.Errorf("%q has a character outside printable ASCII (RFC 4130 §6.2)", s)
+		}
+	}
+	return nil
+}
+
+// NormalizeDigest maps spellings such as "SHA-256" and "sha256" to "sha256".
+func NormalizeDigest(d string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimSpace(d)), "-", "")
+}
+
+// ByAS2 finds the partner sending as from and addressing to. ourID is the
+// gateway's own AS2 id, used for partners without our_as2_id.
+func (d *Directory) ByAS2(from, to, ourID string) (*Partner, bool) {
+	if p, ok := d.byAS2[from+"\x00"+to]; ok {
+		return p, true
+	}
+	if to == ourID {
+		p, ok := d.byAS2[from+"\x00"]
+		return p, ok
+	}
+	return nil, false
+}
+
+// ByAS4 finds the partner by eb:From PartyId and its type.
+func (d *Directory) ByAS4(partyType, partyID string) (*Partner, bool) {
+	p, ok := d.byAS4[partyType+"\x00"+partyID]
+	return p, ok
+}
+
+// AS2Certificates are the partner's configured AS2 certificates.
+func (d *Directory) AS2Certificates(p *Partner) []*x509.Certificate { return d.certs["as2\x00"+p.ID] }
+
+// AS4Certificates are the partner's configured AS4 certificates.
+func (d *Directory) AS4Certificates(p *Partner) []*x509.Certificate { return d.certs["as4\x00"+p.ID] }
