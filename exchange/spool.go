@@ -41,14 +41,18 @@ func (s *Spool) Store(r io.Reader) (Body, int64, string, error) {
 		return nil, 0, "", fmt.Errorf("exchange: spool: %w", err)
 	}
 	s.files = append(s.files, f.Name())
-	m, err := io.Copy(io.MultiWriter(f, h), io.MultiReader(&buf, r))
+	m, err := f.Write(buf.Bytes()) // already hashed
+	var rest int64
+	if err == nil {
+		rest, err = io.Copy(io.MultiWriter(f, h), r)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return nil, 0, "", fmt.Errorf("exchange: spool: %w", err)
 	}
-	return FileBody(f.Name()), m, hex.EncodeToString(h.Sum(nil)), nil
+	return FileBody(f.Name()), int64(m) + rest, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Bytes stores b, spooling it when it is larger than the threshold.
