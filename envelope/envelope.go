@@ -1,0 +1,235 @@
+// Package envelope reads the business envelope of an EDI payload: the fields
+// that identify an interchange independently of the transport that carried it
+// (UN/EDIFACT UNB/UNZ, ASC X12 ISA/IEA, the root of a UBL document, or the
+// header of a PEPPOL Standard Business Document).
+//
+// It is not an EDI parser. It reads only the service segments and header
+// elements it needs, checks that the interchange is complete (trailer present
+// and matching its header), and never expands XML entities or DTDs.
+//
+// A partner's EDI system that resends an interchange mints a new transport id
+// (AS2 Message-ID, eb:MessageId) but keeps the envelope; Interchange.Key turns
+// the envelope into the business dedup key.
+package envelope
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"gateway/dedup"
+)
+
+// Standard names, the values of Interchange.Standard.
+const (
+	StandardEDIFACT    = "edifact"
+	StandardX12        = "x12"
+	StandardUBL        = "ubl"
+	StandardPeppolSBDH = "peppol-sbdh"
+)
+
+// KeyTag versions the business key encoding of Interchange.Key. Changing the
+// fields, their order or their normalisation requires a new tag, otherwise
+// ledgers written by an older gateway would stop matching resends received
+// by a newer one.
+const KeyTag = "gateway/interchange-key/v1"
+
+// MaxFieldLength is the longest value, in bytes, that Extract accepts for any
+// Interchange field. The standards allow far less (EDIFACT an..35, X12 at most
+// 15); a longer value means a damaged envelope, and the bound keeps ledger rows
+// small whatever a partner sends.
+const MaxFieldLength = 512
+
+var (
+	// ErrNoEnvelope means the payload is not in a standard this package
+	// reads: it has no business key, and only transport dedup applies.
+	// Extract returns exactly this value (test with errors.Is).
+	ErrNoEnvelope = errors.New("envelope: no business envelope")
+
+	// ErrDamaged means the payload is in a known standard but its envelope is
+	// incomplete or inconsistent (truncated header, missing or mismatching
+	// trailer, refused XML construct). Errors from Extract wrap it and say
+	// what is wrong.
+	ErrDamaged = errors.New("envelope: damaged envelope")
+)
+
+// Interchange is the business envelope of one payload. All values are as
+// found in the envelope, release characters removed (EDIFACT), XML entities
+// resolved, and surrounding white space trimmed. Unused fields are empty.
+type Interchange struct {
+	// Standard is one of StandardEDIFACT, StandardX12, StandardUBL and
+	// StandardPeppolSBDH.
+	Standard string
+
+	// Sender and SenderQualifier identify the sender: EDIFACT UNB S002
+	// 0004 and 0007; X12 ISA06 and ISA05; UBL EndpointID and its schemeID
+	// (of cac:AccountingSupplierParty/cac:Party for invoices, see
+	// Extract); SBDH Sender/Identifier and its Authority.
+	Sender, SenderQualifier string
+
+	// Recipient and RecipientQualifier identify the recipient: EDIFACT UNB
+	// S003 0010 and 0007; X12 ISA08 and ISA07; UBL EndpointID and schemeID
+	// of the customer party; SBDH Receiver/Identifier and its Authority.
+	Recipient, RecipientQualifier string
+
+	// Reference is the interchange reference: EDIFACT UNB 0020, X12 ISA13,
+	// UBL cbc:UUID when present else cbc:ID, SBDH
+	// DocumentIdentification/InstanceIdentifier.
+	Reference string
+
+	// Date and Time are the preparation date and time: EDIFACT S004 0017
+	// and 0019, X12 ISA09 and ISA10, UBL cbc:IssueDate and cbc:IssueTime,
+	// SBDH CreationDateAndTime (all in Date; Time stays empty).
+	Date, Time string
+
+	// Type is the message type: the first EDIFACT UNH S009 0065 (ORDERS,
+	// INVOIC), the first X12 ST01 (810, 850; "TA1" for an interchange
+	// holding only acknowledgments), the UBL root element name (Invoice,
+	// CreditNote, Order), SBDH DocumentIdentification/Type.
+	Type string
+
+	// TypeVersion is the version of the message type: EDIFACT S009 0052,
+	// 0054, 0051 and 0057 joined with ':' (e.g. "D:96A:UN:EAN008"), X12
+	// ST03 or else GS08 of the first group, UBL cbc:UBLVersionID, SBDH
+	// TypeVersion.
+	TypeVersion string
+
+	// Syntax is the syntax or document standard the envelope declares:
+	// EDIFACT S001 0001 and 0002 joined with ':' (e.g. "UNOA:2"), X12
+	// ISA12, the UBL root namespace, SBDH DocumentIdentification/Standard.
+	Syntax string
+
+	// Test reports a test interchange: EDIFACT UNB 0035 = "1", X12 ISA15 =
+	// "T". UBL and SBDH have no such flag.
+	Test bool
+}
+
+// Key returns the business dedup key of the interchange as received from
+// partner (the gateway's configured partner name).
+//
+// Encoding: dedup.HashFields with tag KeyTag over, in this order: partner,
+// Standard, SenderQualifier, Sender, RecipientQualifier, Recipient,
+// Reference, Date, Type. Each field is length prefixed, so no two different
+// field lists share a key. Time, TypeVersion, Syntax and Test are not part of
+// the key. Values are used exactly as Extract returns them.
+func (ic *Interchange) Key(partner string) dedup.Key {
+	return dedup.HashFields(KeyTag,
+		partner,
+		ic.Standard,
+		ic.SenderQualifier, ic.Sender,
+		ic.RecipientQualifier, ic.Recipient,
+		ic.Reference,
+		ic.Date,
+		ic.Type,
+	)
+}
+
+// Extract reads the business envelope of payload. The standard is detected
+// from the content, after an optional UTF-8 byte order mark and leading white
+// space:
+//
+//   - "UNA" or "UNB": UN/EDIFACT (UNA service string advice read by position;
+//     without it the syntax level A defaults `:+.? '`, or the level B
+//     information separators when UNB is followed by IS3, 0x1D);
+//   - "ISA": ASC X12, whose separators come from the fixed 106-byte ISA;
+//   - '<': XML; a root element in a urn:oasis:names:specification:ubl:schema:xsd:
+//     namespace is UBL, a StandardBusinessDocument in the UN/CEFACT SBDH
+//     namespace is a PEPPOL SBDH.
+//
+// Anything else, including XML with another root and text that merely starts
+// with those letters followed by a letter or digit, gives (nil,
+// ErrNoEnvelope). A recognised but damaged envelope gives an error wrapping
+// ErrDamaged whose text names the standard and the problem, e.g.
+// `edifact: UNZ 0020 "X" does not match UNB 0020 "Y"`.
+//
+// UBL party identifiers are read per document type: supplier to customer
+// (cac:AccountingSupplierParty to cac:AccountingCustomerParty) by default;
+// Order, OrderChange and OrderCancellation from cac:BuyerCustomerParty to
+// cac:SellerSupplierParty; OrderResponse and OrderResponseSimple the other
+// way round; DespatchAdvice from cac:DespatchSupplierParty to
+// cac:DeliveryCustomerParty; ReceiptAdvice the other way round;
+// ApplicationResponse from cac:SenderParty to cac:ReceiverParty.
+//
+// Extract does not modify payload and keeps no reference to it.
+func Extract(payload []byte) (*Interchange, error) {
+	data := bytes.TrimPrefix(payload, []byte("\xef\xbb\xbf"))
+	data = bytes.TrimLeft(data, " \t\r\n")
+	var (
+		ic  *Interchange
+		err error
+	)
+	switch {
+	case len(data) == 0:
+		return nil, ErrNoEnvelope
+	case hasTag(data, "UNA") || hasTag(data, "UNB"):
+		ic, err = extractEDIFACT(data)
+	case hasTag(data, "ISA"):
+		ic, err = extractX12(data)
+	case data[0] == '<':
+		ic, err = extractXML(data)
+	default:
+		return nil, ErrNoEnvelope
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := ic.checkLengths(); err != nil {
+		return nil, err
+	}
+	return ic, nil
+}
+
+// hasTag reports whether data starts with the segment tag followed by
+// something that can be a separator (or nothing: a truncated envelope), so
+// that plain text such as "UNBOUND" or "ISAAC" is not taken for EDI.
+func hasTag(data []byte, tag string) bool {
+	if !bytes.HasPrefix(data, []byte(tag)) {
+		return false
+	}
+	return len(data) == len(tag) || !isAlnum(data[len(tag)])
+}
+
+func isAlnum(b byte) bool {
+	return b >= '0' && b <= '9' || b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z'
+}
+
+func (ic *Interchange) checkLengths() error {
+	fields := []struct{ name, v string }{
+		{"sender", ic.Sender}, {"sender qualifier", ic.SenderQualifier},
+		{"recipient", ic.Recipient}, {"recipient qualifier", ic.RecipientQualifier},
+		{"reference", ic.Reference}, {"date", ic.Date}, {"time", ic.Time},
+		{"type", ic.Type}, {"type version", ic.TypeVersion}, {"syntax", ic.Syntax},
+	}
+	for _, f := range fields {
+		if len(f.v) > MaxFieldLength {
+			return damagedf(ic.Standard, "%s is %d bytes long, more than %d", f.name, len(f.v), MaxFieldLength)
+		}
+	}
+	return nil
+}
+
+// damagedError is a damaged envelope: its text names the standard and the
+// problem; errors.Is(err, ErrDamaged) holds, and Unwrap gives the underlying
+// error if any (an XML syntax error, for example).
+type damagedError struct {
+	msg string
+	err error
+}
+
+func (e *damagedError) Error() string {
+	if e.err != nil {
+		return e.msg + ": " + e.err.Error()
+	}
+	return e.msg
+}
+
+func (e *damagedError) Is(target error) bool { return target == ErrDamaged }
+func (e *damagedError) Unwrap() error        { return e.err }
+
+func damagedf(standard, format string, args ...any) error {
+	return &damagedError{msg: standard + ": " + fmt.Sprintf(format, args...)}
+}
+
+func damagedWrap(standard string, err error, format string, args ...any) error {
+	return &damagedError{msg: standard + ": " + fmt.Sprintf(format, args...), err: err}
+}

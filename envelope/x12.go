@@ -1,0 +1,166 @@
+package envelope
+
+import (
+	"bytes"
+	"strings"
+)
+
+// isaLength is the fixed length of an X12 ISA segment including its
+// terminator: "ISA", 16 elements of fixed width, 16 element separators, and
+// the segment terminator.
+const isaLength = 106
+
+// isaWidths are the fixed widths of ISA01..ISA16.
+var isaWidths = [16]int{2, 10, 2, 10, 2, 15, 2, 15, 6, 4, 1, 5, 9, 1, 1, 1}
+
+// isaOffsets are the byte offsets of ISA01..ISA16 within the segment; the
+// element separator precedes each one.
+var isaOffsets = func() (o [16]int) {
+	pos := 4
+	for i, w := range isaWidths {
+		o[i] = pos
+		pos += w + 1
+	}
+	return o
+}()
+
+func extractX12(data []byte) (*Interchange, error) {
+	if len(data) < isaLength {
+		return nil, damagedf(StandardX12, "ISA segment truncated: %d of %d bytes", len(data), isaLength)
+	}
+	sep, comp, term := data[3], data[104], data[105]
+	if isAlnum(sep) || isSpace(sep) {
+		return nil, damagedf(StandardX12, "ISA element separator %q cannot be a separator", sep)
+	}
+	if isAlnum(comp) || isSpace(comp) {
+		return nil, damagedf(StandardX12, "ISA16 component element separator %q cannot be a separator", comp)
+	}
+	if isAlnum(term) || term == ' ' || term == '\t' {
+		return nil, damagedf(StandardX12, "ISA segment terminator %q (byte 106) cannot be a terminator", term)
+	}
+	if sep == comp || sep == term || comp == term {
+		return nil, damagedf(StandardX12, "ISA separators not distinct: element %q, component %q, segment terminator %q", sep, comp, term)
+	}
+	isa := data[:isaLength]
+	field := func(n int) string { // ISA element n (1-based), trimmed
+		off := isaOffsets[n-1]
+		return strings.TrimSpace(string(isa[off : off+isaWidths[n-1]]))
+	}
+	for n := 1; n <= 16; n++ {
+		off := isaOffsets[n-1]
+		if isa[off-1] != sep {
+			return nil, damagedf(StandardX12, "ISA is not 106 bytes of fixed-width elements: expected the element separator %q before ISA%02d at byte %d, found %q", sep, n, off, isa[off-1])
+		}
+		if n == 16 {
+			break
+		}
+		v := isa[off : off+isaWidths[n-1]]
+		if i := bytes.IndexAny(v, string([]byte{sep, term})); i >= 0 {
+			return nil, damagedf(StandardX12, "ISA%02d contains a separator %q", n, v[i])
+		}
+	}
+	ic := &Interchange{
+		Standard:           StandardX12,
+		SenderQualifier:    field(5),
+		Sender:             field(6),
+		RecipientQualifier: field(7),
+		Recipient:          field(8),
+		Date:               field(9),
+		Time:               field(10),
+		Syntax:             field(12),
+		Reference:          field(13),
+		Test:               field(15) == "T",
+	}
+	required := []struct{ name, v string }{
+		{"ISA06 interchange sender ID", ic.Sender},
+		{"ISA08 interchange receiver ID", ic.Recipient},
+		{"ISA09 interchange date", ic.Date},
+		{"ISA10 interchange time", ic.Time},
+		{"ISA13 interchange control number", ic.Reference},
+	}
+	for _, r := range required {
+		if r.v == "" {
+			return nil, damagedf(StandardX12, "ISA without %s", r.name)
+		}
+	}
+
+	var (
+		pos            = isaLength
+		gs08, st03     string
+		sawGS, sawTA1  bool
+		sawST          bool
+		lenientFinalOK = term == '\r' || term == '\n'
+	)
+	for {
+		for pos < len(data) && isSpace(data[pos]) {
+			pos++
+		}
+		if pos >= len(data) {
+			return nil, damagedf(StandardX12, "IEA interchange trailer missing (ISA13 %q)", ic.Reference)
+		}
+		var seg []byte
+		if i := bytes.IndexByte(data[pos:], term); i >= 0 {
+			seg, pos = data[pos:pos+i], pos+i+1
+		} else if lenientFinalOK {
+			// A newline terminator is often stripped from the last line.
+			seg, pos = data[pos:], len(data)
+		} else {
+			return nil, damagedf(StandardX12, "segment %q is not terminated (no %q before the end of the data)", x12Tag(data[pos:], sep), term)
+		}
+		elems := bytes.Split(seg, []byte{sep})
+		el := func(i int) string {
+			if i >= len(elems) {
+				return ""
+			}
+			return strings.TrimSpace(string(elems[i]))
+		}
+		switch el(0) {
+		case "GS":
+			if !sawGS {
+				sawGS = true
+				gs08 = el(8)
+			}
+		case "ST":
+			if !sawST {
+				sawST = true
+				ic.Type, st03 = el(1), el(3)
+				if ic.Type == "" {
+					return nil, damagedf(StandardX12, "first ST without transaction set identifier code (ST01)")
+				}
+			}
+		case "TA1":
+			sawTA1 = true
+		case "ISA":
+			return nil, damagedf(StandardX12, "ISA inside interchange %q before its IEA", ic.Reference)
+		case "IEA":
+			if ref := el(2); ref != ic.Reference {
+				return nil, damagedf(StandardX12, "IEA02 %q does not match ISA13 %q", ref, ic.Reference)
+			}
+			if !sawST {
+				if !sawTA1 {
+					return nil, damagedf(StandardX12, "interchange %q holds no ST transaction set and no TA1", ic.Reference)
+				}
+				ic.Type = "TA1"
+			}
+			ic.TypeVersion = st03
+			if ic.TypeVersion == "" {
+				ic.TypeVersion = gs08
+			}
+			if rest := bytes.TrimLeft(data[pos:], " \t\r\n"); len(rest) > 0 {
+				return nil, damagedf(StandardX12, "%d bytes after the IEA of interchange %q (only one interchange per payload is read)", len(rest), ic.Reference)
+			}
+			return ic, nil
+		}
+	}
+}
+
+// x12Tag returns the tag of a segment, for messages.
+func x12Tag(seg []byte, sep byte) string {
+	if i := bytes.IndexByte(seg, sep); i >= 0 {
+		seg = seg[:i]
+	}
+	if len(seg) > 16 {
+		seg = seg[:16]
+	}
+	return string(seg)
+}
