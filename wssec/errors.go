@@ -1,0 +1,58 @@
+package wssec
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error returned by Verify, the Signature methods and
+// ParseEnvelope wraps exactly one of them; use errors.Is or Code.
+var (
+	// ErrFailedAuthentication (EBMS:0101): unknown signer, bad signature
+	// value, a digest that does not match, a reference that cannot be
+	// resolved, or a timestamp outside the clock skew.
+	ErrFailedAuthentication = errors.New("wssec: failed authentication")
+	// ErrPolicyNoncompliance (EBMS:0103): missing signature or security
+	// header, required element or attachment not covered, too many
+	// references, disallowed or unsupported algorithm, duplicate ids.
+	ErrPolicyNoncompliance = errors.New("wssec: policy noncompliance")
+	// ErrInvalidXML (EBMS:0009 InvalidHeader): the envelope is not a
+	// well-formed, DTD-free SOAP envelope within the configured limits.
+	ErrInvalidXML = errors.New("wssec: invalid envelope")
+)
+
+// EBMS error codes the sentinel errors map to.
+const (
+	CodeFailedAuthentication = "EBMS:0101"
+	CodePolicyNoncompliance  = "EBMS:0103"
+	CodeInvalidHeader        = "EBMS:0009"
+)
+
+// Code returns the ebMS3 error code for an error of this package
+// ("EBMS:0101", "EBMS:0103" or "EBMS:0009"), or "" if err is nil or not one
+// of ours.
+func Code(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrFailedAuthentication):
+		return CodeFailedAuthentication
+	case errors.Is(err, ErrPolicyNoncompliance):
+		return CodePolicyNoncompliance
+	case errors.Is(err, ErrInvalidXML):
+		return CodeInvalidHeader
+	}
+	return ""
+}
+
+func authErr(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrFailedAuthentication}, a...)...)
+}
+
+func policyErr(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrPolicyNoncompliance}, a...)...)
+}
+
+func xmlErr(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidXML}, a...)...)
+}
