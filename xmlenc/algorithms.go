@@ -68,10 +68,10 @@ const (
 
 // EncryptedData Type values.
 const (
-	TypeElement                  = "http://www.w3.org/2001/04/xmlenc#Element"
-	TypeContent                  = "http://www.w3.org/2001/04/xmlenc#Content"
-	TypeAttachmentContentOnly    = "http://docs.oasis-open.org/wss/oasis-wss-SwAProfile-1.1#Attachment-Content-Only"
-	TypeAttachmentComplete       = "http://docs.oasis-open.org/wss/oasis-wss-SwAProfile-1.1#Attachment-Complete"
+	TypeElement                   = "http://www.w3.org/2001/04/xmlenc#Element"
+	TypeContent                   = "http://www.w3.org/2001/04/xmlenc#Content"
+	TypeAttachmentContentOnly     = "http://docs.oasis-open.org/wss/oasis-wss-SwAProfile-1.1#Attachment-Content-Only"
+	TypeAttachmentComplete        = "http://docs.oasis-open.org/wss/oasis-wss-SwAProfile-1.1#Attachment-Complete"
 	TransformAttachmentCiphertext = "http://docs.oasis-open.org/wss/oasis-wss-SwAProfile-1.1#Attachment-Ciphertext-Transform"
 )
 
