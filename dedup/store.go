@@ -85,7 +85,11 @@ var ErrUnavailable = errors.New("dedup: store unavailable")
 //
 // The life of a key: Claim → (Accept | Abandon). A key that was abandoned,
 // or whose lease ran out before accept, can be claimed again with a new
-// token; the old token then fails with ErrStaleClaim.
+// token; the old token then fails with ErrStaleClaim. The holder of the
+// current token may still Accept after its lease ran out, as long as no other
+// delivery took the key over. Every new claim (new key, takeover, reclaim
+// after abandon, window reuse) resets the key's first-seen time.
+// deduptest.Exercise checks all of this against an implementation.
 type Store interface {
 	Claim(ctx context.Context, req ClaimRequest) (Decision, error)
 	// Accept marks the claim as done and stores the reply that was sent.
@@ -94,6 +98,8 @@ type Store interface {
 	Abandon(ctx context.Context, key Key, token Token) error
 	// Expire removes accepted rows first seen before the given time and
 	// returns how many it removed. It never removes claims in progress.
+	// Abandoned rows first seen before that time are removed and counted
+	// too: they answer exactly like absent ones.
 	Expire(ctx context.Context, before time.Time) (int64, error)
 	Close() error
 }
