@@ -1,0 +1,165 @@
+package as4
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+
+	"github.com/beevik/etree"
+)
+
+// Payload is a PartInfo resolved to the message content it names.
+type Payload struct {
+	PartInfo PartInfo
+	// Part is the attachment of a cid: reference, nil for body payloads.
+	Part *Part
+	// Element is the SOAP body element of a "#id" or empty href.
+	Element *etree.Element
+}
+
+// ResolvePayloads maps every PartInfo of um to the attachment or SOAP body
+// element it refers to. Run it after decryption. A reference that cannot be
+// resolved, a reference to anything outside the message, and an attachment
+// no PartInfo refers to give EBMS:0011 ExternalPayloadError; a non-empty
+// SOAP body no PartInfo refers to gives EBMS:0003 ValueInconsistent.
+func ResolvePayloads(env *Envelope, um *UserMessage) ([]Payload, error) {
+	id := um.MessageInfo.MessageID
+	used := make([]bool, len(env.Attachments))
+	body := env.Body()
+	bodyUsed := false
+	var out []Payload
+	for _, pi := range um.PayloadInfo {
+		p := Payload{PartInfo: pi}
+		switch href := pi.Href; {
+		case strings.HasPrefix(strings.ToLower(href), "cid:"):
+			cid, err := url.PathUnescape(href[4:])
+			if err != nil {
+				return nil, ExternalPayloadError(fmt.Sprintf("bad cid URL %q", href), err).WithRef(id)
+			}
+			idx := -1
+			for i := range env.Attachments {
+				if env.Attachments[i].ContentID == cid {
+					idx = i
+					break
+				}
+			}
+			if idx < 0 {
+				return nil, ExternalPayloadError(fmt.Sprintf("no attachment for %q", href), nil).WithRef(id)
+			}
+			used[idx] = true
+			p.Part = &env.Attachments[idx]
+		case href == "":
+			if body == nil || len(body.ChildElements()) == 0 {
+				return nil, ExternalPayloadError("PartInfo refers to an empty SOAP body", nil).WithRef(id)
+			}
+			bodyUsed = true
+			p.Element = body.ChildElements()[0]
+		case strings.HasPrefix(href, "#"):
+			p.Element = findByID(body, href[1:])
+			if p.Element == nil || p.Element == body {
+				return nil, ExternalPayloadError(fmt.Sprintf("no SOAP body element for %q", href), nil).WithRef(id)
+			}
+			bodyUsed = true
+		default:
+			return nil, ExternalPayloadError(fmt.Sprintf("payload reference %q is outside the message", href), nil).WithRef(id)
+		}
+		out = append(out, p)
+	}
+	for i, u := range used {
+		if !u {
+			return nil, ExternalPayloadError(fmt.Sprintf("attachment <%s> is not referenced by any PartInfo", env.Attachments[i].ContentID), nil).WithRef(id)
+		}
+	}
+	if !bodyUsed && body != nil && len(body.ChildElements()) > 0 {
+		return nil, ValueInconsistent("SOAP body has content but no PartInfo refers to it", nil).WithRef(id)
+	}
+	return out, nil
+}
+
+// findByID returns the element below root (root included) whose wsu:Id, Id,
+// id or xml:id equals id; nil when there is none or more than one. Values
+// are compared before namespaces are resolved, and the walk stops at the
+// second match, so hostile documents cannot make it slow.
+func findByID(root *etree.Element, id string) *etree.Element {
+	if root == nil || id == "" {
+		return nil
+	}
+	var found *etree.Element
+	n := 0
+	var walk func(e *etree.Element)
+	walk = func(e *etree.Element) {
+		for i := range e.Attr {
+			if n > 1 {
+				return
+			}
+			a := &e.Attr[i]
+			if a.Value != id || (a.Key != "Id" && a.Key != "id") {
+				continue
+			}
+			ns := ""
+			switch a.Space {
+			case "":
+			case "xml":
+				ns = NSXML
+			case "xmlns":
+				continue
+			default:
+				ns = a.NamespaceURI()
+			}
+			if ns == "" || ns == NSWSU && a.Key == "Id" || ns == NSXML && a.Key == "id" {
+				found, n = e, n+1
+			}
+		}
+		for _, c := range e.ChildElements() {
+			if n > 1 {
+				return
+			}
+			walk(c)
+		}
+	}
+	walk(root)
+	if n != 1 {
+		return nil
+	}
+	return found
+}
+
+// CompressionGzip is the only CompressionType of the AS4 profile.
+const CompressionGzip = "application/gzip"
+
+// Decompress returns a payload as the application sees it: part unchanged
+// when props has no CompressionType, gunzipped when it is application/gzip.
+// Output beyond limit bytes (a decompression bomb), a corrupt stream and any
+// other compression type give EBMS:0303 DecompressionFailure. A limit <= 0
+// means DefaultMaxMessageSize.
+func Decompress(part []byte, props map[string]string, limit int64) ([]byte, error) {
+	if limit <= 0 {
+		limit = DefaultMaxMessageSize
+	}
+	ct := props[PropCompressionType]
+	switch ct {
+	case "":
+		return part, nil
+	case CompressionGzip:
+	default:
+		return nil, DecompressionFailure(fmt.Sprintf("unsupported CompressionType %q", ct), nil)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(part))
+	if err != nil {
+		return nil, DecompressionFailure("not a gzip stream", err)
+	}
+	out, err := io.ReadAll(io.LimitReader(zr, limit+1))
+	if err != nil {
+		return nil, DecompressionFailure("corrupt gzip stream", err)
+	}
+	if int64(len(out)) > limit {
+		return nil, DecompressionFailure(fmt.Sprintf("payload inflates beyond %d bytes", limit), ErrLimit)
+	}
+	if err := zr.Close(); err != nil {
+		return nil, DecompressionFailure("corrupt gzip stream", err)
+	}
+	return out, nil
+}

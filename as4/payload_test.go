@@ -1,0 +1,47 @@
+package as4
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestDecompress(t *testing.T) {
+	// The interop payloads are encrypted, so Decompress is checked on a
+	// generated gzip stream: exact output, the length limit, corrupt input.
+	plain := bytes.Repeat([]byte("UNA:+.? 'UNB+UNOC:3+SENDER+RECEIVER'\n"), 200)
+	gz := gzipBytes(t, plain)
+	got, err := Decompress(gz, map[string]string{"CompressionType": "application/gzip"}, int64(len(plain)))
+	if err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("Decompress: %v", err)
+	}
+	if same, err := Decompress(gz, map[string]string{"MimeType": "application/xml"}, 10); err != nil || !bytes.Equal(same, gz) {
+		t.Fatalf("uncompressed part changed: %v", err)
+	}
+	for name, c := range map[string]struct {
+		data  []byte
+		props map[string]string
+		limit int64
+	}{
+		"bomb":        {gz, map[string]string{"CompressionType": "application/gzip"}, int64(len(plain)) - 1},
+		"not gzip":    {plain, map[string]string{"CompressionType": "application/gzip"}, 1 << 20},
+		"truncated":   {gz[:len(gz)-9], map[string]string{"CompressionType": "application/gzip"}, 1 << 20},
+		"bad crc":     {flipByte(gz, len(gz)-6), map[string]string{"CompressionType": "application/gzip"}, 1 << 20},
+		"trailing":    {append(append([]byte{}, gz...), "junk"...), map[string]string{"CompressionType": "application/gzip"}, 1 << 20},
+		"other codec": {gz, map[string]string{"CompressionType": "application/zstd"}, 1 << 20},
+	} {
+		_, err := Decompress(c.data, c.props, c.limit)
+		if CodeOf(err) != CodeDecompressionFailure {
+			t.Errorf("%s: error %v, want EBMS:0303", name, err)
+		}
+		if name == "bomb" && !errors.Is(err, ErrLimit) {
+			t.Errorf("bomb: %v does not wrap ErrLimit", err)
+		}
+	}
+}
+
+func flipByte(b []byte, i int) []byte {
+	c := append([]byte{}, b...)
+	c[i] ^= 0xff
+	return c
+}
