@@ -310,4 +310,3 @@ func TestAuditSink(t *testing.T) {
 		t.Fatalf("record without time: %+v %v", got, err)
 	}
 }
-
