@@ -327,16 +327,41 @@ func (e *Envelope) parseRoot(maxDepth int) error {
 	if err != nil {
 		return err
 	}
+	v, err := checkEnvelope(doc)
+	if err != nil {
+		return err
+	}
+	e.Doc, e.SOAPVersion = doc, v
+	return nil
+}
+
+// EnvelopeFromDocument wraps an already parsed SOAP envelope (for example a
+// synchronous response read with ParseXML) after checking its structure:
+// a SOAP 1.1 or 1.2 Envelope with an optional Header followed by one Body.
+// Root holds no bytes and there are no attachments.
+func EnvelopeFromDocument(doc *etree.Document) (*Envelope, error) {
+	if doc == nil || doc.Root() == nil {
+		return nil, invalidHeaderf("no XML document")
+	}
+	v, err := checkEnvelope(doc)
+	if err != nil {
+		return nil, err
+	}
+	return &Envelope{Doc: doc, SOAPVersion: v}, nil
+}
+
+func checkEnvelope(doc *etree.Document) (SOAPVersion, error) {
 	root := doc.Root()
+	var v SOAPVersion
 	switch {
 	case Is(root, NSSOAP12, "Envelope"):
-		e.SOAPVersion = SOAP12
+		v = SOAP12
 	case Is(root, NSSOAP11, "Envelope"):
-		e.SOAPVersion = SOAP11
+		v = SOAP11
 	default:
-		return invalidHeaderf("root element {%s}%s is not a SOAP envelope", root.NamespaceURI(), root.Tag)
+		return "", invalidHeaderf("root element {%s}%s is not a SOAP envelope", root.NamespaceURI(), root.Tag)
 	}
-	ns := e.SOAPVersion.Namespace()
+	ns := v.Namespace()
 	var header, body int
 	for _, c := range root.ChildElements() {
 		switch {
@@ -345,14 +370,13 @@ func (e *Envelope) parseRoot(maxDepth int) error {
 		case Is(c, ns, "Body") && body == 0:
 			body++
 		default:
-			return invalidHeaderf("unexpected element <%s> in the SOAP envelope", c.Tag)
+			return "", invalidHeaderf("unexpected element <%s> in the SOAP envelope", c.Tag)
 		}
 	}
 	if body == 0 {
-		return invalidHeaderf("SOAP envelope without Body")
+		return "", invalidHeaderf("SOAP envelope without Body")
 	}
-	e.Doc = doc
-	return nil
+	return v, nil
 }
 
 // capReader reads at most n bytes from r and then fails with ErrLimit if r
