@@ -157,6 +157,7 @@ type encKey struct {
 // every EncryptedData decrypted successfully.
 type plan struct {
 	ed     *etree.Element
+	target *etree.Element // element replaced by tokens: ed, or its wsse11:EncryptedHeader
 	part   EncryptedPart
 	att    int // index into atts, or -1
 	newAtt Attachment
@@ -328,8 +329,8 @@ func (d *decryptor) run() (*Result, error) {
 			p.ed.Parent().RemoveChild(p.ed)
 			continue
 		}
-		parent := p.ed.Parent()
-		at := p.ed.Index()
+		parent := p.target.Parent()
+		at := p.target.Index()
 		parent.RemoveChildAt(at)
 		for i, t := range p.tokens {
 			parent.InsertChildAt(at+i, t)
@@ -813,10 +814,16 @@ func (d *decryptor) decryptData(ed *etree.Element, ek *encKey) (plan, error) {
 		if err != nil {
 			return p, err
 		}
-		if ed.Parent() == nil {
+		// A SOAP header block encrypted per WS-Security 1.1 sits in a
+		// wsse11:EncryptedHeader, which the decrypted header replaces.
+		p.target = ed
+		if par := ed.Parent(); par != nil && is(par, NSWSSE11, "EncryptedHeader") {
+			p.target = par
+		}
+		if p.target.Parent() == nil {
 			return p, fail(ErrMalformed, "EncryptedData %q has no parent", truncate(id))
 		}
-		toks, err := parseFragment(ed.Parent(), pt, d.o.MaxXMLSize, d.o.MaxXMLDepth)
+		toks, err := parseFragment(p.target.Parent(), pt, d.o.MaxXMLSize, d.o.MaxXMLDepth)
 		if err != nil {
 			return p, err
 		}
