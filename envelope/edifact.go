@@ -53,11 +53,11 @@ func parseUNA(data []byte) (edifactDelimiters, error) {
 			continue // release character or repetition separator not used
 		}
 		if isAlnum(c.b) || c.b == ' ' || (i < 2 && isSpace(c.b)) {
-			return edifactDelimiters{}, damagedf(StandardEDIFACT, "UNA: %s %q cannot be a separator", c.name, c.b)
+			return edifactDelimiters{}, damagedf(StandardEDIFACT, "UNA: %s %s cannot be a separator", c.name, quoteByte(c.b))
 		}
 		for j, o := range check[:i] {
 			if o.b == c.b && !(o.b == 0 && (j == 2 || j == 3)) {
-				return edifactDelimiters{}, damagedf(StandardEDIFACT, "UNA: %s and %s are both %q", o.name, c.name, c.b)
+				return edifactDelimiters{}, damagedf(StandardEDIFACT, "UNA: %s and %s are both %s", o.name, c.name, quoteByte(c.b))
 			}
 		}
 	}
@@ -84,19 +84,37 @@ func (s *edifactScanner) next() (seg []byte, ok bool, err error) {
 		return nil, false, nil
 	}
 	start := s.pos
-	for i := start; i < len(s.data); i++ {
-		switch b := s.data[i]; {
-		case s.d.release != 0 && b == s.d.release:
-			i++
-			if i >= len(s.data) {
+	for from := start; ; {
+		i := bytes.IndexByte(s.data[from:], s.d.terminator)
+		if i < 0 {
+			if s.releaseRun(start, len(s.data))%2 == 1 {
 				return nil, false, damagedf(StandardEDIFACT, "segment %s ends in a release character at the end of the data", s.tag(s.data[start:]))
 			}
-		case b == s.d.terminator:
-			s.pos = i + 1
-			return s.data[start:i], true, nil
+			return nil, false, damagedf(StandardEDIFACT, "segment %s is not terminated (no %s before the end of the data)", s.tag(s.data[start:]), quoteByte(s.d.terminator))
 		}
+		end := from + i
+		// A release character escapes the next one, so the terminator is
+		// escaped exactly when an odd run of release characters precedes it.
+		if s.releaseRun(start, end)%2 == 1 {
+			from = end + 1
+			continue
+		}
+		s.pos = end + 1
+		return s.data[start:end], true, nil
 	}
-	return nil, false, damagedf(StandardEDIFACT, "segment %s is not terminated (no %q before the end of the data)", s.tag(s.data[start:]), s.d.terminator)
+}
+
+// releaseRun counts the release characters immediately before data[end],
+// not looking before start.
+func (s *edifactScanner) releaseRun(start, end int) int {
+	if s.d.release == 0 {
+		return 0
+	}
+	n := 0
+	for i := end - 1; i >= start && s.data[i] == s.d.release; i-- {
+		n++
+	}
+	return n
 }
 
 // tag returns the segment tag, quoted, for messages and comparisons.
@@ -191,7 +209,7 @@ func extractEDIFACT(data []byte) (*Interchange, error) {
 		return nil, damagedf(StandardEDIFACT, "UNB interchange header missing after UNA")
 	}
 	if len(seg) < 4 || string(seg[:3]) != "UNB" || seg[3] != d.element {
-		return nil, damagedf(StandardEDIFACT, "interchange does not start with UNB followed by the data element separator %q (found %s)", d.element, s.tag(seg))
+		return nil, damagedf(StandardEDIFACT, "interchange does not start with UNB followed by the data element separator %s (found %s)", quoteByte(d.element), s.tag(seg))
 	}
 	unb := s.split(seg)
 	ic := &Interchange{

@@ -16,6 +16,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strconv"
+	"unicode/utf8"
 
 	"gateway/dedup"
 )
@@ -43,7 +45,7 @@ const MaxFieldLength = 512
 var (
 	// ErrNoEnvelope means the payload is not in a standard this package
 	// reads: it has no business key, and only transport dedup applies.
-	// Extract returns exactly this value (test with errors.Is).
+	// Extract returns this value itself, never wrapped.
 	ErrNoEnvelope = errors.New("envelope: no business envelope")
 
 	// ErrDamaged means the payload is in a known standard but its envelope is
@@ -109,17 +111,28 @@ type Interchange struct {
 //
 // Encoding: dedup.HashFields with tag KeyTag over, in this order: partner,
 // Standard, SenderQualifier, Sender, RecipientQualifier, Recipient,
-// Reference, Date, Type. Each field is length prefixed, so no two different
-// field lists share a key. Time, TypeVersion, Syntax and Test are not part of
-// the key. Values are used exactly as Extract returns them.
+// Reference, date, Type. Each field is length prefixed, so no two different
+// field lists share a key. Values are used exactly as Extract returns them.
+// Time, TypeVersion, Syntax and Test are not part of the key.
+//
+// date is Date, which scopes references that senders recycle (EDIFACT 0020,
+// the 9-digit X12 ISA13, invoice numbers restarting each year), except for
+// StandardPeppolSBDH where it is always empty: a PEPPOL InstanceIdentifier
+// is unique forever, so the same identifier with another
+// CreationDateAndTime is the same document (a resend or a reuse), never a
+// new one.
 func (ic *Interchange) Key(partner string) dedup.Key {
+	date := ic.Date
+	if ic.Standard == StandardPeppolSBDH {
+		date = ""
+	}
 	return dedup.HashFields(KeyTag,
 		partner,
 		ic.Standard,
 		ic.SenderQualifier, ic.Sender,
 		ic.RecipientQualifier, ic.Recipient,
 		ic.Reference,
-		ic.Date,
+		date,
 		ic.Type,
 	)
 }
@@ -142,6 +155,23 @@ func (ic *Interchange) Key(partner string) dedup.Key {
 // ErrDamaged whose text names the standard and the problem, e.g.
 // `edifact: UNZ 0020 "X" does not match UNB 0020 "Y"`.
 //
+// Checks that make an envelope damaged: EDIFACT UNA separators that are
+// letters, digits or not distinct; UNB without sender, recipient, date, time
+// or reference; no UNH; UNZ missing or its 0020 differing from UNB 0020; X12
+// ISA shorter than 106 bytes, separators not at their fixed positions or not
+// distinct; no ST (or TA1); IEA missing or IEA02 differing from ISA13; for
+// both, a segment left unterminated (except a last X12 segment whose
+// newline terminator was stripped) and anything but white space after the
+// trailer: one payload carries one interchange. UBL and SBDH: malformed or
+// truncated XML, a DOCTYPE (refused; an XML payload of another kind with a
+// DOCTYPE is simply ErrNoEnvelope), an encoding other than UTF-8, US-ASCII or
+// ISO-8859-1, nesting deeper than 64, more than 128 MiB, a key element twice
+// or containing elements, no cbc:UUID/cbc:ID or no InstanceIdentifier, and a
+// UBL root element that is not the document element of its namespace. Any
+// field longer than MaxFieldLength is damaged too.
+//
+// UBL values are read only from the root's direct children (and the party
+// paths below), matched by namespace URI whatever the prefix.
 // UBL party identifiers are read per document type: supplier to customer
 // (cac:AccountingSupplierParty to cac:AccountingCustomerParty) by default;
 // Order, OrderChange and OrderCancellation from cac:BuyerCustomerParty to
@@ -193,6 +223,15 @@ func isAlnum(b byte) bool {
 	return b >= '0' && b <= '9' || b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z'
 }
 
+// quoteByte formats a separator byte for messages: 'x' for ASCII, '\xNN'
+// otherwise (a byte, not a character, in any encoding).
+func quoteByte(b byte) string {
+	if b < utf8.RuneSelf {
+		return strconv.QuoteRune(rune(b))
+	}
+	return fmt.Sprintf(`'\x%02x'`, b)
+}
+
 func (ic *Interchange) checkLengths() error {
 	fields := []struct{ name, v string }{
 		{"sender", ic.Sender}, {"sender qualifier", ic.SenderQualifier},
@@ -218,18 +257,36 @@ type damagedError struct {
 
 func (e *damagedError) Error() string {
 	if e.err != nil {
-		return e.msg + ": " + e.err.Error()
+		return e.msg + ": " + clip(e.err.Error(), 2*maxQuoted)
 	}
 	return e.msg
+}
+
+// maxQuoted bounds partner-controlled text quoted in an error message.
+const maxQuoted = 80
+
+// clip shortens s to at most n bytes followed by "...".
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 func (e *damagedError) Is(target error) bool { return target == ErrDamaged }
 func (e *damagedError) Unwrap() error        { return e.err }
 
+// damagedf returns a damaged envelope error; string arguments (partner
+// values) are clipped to maxQuoted bytes.
 func damagedf(standard, format string, args ...any) error {
-	return &damagedError{msg: standard + ": " + fmt.Sprintf(format, args...)}
+	return damagedWrap(standard, nil, format, args...)
 }
 
 func damagedWrap(standard string, err error, format string, args ...any) error {
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			args[i] = clip(s, maxQuoted)
+		}
+	}
 	return &damagedError{msg: standard + ": " + fmt.Sprintf(format, args...), err: err}
 }

@@ -30,34 +30,35 @@ func extractX12(data []byte) (*Interchange, error) {
 	}
 	sep, comp, term := data[3], data[104], data[105]
 	if isAlnum(sep) || isSpace(sep) {
-		return nil, damagedf(StandardX12, "ISA element separator %q cannot be a separator", sep)
-	}
-	if isAlnum(comp) || isSpace(comp) {
-		return nil, damagedf(StandardX12, "ISA16 component element separator %q cannot be a separator", comp)
-	}
-	if isAlnum(term) || term == ' ' || term == '\t' {
-		return nil, damagedf(StandardX12, "ISA segment terminator %q (byte 106) cannot be a terminator", term)
-	}
-	if sep == comp || sep == term || comp == term {
-		return nil, damagedf(StandardX12, "ISA separators not distinct: element %q, component %q, segment terminator %q", sep, comp, term)
+		return nil, damagedf(StandardX12, "ISA element separator %s cannot be a separator", quoteByte(sep))
 	}
 	isa := data[:isaLength]
+	for n := 1; n <= 16; n++ {
+		if off := isaOffsets[n-1]; isa[off-1] != sep {
+			return nil, damagedf(StandardX12, "ISA is not 106 bytes of fixed-width elements: expected the element separator %s before ISA%02d at offset %d, found %s", quoteByte(sep), n, off-1, quoteByte(isa[off-1]))
+		}
+	}
+	if isAlnum(comp) || isSpace(comp) {
+		return nil, damagedf(StandardX12, "ISA16 component element separator %s cannot be a separator", quoteByte(comp))
+	}
+	if isAlnum(term) || term == ' ' || term == '\t' {
+		return nil, damagedf(StandardX12, "ISA segment terminator %s (offset 105) cannot be a terminator", quoteByte(term))
+	}
+	if sep == comp || sep == term || comp == term {
+		return nil, damagedf(StandardX12, "ISA separators not distinct: element %s, component %s, segment terminator %s", quoteByte(sep), quoteByte(comp), quoteByte(term))
+	}
+	for n := 1; n < 16; n++ {
+		off := isaOffsets[n-1]
+		v := isa[off : off+isaWidths[n-1]]
+		for _, b := range v {
+			if b == sep || b == term {
+				return nil, damagedf(StandardX12, "ISA%02d contains a separator %s", n, quoteByte(b))
+			}
+		}
+	}
 	field := func(n int) string { // ISA element n (1-based), trimmed
 		off := isaOffsets[n-1]
 		return strings.TrimSpace(string(isa[off : off+isaWidths[n-1]]))
-	}
-	for n := 1; n <= 16; n++ {
-		off := isaOffsets[n-1]
-		if isa[off-1] != sep {
-			return nil, damagedf(StandardX12, "ISA is not 106 bytes of fixed-width elements: expected the element separator %q before ISA%02d at byte %d, found %q", sep, n, off, isa[off-1])
-		}
-		if n == 16 {
-			break
-		}
-		v := isa[off : off+isaWidths[n-1]]
-		if i := bytes.IndexAny(v, string([]byte{sep, term})); i >= 0 {
-			return nil, damagedf(StandardX12, "ISA%02d contains a separator %q", n, v[i])
-		}
 	}
 	ic := &Interchange{
 		Standard:           StandardX12,
@@ -105,7 +106,17 @@ func extractX12(data []byte) (*Interchange, error) {
 			// A newline terminator is often stripped from the last line.
 			seg, pos = data[pos:], len(data)
 		} else {
-			return nil, damagedf(StandardX12, "segment %q is not terminated (no %q before the end of the data)", x12Tag(data[pos:], sep), term)
+			return nil, damagedf(StandardX12, "segment %q is not terminated (no %s before the end of the data)", x12Tag(data[pos:], sep), quoteByte(term))
+		}
+		tag := seg
+		if i := bytes.IndexByte(seg, sep); i >= 0 {
+			tag = seg[:i]
+		}
+		tag = bytes.TrimSpace(tag)
+		switch string(tag) {
+		case "GS", "ST", "TA1", "ISA", "IEA":
+		default:
+			continue // no segment this package reads; do not split it
 		}
 		elems := bytes.Split(seg, []byte{sep})
 		el := func(i int) string {
@@ -114,7 +125,7 @@ func extractX12(data []byte) (*Interchange, error) {
 			}
 			return strings.TrimSpace(string(elems[i]))
 		}
-		switch el(0) {
+		switch string(tag) {
 		case "GS":
 			if !sawGS {
 				sawGS = true
