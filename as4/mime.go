@@ -167,6 +167,9 @@ func ReadMessage(contentType string, body io.Reader, limits Limits) (*Envelope, 
 			return nil, err
 		}
 	case isSOAPType(mt):
+		if err := checkCharset(params); err != nil {
+			return nil, err
+		}
 		data, err := io.ReadAll(r)
 		if err != nil {
 			return nil, readErr("reading body", err)
@@ -180,6 +183,20 @@ func ReadMessage(contentType string, body io.Reader, limits Limits) (*Envelope, 
 		return nil, err
 	}
 	return env, nil
+}
+
+// checkCharset accepts a SOAP part declared as UTF-8 (or US-ASCII), or
+// without a charset parameter.
+func checkCharset(params map[string]string) error {
+	cs, ok := params["charset"]
+	if !ok {
+		return nil
+	}
+	switch strings.ToLower(strings.Trim(cs, `"' `)) {
+	case "utf-8", "utf8", "us-ascii":
+		return nil
+	}
+	return MimeInconsistency(fmt.Sprintf("SOAP part charset %q is not UTF-8", cs), nil)
 }
 
 func isSOAPType(mt string) bool { return mt == "application/soap+xml" || mt == "text/xml" }
@@ -245,8 +262,12 @@ func readMultipart(r io.Reader, params map[string]string, limits Limits) (Part, 
 		}
 	}
 	root := parts[rootIdx]
-	if mt, _, err := mime.ParseMediaType(root.ContentType()); err != nil || !isSOAPType(mt) {
+	mt, rootParams, err := mime.ParseMediaType(root.ContentType())
+	if err != nil || !isSOAPType(mt) {
 		return Part{}, nil, MimeInconsistency(fmt.Sprintf("root part Content-Type %q is not SOAP", root.ContentType()), err)
+	}
+	if err := checkCharset(rootParams); err != nil {
+		return Part{}, nil, err
 	}
 	attachments := append(parts[:rootIdx:rootIdx], parts[rootIdx+1:]...)
 	return root, attachments, nil

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/beevik/etree"
 )
 
 func TestReadMessageGenerated(t *testing.T) {
@@ -152,6 +154,8 @@ func TestReadMessageRejects(t *testing.T) {
 		{"unknown cte", ctOK, "--bb\r\nContent-Type: application/soap+xml\r\nContent-Transfer-Encoding: x-uuencode\r\n\r\n" + good + "\r\n--bb--", Limits{}, CodeMimeInconsistency, nil},
 		{"bad base64", ctOK, "--bb\r\nContent-Type: application/soap+xml\r\n\r\n" + good + "\r\n--bb\r\nContent-Type: x/y\r\nContent-Transfer-Encoding: base64\r\n\r\n!!!!\r\n--bb--", Limits{}, CodeMimeInconsistency, nil},
 		{"bad content type", "application/soap+xml; charset", good, Limits{}, CodeMimeInconsistency, nil},
+		{"latin-1 charset", "application/soap+xml; charset=ISO-8859-1", good, Limits{}, CodeMimeInconsistency, nil},
+		{"latin-1 root part", ctOK, "--bb\r\nContent-Type: text/xml; charset=windows-1252\r\n\r\n" + good + "\r\n--bb--", Limits{}, CodeMimeInconsistency, nil},
 		{"not soap content type", "application/json", good, Limits{}, CodeMimeInconsistency, nil},
 		{"not xml", "application/soap+xml", "hello", Limits{}, CodeInvalidHeader, nil},
 		{"two roots", "application/soap+xml", good + "<x/>", Limits{}, CodeInvalidHeader, nil},
@@ -242,5 +246,25 @@ func TestCapReaderExactSize(t *testing.T) {
 	}
 	if string(got) != "abc" || !errors.Is(err, ErrLimit) {
 		t.Errorf("got %q, %v", got, err)
+	}
+}
+
+func TestEnvelopeFromDocument(t *testing.T) {
+	doc, err := ParseXML([]byte(defaultTestMessage().envelope()), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := EnvelopeFromDocument(doc)
+	if err != nil || env.SOAPVersion != SOAP12 || env.Body() == nil || env.Header() == nil {
+		t.Fatalf("%+v, %v", env, err)
+	}
+	if _, err := env.Messaging(); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := ParseXML([]byte(`<a:Envelope xmlns:a="urn:x"><a:Body/></a:Envelope>`), 0)
+	for name, d := range map[string]*etree.Document{"nil": nil, "empty": etree.NewDocument(), "not SOAP": other} {
+		if _, err := EnvelopeFromDocument(d); CodeOf(err) != CodeInvalidHeader {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }
