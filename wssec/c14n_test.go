@@ -171,7 +171,7 @@ func TestExcC14NMatchesGoxmldsig(t *testing.T) {
 		"helger":   helgerEnvelope(t),
 		"receipt":  interop.Read(t, "as4/TestReceipt12.xml"),
 		"holodeck": holodeckParts(t)[0].body,
-		"ours":     signedMessage(t, testKeys(t)["rsa"], testAttachments(), nil),
+		"ours":     signedMessage(t, key(t, "rsa"), testAttachments(), nil),
 	}
 	for name, raw := range envelopes {
 		doc := mustParse(t, raw)

@@ -29,51 +29,46 @@ type testKey struct {
 }
 
 var (
-	keysOnce sync.Once
-	keys     map[string]*testKey
+	keysMu sync.Mutex
+	keys   = map[string]*testKey{}
 )
 
-func newTestKey(t testing.TB, name string, signer crypto.Signer, method string, serial int64) *testKey {
+// key returns the generated key of that name (generated once): rsa and
+// rsa-old (RSA-2048, the second for rollover), p256, p384, ed25519.
+func key(t testing.TB, name string) *testKey {
 	t.Helper()
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: name, Organization: []string{"Gateway Test, Inc."}, Country: []string{"DE"}},
-		NotBefore:    time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC),
-		NotAfter:     time.Date(2044, 1, 1, 0, 0, 0, 0, time.UTC),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
+	keysMu.Lock()
+	defer keysMu.Unlock()
+	if k := keys[name]; k != nil {
+		return k
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, signer.Public(), signer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testKey{name: name, signer: signer, cert: cert, method: method}
-}
-
-// testKeys returns the generated keys: rsa (2048), rsa-old (rollover),
-// p256, p384, ed25519.
-func testKeys(t testing.TB) map[string]*testKey {
-	t.Helper()
-	keysOnce.Do(func() {
-		keys = map[string]*testKey{}
-		for i, name := range []string{"rsa", "rsa-old"} {
-			k, err := rsa.GenerateKey(rand.Reader, 2048)
-			if err != nil {
-				t.Fatal(err)
-			}
-			keys[name] = newTestKey(t, name, k, AlgRSASHA256, int64(100+i))
+	var signer crypto.Signer
+	var method string
+	var serial int64
+	switch name {
+	case "rsa", "rsa-old":
+		k, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			t.Fatal(err)
 		}
-		p256, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		keys["p256"] = newTestKey(t, "p256", p256, AlgECDSASHA256, 200)
-		p384, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
-		keys["p384"] = newTestKey(t, "p384", p384, AlgECDSASHA384, 201)
-		_, ed, _ := ed25519.GenerateKey(rand.Reader)
-		keys["ed25519"] = newTestKey(t, "ed25519", ed, AlgEdDSAEd25519, 300)
-	})
-	return keys
+		signer, method, serial = k, AlgRSASHA256, 100
+		if name == "rsa-old" {
+			serial = 101
+		}
+	case "p256":
+		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		signer, method, serial = k, AlgECDSASHA256, 200
+	case "p384":
+		k, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+		signer, method, serial = k, AlgECDSASHA384, 201
+	case "ed25519":
+		_, k, _ := ed25519.GenerateKey(rand.Reader)
+		signer, method, serial = k, AlgEdDSAEd25519, 300
+	default:
+		t.Fatalf("no test key %q", name)
+	}
+	keys[name] = newTestKey(t, name, signer, method, serial)
+	return keys[name]
 }
 
 // userMessage is an AS4 user message envelope as our sender builds it.
@@ -191,3 +186,23 @@ func resign(t testing.TB, doc *etree.Document, k *testKey) {
 }
 
 func encodeB64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+func newTestKey(t testing.TB, name string, signer crypto.Signer, method string, serial int64) *testKey {
+	t.Helper()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      pkix.Name{CommonName: name, Organization: []string{"Gateway Test, Inc."}, Country: []string{"DE"}},
+		NotBefore:    time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC),
+		NotAfter:     time.Date(2044, 1, 1, 0, 0, 0, 0, time.UTC),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, signer.Public(), signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testKey{name: name, signer: signer, cert: cert, method: method}
+}

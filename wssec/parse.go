@@ -79,6 +79,7 @@ func parseXML(b []byte, limits Limits) (*etree.Document, error) {
 		return nil, xmlErr("document larger than %d bytes", limits.MaxBytes)
 	}
 	b = bytes.TrimPrefix(b, []byte("\xef\xbb\xbf"))
+	b = normalizeAttributeWhitespace(b)
 	if err := prescan(b, limits); err != nil {
 		return nil, err
 	}
@@ -157,4 +158,80 @@ func prescan(b []byte, limits Limits) error {
 		return xmlErr("no document element")
 	}
 	return nil
+}
+
+// normalizeAttributeWhitespace applies XML 1.0 §3.3.3 attribute-value
+// normalization, which encoding/xml leaves out: a literal tab, line feed,
+// carriage return or CR LF pair inside a quoted attribute value of a tag
+// becomes one space (character references such as &#10; are untouched, so
+// they still yield the character). Without it, canonical forms, and thus
+// digests, of partner XML with multi-line attribute values would differ from
+// every conformant implementation. b is returned unchanged when there is
+// nothing to normalise.
+func normalizeAttributeWhitespace(b []byte) []byte {
+	var out []byte // allocated on the first change
+	last := 0      // b[last:] is not yet copied to out
+	skipTo := func(i int, end string) int {
+		if j := bytes.Index(b[i:], []byte(end)); j >= 0 {
+			return i + j + len(end)
+		}
+		return len(b)
+	}
+	for i := 0; i < len(b); {
+		if b[i] != '<' {
+			i++
+			continue
+		}
+		rest := b[i:]
+		switch {
+		case bytes.HasPrefix(rest, []byte("<!--")):
+			i = skipTo(i+4, "-->")
+			continue
+		case bytes.HasPrefix(rest, []byte("<![CDATA[")):
+			i = skipTo(i+9, "]]>")
+			continue
+		case bytes.HasPrefix(rest, []byte("<?")):
+			i = skipTo(i+2, "?>")
+			continue
+		case bytes.HasPrefix(rest, []byte("<!")):
+			i = skipTo(i+2, ">")
+			continue
+		}
+		// A start or end tag: scan to its '>' outside quotes.
+		i++
+		var quote byte
+	tag:
+		for i < len(b) {
+			c := b[i]
+			if quote == 0 {
+				i++
+				switch c {
+				case '"', '\'':
+					quote = c
+				case '>':
+					break tag
+				}
+				continue
+			}
+			switch c {
+			case quote:
+				quote = 0
+			case '\t', '\n', '\r':
+				if out == nil {
+					out = make([]byte, 0, len(b))
+				}
+				out = append(out, b[last:i]...)
+				out = append(out, ' ')
+				if c == '\r' && i+1 < len(b) && b[i+1] == '\n' {
+					i++
+				}
+				last = i + 1
+			}
+			i++
+		}
+	}
+	if out == nil {
+		return b
+	}
+	return append(out, b[last:]...)
 }

@@ -42,7 +42,8 @@ type SignOptions struct {
 // must be the bytes that will be sent (compressed, not yet encrypted).
 //
 // The result verifies with Verify, also after serialisation with etree and
-// re-parsing.
+// re-parsing: Sign sets doc.WriteSettings so that attribute whitespace and
+// carriage returns are written as character references.
 func Sign(doc *etree.Document, atts []Attachment, opts SignOptions) error {
 	if opts.Signer == nil || opts.Certificate == nil {
 		return errors.New("wssec: sign: signer and certificate are required")
@@ -224,6 +225,13 @@ func Sign(doc *etree.Document, atts []Attachment, opts SignOptions) error {
 	r := str.CreateElement("wsse:Reference")
 	r.CreateAttr("URI", "#"+bstID)
 	r.CreateAttr("ValueType", ValueTypeX509v3)
+
+	// Serialise tabs, line ends and carriage returns in attribute values and
+	// carriage returns in text as character references: written literally,
+	// the receiver's parser would normalise them and the digests would break.
+	doc.WriteSettings.CanonicalAttrVal = true
+	doc.WriteSettings.CanonicalText = true
+	doc.WriteSettings.AttrSingleQuote = false
 	return nil
 }
 

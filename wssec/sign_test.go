@@ -14,10 +14,9 @@ import (
 )
 
 func TestSignVerifyRoundTrip(t *testing.T) {
-	ks := testKeys(t)
 	for _, name := range []string{"rsa", "p256", "p384", "ed25519"} {
 		t.Run(name, func(t *testing.T) {
-			k := ks[name]
+			k := key(t, name)
 			atts := testAttachments()
 			raw := signedMessage(t, k, atts, nil)
 			doc := mustParse(t, raw)
@@ -27,7 +26,7 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 			if err != nil || !bytes.Equal(again, raw) {
 				t.Fatalf("re-serialisation differs (err %v)", err)
 			}
-			res, err := Verify(doc, atts, VerifyOptions{Trusted: []*x509.Certificate{ks["rsa-old"].cert, k.cert}})
+			res, err := Verify(doc, atts, VerifyOptions{Trusted: []*x509.Certificate{key(t, "rsa-old").cert, k.cert}})
 			if err != nil {
 				t.Fatalf("Verify: %v", err)
 			}
@@ -79,7 +78,7 @@ func TestAttachmentTransformOutput(t *testing.T) {
 }
 
 func TestSignTimestamp(t *testing.T) {
-	k := testKeys(t)["rsa"]
+	k := key(t, "rsa")
 	created := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	raw := signedMessage(t, k, nil, func(o *SignOptions) {
 		o.TimestampTTL = 5 * time.Minute
@@ -114,8 +113,7 @@ func TestSignTimestamp(t *testing.T) {
 // TestVerifyRejects runs the negative cases on our own signed message. Each
 // case gets a fresh parse of the same signed bytes.
 func TestVerifyRejects(t *testing.T) {
-	ks := testKeys(t)
-	k := ks["rsa"]
+	k := key(t, "rsa")
 	atts := testAttachments()
 	raw := signedMessage(t, k, atts, nil)
 	opts := VerifyOptions{Trusted: []*x509.Certificate{k.cert}}
@@ -213,7 +211,7 @@ func TestVerifyRejects(t *testing.T) {
 			return a
 		}, CodePolicyNoncompliance, "duplicate id"},
 		{"unknown signer", func(_ *etree.Document, a []Attachment, o *VerifyOptions) []Attachment {
-			o.Trusted = []*x509.Certificate{ks["rsa-old"].cert, ks["p256"].cert}
+			o.Trusted = []*x509.Certificate{key(t, "rsa-old").cert, key(t, "p256").cert}
 			return a
 		}, CodeFailedAuthentication, "not a trusted certificate"},
 		{"no trusted certificates", func(_ *etree.Document, a []Attachment, o *VerifyOptions) []Attachment {
@@ -275,7 +273,7 @@ func TestVerifyRejects(t *testing.T) {
 // TestVerifyUnsignedBody removes the Body reference and re-signs: the
 // signature is valid but does not cover the body.
 func TestVerifyUnsignedBody(t *testing.T) {
-	k := testKeys(t)["rsa"]
+	k := key(t, "rsa")
 	doc := mustParse(t, signedMessage(t, k, nil, nil))
 	body := doc.Root().ChildElements()[1]
 	bodyID, _ := attrValue(body, NamespaceWSU, "Id")
@@ -298,7 +296,7 @@ func TestVerifyUnsignedBody(t *testing.T) {
 }
 
 func TestVerifySHA1WhenAllowed(t *testing.T) {
-	k := testKeys(t)["rsa"]
+	k := key(t, "rsa")
 	raw := signedMessage(t, k, nil, func(o *SignOptions) {
 		o.SignatureMethod = AlgRSASHA1
 		o.DigestMethod = AlgSHA1
@@ -315,11 +313,10 @@ func TestVerifySHA1WhenAllowed(t *testing.T) {
 // TestKeyReferenceForms rewrites the (unsigned) KeyInfo of a signed message
 // into every supported key reference form.
 func TestKeyReferenceForms(t *testing.T) {
-	ks := testKeys(t)
-	k := ks["rsa"]
+	k := key(t, "rsa")
 	raw := signedMessage(t, k, nil, nil)
 	thumb := sha1.Sum(k.cert.Raw)
-	trusted := []*x509.Certificate{ks["rsa-old"].cert, k.cert}
+	trusted := []*x509.Certificate{key(t, "rsa-old").cert, k.cert}
 	for _, tc := range []struct {
 		name, keyInfo string
 		code          string
@@ -359,17 +356,16 @@ func TestKeyReferenceForms(t *testing.T) {
 }
 
 func TestSignRefusesDoubleSigningAndForeignKey(t *testing.T) {
-	ks := testKeys(t)
-	doc := mustParse(t, signedMessage(t, ks["rsa"], nil, nil))
-	if err := Sign(doc, nil, SignOptions{Signer: ks["rsa"].signer, Certificate: ks["rsa"].cert}); err == nil {
+	doc := mustParse(t, signedMessage(t, key(t, "rsa"), nil, nil))
+	if err := Sign(doc, nil, SignOptions{Signer: key(t, "rsa").signer, Certificate: key(t, "rsa").cert}); err == nil {
 		t.Fatal("signed twice")
 	}
 	doc2 := etree.NewDocument()
 	_ = doc2.ReadFromString(userMessage)
-	if err := Sign(doc2, nil, SignOptions{Signer: ks["rsa"].signer, Certificate: ks["p256"].cert}); err == nil {
+	if err := Sign(doc2, nil, SignOptions{Signer: key(t, "rsa").signer, Certificate: key(t, "p256").cert}); err == nil {
 		t.Fatal("signed with a certificate of another key")
 	}
-	if err := Sign(doc2, nil, SignOptions{Signer: ks["p256"].signer, Certificate: ks["p256"].cert, SignatureMethod: AlgRSASHA256}); err == nil {
+	if err := Sign(doc2, nil, SignOptions{Signer: key(t, "p256").signer, Certificate: key(t, "p256").cert, SignatureMethod: AlgRSASHA256}); err == nil {
 		t.Fatal("ECDSA key with an RSA signature method")
 	}
 }
@@ -377,7 +373,7 @@ func TestSignRefusesDoubleSigningAndForeignKey(t *testing.T) {
 // TestSignSOAP11 signs a SOAP 1.1 envelope whose Body already has a wsu:Id
 // under another prefix and which uses a default namespace.
 func TestSignSOAP11(t *testing.T) {
-	k := testKeys(t)["p256"]
+	k := key(t, "p256")
 	doc := etree.NewDocument()
 	err := doc.ReadFromString(`<Envelope xmlns="http://schemas.xmlsoap.org/soap/envelope/"><Header><m:Messaging xmlns:m="` + NamespaceEbMS + `"><m:SignalMessage/></m:Messaging></Header><Body xmlns:u="` + NamespaceWSU + `" u:Id="body-1"><p xmlns="urn:payload">text</p></Body></Envelope>`)
 	if err != nil {
@@ -414,5 +410,31 @@ func TestCodeMapping(t *testing.T) {
 		if got := Code(err); got != want {
 			t.Errorf("Code(%v) = %q, want %q", err, got, want)
 		}
+	}
+}
+
+// TestSignWhitespaceSurvivesSerialisation: attribute values with line ends
+// and text with carriage returns in signed elements still verify after a
+// serialise/parse round trip.
+func TestSignWhitespaceSurvivesSerialisation(t *testing.T) {
+	k := key(t, "ed25519")
+	doc := etree.NewDocument()
+	if err := doc.ReadFromString(userMessage); err != nil {
+		t.Fatal(err)
+	}
+	find(doc, NamespaceEbMS, "Service").CreateAttr("type", "line 1\nline 2\tend")
+	find(doc, NamespaceEbMS, "Action").SetText("Deliver\r\n")
+	if err := Sign(doc, nil, SignOptions{Signer: k.signer, Certificate: k.cert}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := doc.WriteToBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(raw, []byte(`type="line 1&#xA;line 2&#x9;end"`)) || !bytes.Contains(raw, []byte("Deliver&#xD;\n")) {
+		t.Fatalf("whitespace not escaped:\n%s", raw)
+	}
+	if _, err := Verify(mustParse(t, raw), nil, VerifyOptions{Trusted: []*x509.Certificate{k.cert}}); err != nil {
+		t.Fatal(err)
 	}
 }

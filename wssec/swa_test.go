@@ -1,0 +1,101 @@
+package wssec
+
+import (
+	"crypto/sha256"
+	"crypto/x509"
+	"net/textproto"
+	"testing"
+)
+
+func mimeHeader(kv ...string) textproto.MIMEHeader {
+	h := textproto.MIMEHeader{}
+	for i := 0; i < len(kv); i += 2 {
+		h.Add(kv[i], kv[i+1])
+	}
+	return h
+}
+
+// TestCanonicalMIMEHeaders pins the SwA §5.4.1 header canonicalization (as
+// WSS4J implements it) on hand-derived outputs.
+func TestCanonicalMIMEHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    textproto.MIMEHeader
+		want string
+	}{
+		{"none", mimeHeader(), "Content-Type:text/plain;charset=\"us-ascii\"\r\n"},
+		{"all listed, sorted, others dropped", mimeHeader(
+			"Content-Type", `Application/XML; Charset="UTF-8" (comment)`,
+			"Content-Id", "<att1@example.com>",
+			"Content-Disposition", "attachment; filename=Invoice.XML",
+			"Content-Description", "=?utf-8?q?Rechnung_M=C3=A4rz?= (note)",
+			"Content-Transfer-Encoding", "binary",
+			"Content-Location", "http://example.com/x",
+		), "Content-Description:Rechnung März \r\n" +
+			"Content-Disposition:attachment;filename=\"invoice.xml\"\r\n" +
+			"Content-ID:<att1@example.com>\r\n" +
+			"Content-Location:http://example.com/x\r\n" +
+			"Content-Type:application/xml;charset=\"utf-8\"\r\n"},
+		{"RFC 2231 extended value", mimeHeader(
+			"Content-Disposition", "attachment; size=12; filename*=UTF-8''R%C3%A9sum%C3%A9.PDF",
+			"Content-Type", "application/pdf",
+		), "Content-Disposition:attachment;filename=\"résumé.pdf\";size=\"12\"\r\n" +
+			"Content-Type:application/pdf\r\n"},
+		{"RFC 2231 continuation", mimeHeader(
+			"Content-Type", `message/external-body; access-type=URL; URL*0="ftp://"; URL*1="cs.utk.edu/pub"`,
+		), "Content-Type:message/external-body;access-type=\"URL\";url=\"ftp://cs.utk.edu/pub\"\r\n"},
+		{"quoted comment is not a comment", mimeHeader(
+			"Content-Type", `text/plain; name="a (b).txt"`,
+		), "Content-Type:text/plain;name=\"a (b).txt\"\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := canonicalMIMEHeaders(tc.h)
+			if err != nil || got != tc.want {
+				t.Fatalf("%v\n%q\nwant\n%q", err, got, tc.want)
+			}
+		})
+	}
+	if _, err := canonicalMIMEHeaders(mimeHeader("Content-Type", "text/plain; broken")); err == nil {
+		t.Fatal("parameter without '=' accepted")
+	}
+}
+
+// TestAttachmentCompleteTransform verifies a reference that uses the
+// Attachment-Complete-Signature-Transform (headers + content).
+func TestAttachmentCompleteTransform(t *testing.T) {
+	k := key(t, "rsa")
+	atts := testAttachments()[:1]
+	atts[0].Header.Set("Content-Description", "invoice")
+	doc := mustParse(t, signedMessage(t, k, atts, nil))
+	var ref *Reference
+	sig, _ := ParseSignature(doc, VerifyOptions{})
+	for i := range sig.References {
+		if sig.References[i].URI == "cid:payload-1@gateway.test" {
+			ref = &sig.References[i]
+		}
+	}
+	ref.Element.FindElement("ds:Transforms/ds:Transform").CreateAttr("Algorithm", AlgAttachmentCompleteSignature)
+	want := "Content-Description:invoice\r\nContent-ID:<payload-1@gateway.test>\r\nContent-Type:application/gzip\r\n" + string(atts[0].Body)
+	sum := sha256.Sum256([]byte(want))
+	ref.Element.FindElement("ds:DigestValue").SetText(encodeB64(sum[:]))
+	resign(t, doc, k)
+	opts := VerifyOptions{Trusted: []*x509.Certificate{k.cert}}
+	res, err := Verify(doc, atts, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.References[2].Transforms[0].Algorithm != AlgAttachmentCompleteSignature {
+		t.Fatal("transform not reported")
+	}
+	// A changed MIME header now breaks the digest.
+	atts[0].Header.Set("Content-Type", "application/octet-stream")
+	if _, err := Verify(doc, atts, opts); Code(err) != CodeFailedAuthentication {
+		t.Fatalf("changed header: %v", err)
+	}
+}
+
+func TestCRLF(t *testing.T) {
+	if got := string(crlf([]byte("a\nb\r\nc\rd\r"))); got != "a\r\nb\r\nc\r\nd\r\n" {
+		t.Fatalf("%q", got)
+	}
+}
