@@ -1,0 +1,58 @@
+// Package outbox is the durable queue of replies the gateway delivers on its
+// own connection (AS2 asynchronous MDNs): enqueued in the store's database
+// in the exchange that produced them, posted with retries and backoff, and
+// picked up again after a restart.
+package outbox
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Delivery is one reply to post.
+type Delivery struct {
+	ID        string
+	Partner   string
+	MessageID string // the message the reply answers
+	URL       string
+	Header    http.Header
+	Body      []byte
+	// Attempts made so far, and when the next one is due.
+	Attempts    int
+	NextAttempt time.Time
+	LastError   string
+	Created     time.Time
+}
+
+// State of a delivery.
+type State string
+
+const (
+	Pending   State = "pending"
+	Delivered State = "delivered"
+	// GaveUp: the retry budget is spent; an operator must look.
+	GaveUp State = "gave-up"
+)
+
+// ErrNotLeased is returned when a delivery is finished by a worker that no
+// longer holds it.
+var ErrNotLeased = errors.New("outbox: delivery not leased by this worker")
+
+// Store persists deliveries. Implementations share the dedup store's database.
+type Store interface {
+	// Enqueue adds a pending delivery due now. ID must be unique.
+	Enqueue(ctx context.Context, d Delivery) error
+	// Lease hands out up to limit pending deliveries that are due, each held
+	// for the lease duration so that another worker (or gateway) skips it.
+	Lease(ctx context.Context, limit int, lease time.Duration) ([]Delivery, error)
+	// Delivered marks a leased delivery done.
+	Delivered(ctx context.Context, id string) error
+	// Retry records a failed attempt and schedules the next one.
+	Retry(ctx context.Context, id string, next time.Time, lastErr string) error
+	// GiveUp records the final failed attempt.
+	GiveUp(ctx context.Context, id string, lastErr string) error
+	// Get returns a delivery and its state (for tests and operators).
+	Get(ctx context.Context, id string) (Delivery, State, error)
+}
