@@ -36,9 +36,8 @@ const (
 	GaveUp State = "gave-up"
 )
 
-// ErrNotLeased is returned when a delivery is finished by a worker that no
-// longer holds it.
-var ErrNotLeased = errors.New("outbox: delivery not leased by this worker")
+// ErrNotFound is returned by Get for an unknown id.
+var ErrNotFound = errors.New("outbox: no such delivery")
 
 // Store persists deliveries. Implementations share the dedup store's database.
 type Store interface {
