@@ -28,14 +28,15 @@ type KeyPair struct {
 
 // Key reference forms, as reported in UsedKey.Reference.
 const (
-	RefIssuerSerial      = "X509IssuerSerial"
-	RefSubjectKeyID      = "SubjectKeyIdentifier"
-	RefThumbprintSHA1    = "ThumbprintSHA1"
-	RefX509Certificate   = "X509Certificate"
-	RefBinarySecToken    = "BinarySecurityToken"
-	RefNone              = "none"
-	maxKeyRefsPerKeyInfo = 16
+	RefIssuerSerial    = "X509IssuerSerial"
+	RefSubjectKeyID    = "SubjectKeyIdentifier"
+	RefThumbprintSHA1  = "ThumbprintSHA1"
+	RefX509Certificate = "X509Certificate"
+	RefBinarySecToken  = "BinarySecurityToken"
+	RefNone            = "none"
 )
+
+const maxKeyRefsPerKeyInfo = 16
 
 // keyRef is one way a KeyInfo names the recipient certificate.
 type keyRef struct {
