@@ -55,6 +55,12 @@ func key(t testing.TB, name string) *testKey {
 		if name == "rsa-old" {
 			serial = 101
 		}
+	case "rsa1024":
+		k, err := rsa.GenerateKey(rand.Reader, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		signer, method, serial = k, AlgRSASHA256, 102
 	case "p256":
 		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		signer, method, serial = k, AlgECDSASHA256, 200

@@ -3,6 +3,7 @@ package wssec
 import (
 	"bytes"
 	"crypto/sha1"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/beevik/etree"
+	dsig "github.com/russellhaering/goxmldsig"
+	"github.com/russellhaering/goxmldsig/etreeutils"
 )
 
 func TestSignVerifyRoundTrip(t *testing.T) {
@@ -436,5 +439,98 @@ func TestSignWhitespaceSurvivesSerialisation(t *testing.T) {
 	}
 	if _, err := Verify(mustParse(t, raw), nil, VerifyOptions{Trusted: []*x509.Certificate{k.cert}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestVerifyRSAKeySizeFloor(t *testing.T) {
+	k := key(t, "rsa1024")
+	raw := signedMessage(t, k, nil, nil)
+	trusted := []*x509.Certificate{k.cert}
+	if _, err := Verify(mustParse(t, raw), nil, VerifyOptions{Trusted: trusted}); Code(err) != CodePolicyNoncompliance || !strings.Contains(err.Error(), "1024 bits") {
+		t.Fatalf("1024-bit key: %v", err)
+	}
+	if _, err := Verify(mustParse(t, raw), nil, VerifyOptions{Trusted: trusted, MinRSABits: 1024}); err != nil {
+		t.Fatalf("1024-bit key allowed: %v", err)
+	}
+}
+
+// TestReferenceTransforms rewrites the Body reference to inclusive C14N 1.0,
+// to no transform (the XML-DSig default, also inclusive C14N 1.0) and to
+// enveloped-signature + exclusive c14n on the Header (which contains the
+// signature), with digests over hand-written canonical forms.
+func TestReferenceTransforms(t *testing.T) {
+	k := key(t, "p256")
+	raw := signedMessage(t, k, nil, nil)
+	sha := func(s string) string {
+		sum := sha256.Sum256([]byte(s))
+		return encodeB64(sum[:])
+	}
+	for _, tc := range []struct {
+		name       string
+		transforms []string
+		header     bool
+	}{
+		{"c14n 1.0", []string{AlgC14N10}, false},
+		{"default", nil, false},
+		{"enveloped + exc-c14n on the Header", []string{AlgEnvelopedSignature, AlgExcC14N}, true},
+		{"enveloped + c14n 1.1 on the Header", []string{AlgEnvelopedSignature, AlgC14N11}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := mustParse(t, raw)
+			body := doc.Root().ChildElements()[1]
+			bodyID, _ := attrValue(body, NamespaceWSU, "Id")
+			var ref *etree.Element
+			for _, r := range find(doc, NamespaceDSig, "SignedInfo").ChildElements() {
+				if uri, _ := attrValue(r, "", "URI"); uri == "#"+bodyID {
+					ref = r
+				}
+			}
+			ref.RemoveChild(ref.SelectElement("Transforms"))
+			if len(tc.transforms) > 0 {
+				ts := etree.NewElement("ds:Transforms")
+				for _, a := range tc.transforms {
+					ts.CreateElement("ds:Transform").CreateAttr("Algorithm", a)
+				}
+				ref.InsertChildAt(0, ts)
+			}
+			want := `<S12:Body xmlns:S12="` + NamespaceSOAP12 + `" xmlns:eb="` + NamespaceEbMS + `" xmlns:wsu="` + NamespaceWSU + `" wsu:Id="` + bodyID + `"></S12:Body>`
+			opts := VerifyOptions{Trusted: []*x509.Certificate{k.cert}}
+			if tc.header {
+				// Reference the Header instead, which carries the signature.
+				hdr := doc.Root().ChildElements()[0]
+				hdr.CreateAttr("Id", "hdr")
+				ref.CreateAttr("URI", "#hdr")
+				// Expectation from goxmldsig: detach with the in-scope
+				// namespaces, drop the signature, canonicalise.
+				ctx, err := etreeutils.NSBuildParentContext(hdr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				detached, err := etreeutils.NSDetatch(ctx, hdr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sec := detached.ChildElements()[0]
+				sec.RemoveChild(sec.SelectElement("ds:Signature"))
+				canon := dsig.MakeC14N10ExclusiveCanonicalizerWithPrefixList("")
+				if tc.transforms[1] == AlgC14N11 {
+					canon = dsig.MakeC14N11Canonicalizer()
+				}
+				c, err := canon.Canonicalize(detached)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if bytes.Contains(c, []byte("SignatureValue")) || !bytes.Contains(c, []byte("BinarySecurityToken")) {
+					t.Fatalf("enveloped signature not removed: %s", c)
+				}
+				want = string(c)
+				opts.Require = RequireMessaging | RequireAttachments
+			}
+			ref.SelectElement("DigestValue").SetText(sha(want))
+			resign(t, doc, k)
+			if _, err := Verify(doc, nil, opts); err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+		})
 	}
 }
