@@ -1,0 +1,183 @@
+// Command gateway is an AS2/AS4 receiving gateway with built-in duplicate
+// detection.
+//
+//	gateway serve [-config FILE]             run the gateway
+//	gateway partners check [-config FILE]    validate the partner directory
+//	gateway version                          print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"gateway/config"
+	"gateway/partners"
+	"gateway/server"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// errUsage marks command-line mistakes (exit code 2).
+var errUsage = errors.New("usage")
+
+func run(args []string, stdout, stderr io.Writer) int {
+	err := dispatch(args, stdout, stderr)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(stderr, err)
+		usage(stderr)
+		return 2
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	default:
+		fmt.Fprintln(stderr, "gateway:", err)
+		return 1
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  gateway serve [-config FILE]             run the gateway
+  gateway partners check [-config FILE]    validate the partner directory
+  gateway version                          print the version
+Every setting can be overridden by GATEWAY_* environment variables (see README).
+`)
+}
+
+func dispatch(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: no command", errUsage)
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stderr)
+	case "partners":
+		if len(args) < 2 || args[1] != "check" {
+			return fmt.Errorf("%w: partners takes: check", errUsage)
+		}
+		return partnersCheck(args[2:], stdout)
+	case "version":
+		fmt.Fprintln(stdout, "gateway", versionString())
+		return nil
+	case "help", "-h", "--help":
+		usage(stdout)
+		return nil
+	}
+	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		rev, dirty := "", ""
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					dirty = "+dirty"
+				}
+			}
+		}
+		if rev != "" {
+			if len(rev) > 12 {
+				rev = rev[:12]
+			}
+			return "dev-" + rev + dirty + " " + bi.GoVersion
+		}
+		return "dev " + bi.GoVersion
+	}
+	return "dev"
+}
+
+func configFlag(fs *flag.FlagSet) *string {
+	return fs.String("config", os.Getenv("GATEWAY_CONFIG"), "gateway YAML file (env GATEWAY_CONFIG)")
+}
+
+func newLogger(level string, w io.Writer) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func serve(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := configFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.LogLevel, stderr)
+	slog.SetDefault(log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := server.New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	return srv.Serve(ctx, ln)
+}
+
+func partnersCheck(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("partners check", flag.ContinueOnError)
+	cfgPath := configFlag(fs)
+	dir := fs.String("dir", "", "partner directory (default: the config's partners setting)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	path := *dir
+	if path == "" {
+		cfg, err := config.Load(*cfgPath)
+		if err != nil {
+			return err
+		}
+		path = cfg.Partners
+	}
+	d, err := partners.Load(path)
+	if err != nil {
+		return err
+	}
+	for _, p := range d.Partners {
+		var protos []string
+		if p.AS2 != nil {
+			protos = append(protos, fmt.Sprintf("as2 %s (%d certificates, window %s)", p.AS2.ID, len(d.AS2Certificates(p)), p.AS2.DedupWindow.Std()))
+		}
+		if p.AS4 != nil {
+			protos = append(protos, fmt.Sprintf("as4 %s (%d certificates, %d pmodes, window %s)", p.AS4.PartyID, len(d.AS4Certificates(p)), len(p.AS4.PModes), p.AS4.DedupWindow.Std()))
+		}
+		fmt.Fprintf(stdout, "ok %s: %v\n", p.ID, protos)
+	}
+	for _, w := range d.Warnings {
+		fmt.Fprintln(stdout, "warning:", w)
+	}
+	fmt.Fprintf(stdout, "%d partners, %d warnings\n", len(d.Partners), len(d.Warnings))
+	return nil
+}

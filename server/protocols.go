@@ -1,0 +1,6 @@
+package server
+
+// mountProtocols registers the protocol endpoints on the mux.
+func (s *Server) mountProtocols() error {
+	return nil
+}

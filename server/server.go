@@ -1,0 +1,221 @@
+// Package server wires the gateway together: configuration, store, partner
+// directory, business handler, the exchange pipeline and the protocols'
+// HTTP endpoints. It is the only package that knows every layer.
+package server
+
+import (
+	"context"
+	"errors"
+	"expvar"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"gateway/audit"
+	"gateway/config"
+	"gateway/dedup"
+	"gateway/exchange"
+	"gateway/inbox"
+	"gateway/partners"
+	"gateway/store"
+)
+
+// Server is a configured gateway.
+type Server struct {
+	Config   *config.Config
+	Backend  store.Backend
+	Partners *partners.Directory
+	Pipeline *exchange.Pipeline
+	Log      *slog.Logger
+
+	mux     *http.ServeMux
+	closers []func() error
+	// base is the context of every exchange; cancelled when shutdown runs
+	// out of time so that handlers stop and claims are abandoned.
+	base       context.Context
+	cancelBase context.CancelFunc
+}
+
+// New opens the store and loads partners and keys. The caller must Close it.
+func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{Config: cfg, Log: log, mux: http.NewServeMux()}
+	s.base, s.cancelBase = context.WithCancel(context.Background())
+	dir, err := partners.Load(cfg.Partners)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range dir.Warnings {
+		log.Warn("partner configuration", "warning", w)
+	}
+	s.Partners = dir
+	be, err := store.Open(ctx, cfg.Store, dedup.Options{Lease: cfg.Lease})
+	if err != nil {
+		return nil, fmt.Errorf("server: open store %s: %w", cfg.Redacted(), err)
+	}
+	s.Backend = be
+	s.closers = append(s.closers, be.Close)
+
+	var sink audit.Sink = be.AuditSink()
+	if cfg.Audit.File != "" {
+		f, err := audit.OpenJSONFile(cfg.Audit.File)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.closers = append(s.closers, f.Close)
+		sink = audit.Multi{sink, f}
+	}
+	if cfg.Audit.BestEffort {
+		sink = audit.BestEffort(sink, log)
+	}
+	var handler exchange.Handler
+	switch cfg.Handler.Type {
+	case "dir":
+		if err := os.MkdirAll(cfg.Handler.Inbox, 0o750); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("server: inbox: %w", err)
+		}
+		handler = inbox.Dir{Root: cfg.Handler.Inbox}
+	default:
+		s.Close()
+		return nil, fmt.Errorf("server: unknown handler type %q", cfg.Handler.Type)
+	}
+	s.Pipeline = &exchange.Pipeline{Store: be, Audit: sink, Handler: handler, Log: log, Lease: cfg.Lease}
+	publishStats(&s.Pipeline.Stats)
+
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.Handle("GET /debug/vars", expvar.Handler())
+	if err := s.mountProtocols(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// SetHandler replaces the business handler (for embedding the gateway in a
+// program with its own plug-in).
+func (s *Server) SetHandler(h exchange.Handler) { s.Pipeline.Handler = h }
+
+// Handler is the HTTP handler of every endpoint.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "ok")
+}
+
+// Close releases the store and sinks.
+func (s *Server) Close() error {
+	s.cancelBase()
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i]())
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
+// Serve listens until ctx is cancelled, then shuts down gracefully: new
+// connections are refused, in-flight exchanges get ShutdownTimeout to
+// finish, after which their context is cancelled so that handlers stop and
+// their claims are abandoned.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	c := s.Config
+	hs := &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: c.Limits.ReadHeaderTimeout,
+		ReadTimeout:       c.Limits.ReadTimeout,
+		WriteTimeout:      c.Limits.WriteTimeout,
+		IdleTimeout:       c.Limits.IdleTimeout,
+		BaseContext:       func(net.Listener) context.Context { return s.base },
+		ErrorLog:          slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if c.TLS.Cert != "" {
+			errc <- hs.ServeTLS(ln, c.TLS.Cert, c.TLS.Key)
+		} else {
+			errc <- hs.Serve(ln)
+		}
+	}()
+	purgeDone := s.startPurge(ctx)
+	s.Log.Info("gateway listening", "addr", ln.Addr().String(), "tls", c.TLS.Cert != "", "store", c.Redacted(), "partners", len(s.Partners.Partners))
+	select {
+	case err := <-errc:
+		purgeDone()
+		return err
+	case <-ctx.Done():
+	}
+	s.Log.Info("shutting down; waiting for in-flight exchanges", "timeout", c.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		s.Log.Warn("shutdown timeout: cancelling in-flight exchanges; their claims are abandoned")
+		s.cancelBase()
+		_ = hs.Close()
+	}
+	purgeDone()
+	if err2 := <-errc; err2 != nil && !errors.Is(err2, http.ErrServerClosed) {
+		return err2
+	}
+	return nil
+}
+
+// startPurge removes accepted keys past retention every PurgeInterval.
+func (s *Server) startPurge(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(s.Config.PurgeInterval)
+		defer t.Stop()
+		for {
+			if n, err := s.Backend.Expire(ctx, time.Now().Add(-s.Config.Retention)); err != nil {
+				if ctx.Err() == nil {
+					s.Log.Error("purge failed", "err", err)
+				}
+			} else if n > 0 {
+				s.Log.Info("purged keys past retention", "removed", n)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
+var statsOnce sync.Once
+var currentStats struct {
+	sync.Mutex
+	s *exchange.Stats
+}
+
+// publishStats exposes the pipeline counters at /debug/vars.
+func publishStats(st *exchange.Stats) {
+	currentStats.Lock()
+	currentStats.s = st
+	currentStats.Unlock()
+	statsOnce.Do(func() {
+		expvar.Publish("gateway", expvar.Func(func() any {
+			currentStats.Lock()
+			defer currentStats.Unlock()
+			st := currentStats.s
+			return map[string]int64{
+				"claimed": st.Claimed.Load(), "duplicates": st.Duplicates.Load(), "in_flight": st.InFlight.Load(),
+				"handler_errors": st.HandlerErrors.Load(), "drift": st.Drift.Load(), "unavailable": st.Unavailable.Load(),
+			}
+		}))
+	})
+}
