@@ -68,6 +68,9 @@ type Decision struct {
 	// RetryAfter is the time left on the holder's lease (InFlight), at least
 	// one second.
 	RetryAfter time.Duration
+	// Retries is set by Ledger claims answered Duplicate: the deliveries
+	// recorded after the first, this one included.
+	Retries int
 }
 
 // ErrStaleClaim is returned by Accept and Abandon when the token no longer
