@@ -1,0 +1,248 @@
+package smime
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"mime"
+	"strings"
+
+	"gateway/cms"
+)
+
+// Compression selects whether and where Build compresses (RFC 5402).
+type Compression int
+
+const (
+	// NoCompression sends the payload uncompressed.
+	NoCompression Compression = iota
+	// CompressThenSign compresses the payload entity and signs the
+	// compressed entity (the MIC covers the compressed entity).
+	CompressThenSign
+	// SignThenCompress compresses the multipart/signed entity.
+	SignThenCompress
+)
+
+// BuildOptions selects the protection Build applies. Signing is on when
+// SignDigest is set, encryption when Cipher is set.
+type BuildOptions struct {
+	// SignCert and SignKey sign with SignDigest ("sha1", "sha256",
+	// "sha-512", ...); SignPSS selects RSASSA-PSS.
+	SignCert   *x509.Certificate
+	SignKey    crypto.Signer
+	SignDigest string
+	SignPSS    bool
+	// EncryptCerts are the partner's encryption certificates; Cipher is a
+	// cms cipher name ("3des", "aes128-cbc", "aes256-cbc", "aes128-gcm",
+	// ...); OAEP selects RSAES-OAEP key transport.
+	EncryptCerts []*x509.Certificate
+	Cipher       string
+	OAEP         bool
+	// Compression: NoCompression, CompressThenSign or SignThenCompress
+	// (without signing both just compress).
+	Compression Compression
+	// TransferEncoding of the payload part: "binary" (default) or "base64".
+	TransferEncoding string
+	// MICAlg is the MIC algorithm of an unsigned message (default
+	// "sha-256"); a signed message's MIC uses SignDigest.
+	MICAlg string
+}
+
+// Built is an outbound AS2 message.
+type Built struct {
+	// Header holds the outermost entity's header fields, which become the
+	// HTTP request's Content-Type (and, for an unprotected message,
+	// Content-Transfer-Encoding and Content-Disposition).
+	Header Header
+	// ContentType is Header's Content-Type value.
+	ContentType string
+	// Body is the HTTP request body.
+	Body []byte
+	// MIC is the base64 MIC the partner's MDN must return, computed over
+	// the same bytes Unwrap uses on the receiving side; MICAlg names its
+	// algorithm (RFC 5751 spelling, e.g. "sha-256").
+	MIC    string
+	MICAlg string
+}
+
+// entity is an entity being built: header fields and body.
+type entity struct {
+	header Header
+	body   []byte
+}
+
+func (e entity) bytes() []byte {
+	var b bytes.Buffer
+	for _, f := range e.header {
+		b.WriteString(f.Name)
+		b.WriteString(": ")
+		b.WriteString(f.Value)
+		b.WriteString("\r\n")
+	}
+	b.WriteString("\r\n")
+	b.Write(e.body)
+	return b.Bytes()
+}
+
+// Build makes an AS2 message from a payload in the standard order: payload
+// entity, compression (CompressThenSign), multipart/signed, compression
+// (SignThenCompress), enveloped-data. Every header line ends in CRLF and the
+// payload is sent with Content-Transfer-Encoding binary (or base64), so
+// Unwrap of the result yields payload and MIC unchanged.
+func Build(payload []byte, contentType, filename string, opts BuildOptions) (*Built, error) {
+	if contentType == "" {
+		contentType = DefaultContentType
+	}
+	if _, _, err := mime.ParseMediaType(contentType); err != nil {
+		return nil, fmt.Errorf("smime: build: content type %q: %w", contentType, err)
+	}
+	cte := strings.ToLower(opts.TransferEncoding)
+	if cte == "" {
+		cte = "binary"
+	}
+	cur := entity{header: Header{{"Content-Type", contentType}, {"Content-Transfer-Encoding", cte}}}
+	switch cte {
+	case "binary":
+		cur.body = payload
+	case "base64":
+		cur.body = base64Lines(payload)
+	default:
+		return nil, fmt.Errorf("smime: build: transfer encoding %q: use binary or base64", opts.TransferEncoding)
+	}
+	if filename != "" {
+		cur.header = append(cur.header, Field{"Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": filename})})
+	}
+
+	signing := opts.SignDigest != ""
+	encrypting := opts.Cipher != ""
+	micAlg := opts.MICAlg
+	if signing {
+		micAlg = opts.SignDigest
+	}
+	if micAlg == "" {
+		micAlg = "sha-256"
+	}
+	micName, err := NormalizeMICAlg(micAlg)
+	if err != nil {
+		return nil, fmt.Errorf("smime: build: %w", err)
+	}
+	micInput := payload // unsigned, unencrypted: content without headers
+	if encrypting && !signing {
+		micInput = cur.bytes() // encrypted, unsigned: the (uncompressed) entity
+	}
+
+	if opts.Compression == CompressThenSign || (opts.Compression != NoCompression && !signing) {
+		if cur, err = compressedEntity(cur); err != nil {
+			return nil, err
+		}
+	}
+	if signing {
+		signed := cur.bytes()
+		if cur, err = signedEntity(signed, opts); err != nil {
+			return nil, err
+		}
+		micInput = signed
+	}
+	if opts.Compression == SignThenCompress && signing {
+		if cur, err = compressedEntity(cur); err != nil {
+			return nil, err
+		}
+	}
+	if encrypting {
+		der, err := cms.Encrypt(cur.bytes(), opts.EncryptCerts, opts.Cipher, opts.OAEP)
+		if err != nil {
+			return nil, fmt.Errorf("smime: build: %w", err)
+		}
+		cur = entity{header: Header{
+			{"Content-Type", "application/pkcs7-mime; smime-type=enveloped-data; name=smime.p7m"},
+			{"Content-Transfer-Encoding", "binary"},
+			{"Content-Disposition", "attachment; filename=smime.p7m"},
+		}, body: der}
+	}
+
+	h, _ := cms.DigestHash(micName)
+	d := h.New()
+	d.Write(micInput)
+	return &Built{
+		Header:      cur.header,
+		ContentType: cur.header.Get("Content-Type"),
+		Body:        cur.body,
+		MIC:         base64.StdEncoding.EncodeToString(d.Sum(nil)),
+		MICAlg:      micName,
+	}, nil
+}
+
+func compressedEntity(e entity) (entity, error) {
+	der, err := cms.Compress(e.bytes())
+	if err != nil {
+		return entity{}, fmt.Errorf("smime: build: %w", err)
+	}
+	return entity{header: Header{
+		{"Content-Type", "application/pkcs7-mime; smime-type=compressed-data; name=smime.p7z"},
+		{"Content-Transfer-Encoding", "binary"},
+		{"Content-Disposition", "attachment; filename=smime.p7z"},
+	}, body: der}, nil
+}
+
+func signedEntity(signed []byte, opts BuildOptions) (entity, error) {
+	if opts.SignCert == nil || opts.SignKey == nil {
+		return entity{}, errors.New("smime: build: signing needs SignCert and SignKey")
+	}
+	micalg, err := NormalizeMICAlg(opts.SignDigest)
+	if err != nil {
+		return entity{}, fmt.Errorf("smime: build: %w", err)
+	}
+	sig, err := cms.Sign(signed, opts.SignCert, opts.SignKey, cms.SignOptions{Digest: opts.SignDigest, PSS: opts.SignPSS})
+	if err != nil {
+		return entity{}, fmt.Errorf("smime: build: %w", err)
+	}
+	boundary, err := newBoundary(signed)
+	if err != nil {
+		return entity{}, err
+	}
+	var b bytes.Buffer
+	b.WriteString("--" + boundary + "\r\n")
+	b.Write(signed)
+	b.WriteString("\r\n--" + boundary + "\r\n")
+	b.WriteString("Content-Type: application/pkcs7-signature; name=smime.p7s\r\n")
+	b.WriteString("Content-Transfer-Encoding: base64\r\n")
+	b.WriteString("Content-Disposition: attachment; filename=smime.p7s\r\n\r\n")
+	b.Write(base64Lines(sig))
+	b.WriteString("\r\n--" + boundary + "--\r\n")
+	ct := fmt.Sprintf(`multipart/signed; protocol="application/pkcs7-signature"; micalg=%s; boundary="%s"`, micalg, boundary)
+	return entity{header: Header{{"Content-Type", ct}}, body: b.Bytes()}, nil
+}
+
+// newBoundary returns a random boundary that does not occur in content.
+func newBoundary(content []byte) (string, error) {
+	for range 8 {
+		var r [18]byte
+		if _, err := rand.Read(r[:]); err != nil {
+			return "", fmt.Errorf("smime: build: %w", err)
+		}
+		b := "----=_Part_" + hex.EncodeToString(r[:])
+		if !bytes.Contains(content, []byte(b)) {
+			return b, nil
+		}
+	}
+	return "", errors.New("smime: build: no boundary found that is absent from the content")
+}
+
+// base64Lines encodes b as base64 in CRLF-terminated lines of 76 characters
+// (the last line has no line break).
+func base64Lines(b []byte) []byte {
+	enc := base64.StdEncoding.EncodeToString(b)
+	var out bytes.Buffer
+	for len(enc) > 76 {
+		out.WriteString(enc[:76])
+		out.WriteString("\r\n")
+		enc = enc[76:]
+	}
+	out.WriteString(enc)
+	return out.Bytes()
+}

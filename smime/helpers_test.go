@@ -1,0 +1,158 @@
+package smime
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"gateway/cms"
+	"gateway/internal/interop"
+)
+
+var (
+	testKeysMu sync.Mutex
+	testKeys   = map[int]*rsa.PrivateKey{}
+)
+
+// rsaKey returns test RSA key i, generated once per test binary.
+func rsaKey(t testing.TB, i int) *rsa.PrivateKey {
+	t.Helper()
+	testKeysMu.Lock()
+	defer testKeysMu.Unlock()
+	if k, ok := testKeys[i]; ok {
+		return k
+	}
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testKeys[i] = k
+	return k
+}
+
+// newKeyPair makes a self-signed certificate for test key i.
+func newKeyPair(t testing.TB, cn string, i int) cms.KeyPair {
+	t.Helper()
+	key := rsaKey(t, i)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(int64(4000 + i)),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC),
+		NotAfter:     time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cms.KeyPair{Cert: cert, Key: key}
+}
+
+func writeKeyPair(t testing.TB, dir, name string, kp cms.KeyPair) (certPath, keyPath string) {
+	t.Helper()
+	certPath = filepath.Join(dir, name+".crt")
+	keyPath = filepath.Join(dir, name+".key")
+	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: kp.Cert.Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k8, err := x509.MarshalPKCS8PrivateKey(kp.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: k8}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certPath, keyPath
+}
+
+func openssl(t testing.TB, args ...string) []byte {
+	t.Helper()
+	path, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Skip("openssl CLI not found; skipping openssl interop test")
+	}
+	cmd := exec.Command(path, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("openssl %v: %v: %s", args, err, stderr.String())
+	}
+	return out
+}
+
+// SplitCapture splits an AS2 capture from ../shared/interop/as2 into its
+// HTTP header block (LF lines, kept as stored) and body. The empty line that
+// separates them is "\n" or "\r\n".
+func SplitCapture(t testing.TB, raw []byte) (head, body []byte) {
+	t.Helper()
+	for off := 0; off < len(raw); {
+		i := bytes.IndexByte(raw[off:], '\n')
+		if i < 0 {
+			break
+		}
+		line := raw[off : off+i]
+		next := off + i + 1
+		if len(line) == 0 || (len(line) == 1 && line[0] == '\r') {
+			return raw[:next], raw[next:]
+		}
+		off = next
+	}
+	t.Fatal("capture has no empty line after the HTTP headers")
+	return nil, nil
+}
+
+// repairSignedCapture is the test-harness repair of quirk 1: the stored
+// mecas2_signed.as2 body lost every CR. Turning each LF outside the 620
+// payload bytes back into CRLF rebuilds the 3669-byte body that was sent.
+func repairSignedCapture(t testing.TB, body, payload []byte) []byte {
+	t.Helper()
+	i := bytes.Index(body, payload)
+	if i < 0 || bytes.Contains(body, []byte("\r")) {
+		t.Fatal("mecas2_signed.as2 is not in the expected stored form")
+	}
+	crlf := func(b []byte) []byte { return bytes.ReplaceAll(b, []byte("\n"), []byte("\r\n")) }
+	var out []byte
+	out = append(out, crlf(body[:i])...)
+	out = append(out, payload...)
+	out = append(out, crlf(body[i+len(payload):])...)
+	if len(out) != 3669 {
+		t.Fatalf("repaired body is %d bytes, want the Content-Length 3669", len(out))
+	}
+	return out
+}
+
+func pyas2libKeys(t testing.TB) []cms.KeyPair {
+	t.Helper()
+	kp, err := cms.ParseKeyPair(interop.Read(t, "as2/cert_test_public.pem"), interop.Read(t, "as2/cert_test_key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []cms.KeyPair{kp}
+}
+
+func mendelsonCerts(t testing.TB) []*x509.Certificate {
+	t.Helper()
+	c, err := cms.ParseCertificates(interop.Read(t, "as2/cert_mecas2_public.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func base64Std(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

@@ -1,0 +1,362 @@
+package smime
+
+import (
+	"bytes"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"gateway/cms"
+)
+
+// Layer names reported in Result.Layers, outermost first.
+const (
+	LayerEncrypted    = "encrypted"     // EnvelopedData / AuthEnvelopedData
+	LayerSigned       = "signed"        // multipart/signed
+	LayerSignedOpaque = "signed-opaque" // application/pkcs7-mime; smime-type=signed-data
+	LayerCompressed   = "compressed"    // CompressedData
+)
+
+// DefaultContentType is the content type given to a bare payload (decrypted
+// or decompressed content without a MIME header block, quirk 3).
+const DefaultContentType = "application/edi-consent"
+
+// Defaults for Options.
+const (
+	DefaultMaxLayers = 8
+	DefaultMaxSize   = 256 << 20
+)
+
+// Options configures Unwrap.
+type Options struct {
+	// Keys are our decryption key pairs (several during rollover).
+	Keys []cms.KeyPair
+	// Trusted are the partner's signing certificates (several during
+	// rollover). A certificate embedded in a signature counts only if it is
+	// one of these.
+	Trusted []*x509.Certificate
+	// Now is the clock for certificate validity; nil means time.Now. A
+	// clock returning the zero time disables the validity check.
+	Now func() time.Time
+	// MaxLayers bounds the number of S/MIME layers (default 8).
+	MaxLayers int
+	// MaxSize bounds the decompressed size of a compressed layer (default
+	// 256 MiB).
+	MaxSize int64
+	// DefaultContentType is used for a bare payload; empty means
+	// DefaultContentType ("application/edi-consent").
+	DefaultContentType string
+	// StrictLineEndings disables the fallback that retries a failed
+	// signature over the signed part with its header lines, then all its
+	// lines, converted to CRLF (for partners or proxies that turned CRLF
+	// into LF). The bytes that verified are always the MIC input.
+	StrictLineEndings bool
+}
+
+// Result is an unwrapped AS2 message.
+type Result struct {
+	// Payload is the business document, transfer decoding removed.
+	Payload []byte
+	// ContentType is the payload's Content-Type value as sent, or the
+	// default for a bare payload; MediaType is its lowercased type/subtype.
+	ContentType string
+	MediaType   string
+	// Filename is the Content-Disposition filename (partner input: sanitise
+	// before use as a path).
+	Filename string
+	// Entity is the payload entity (for multipart payloads, call Parts);
+	// nil for a bare payload.
+	Entity *Entity
+	// Bare is true when the payload had no MIME header block (quirk 3).
+	Bare bool
+
+	// Signed is true when a signature layer was verified; Signer describes
+	// the first (outermost) one. MICAlgParam is the micalg parameter of
+	// multipart/signed as sent (informational; the digest actually used is
+	// Signer.DigestAlg).
+	Signed      bool
+	Signer      *cms.Signer
+	MICAlgParam string
+	// LineEndingsRepaired is true when the signature verified only after
+	// converting the signed part's line ends to CRLF.
+	LineEndingsRepaired bool
+
+	// Encrypted is true when an enveloped layer was decrypted; Decryption
+	// describes the first one.
+	Encrypted  bool
+	Decryption cms.DecryptInfo
+	// Compressed is true when a compressed layer was inflated.
+	Compressed bool
+
+	// Layers lists the S/MIME layers, outermost first (Layer* constants).
+	Layers []string
+
+	micInput []byte
+}
+
+func (o *Options) now() time.Time {
+	if o.Now == nil {
+		return time.Now()
+	}
+	return o.Now()
+}
+
+// Unwrap parses raw as a MIME entity (see ParseEntity) and unwraps it; see
+// UnwrapEntity.
+func Unwrap(raw []byte, opts Options) (*Result, error) {
+	e, err := ParseEntity(raw)
+	if err != nil {
+		return nil, fmt.Errorf("smime: %w", err)
+	}
+	return UnwrapEntity(e, opts)
+}
+
+// UnwrapEntity removes the S/MIME layers of an inbound AS2 entity in
+// whatever order they come: application/pkcs7-mime (or x-pkcs7-mime, or
+// octet-stream named *.p7m/*.p7z) holding EnvelopedData, AuthEnvelopedData,
+// CompressedData or opaque SignedData — dispatched on the CMS content type
+// itself, smime-type being only a hint — and multipart/signed with an
+// application/pkcs7-signature (or x-pkcs7-signature) part, verified over the
+// first part's exact bytes. Decrypted or decompressed content without a MIME
+// header block is a bare payload.
+//
+// On error the returned Result (non-nil once parsing started) tells which
+// layers were already removed, so the caller can pick the disposition.
+// Errors wrap ErrMalformedMIME or the cms sentinels: cms.ErrNoRecipient and
+// cms.ErrDecrypt (decryption-failed), cms.ErrUnknownSigner and
+// cms.ErrCertificateExpired (authentication-failed), cms.ErrBadSignature
+// (integrity-check-failed), cms.ErrMalformed, cms.ErrUnsupportedAlgorithm,
+// cms.ErrTooLarge.
+func UnwrapEntity(e *Entity, opts Options) (*Result, error) {
+	maxLayers := opts.MaxLayers
+	if maxLayers <= 0 {
+		maxLayers = DefaultMaxLayers
+	}
+	maxSize := opts.MaxSize
+	if maxSize <= 0 {
+		maxSize = DefaultMaxSize
+	}
+	res := &Result{}
+	cur := e
+	var innerUnsigned []byte // MIC input for unsigned messages (decrypted / decompressed entity)
+	for {
+		if len(res.Layers) > maxLayers {
+			return res, fmt.Errorf("smime: %w: more than %d S/MIME layers", ErrMalformedMIME, maxLayers)
+		}
+		mt, params, err := cur.MediaType()
+		if err != nil {
+			return res, fmt.Errorf("smime: %w", err)
+		}
+
+		if mt == "multipart/signed" {
+			content, err := res.verifyMultipartSigned(cur, params, opts)
+			if err != nil {
+				return res, fmt.Errorf("smime: %w", err)
+			}
+			cur = content
+			continue
+		}
+
+		if !isPKCS7Mime(mt, params, cur) {
+			break // the payload entity
+		}
+		der, err := cur.DecodedBody()
+		if err != nil {
+			return res, fmt.Errorf("smime: %w", err)
+		}
+		kind, err := cms.ContentType(der)
+		if err != nil {
+			return res, fmt.Errorf("smime: %s: %w", mt, err)
+		}
+		var inner []byte
+		switch kind {
+		case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
+			res.Layers = append(res.Layers, LayerEncrypted)
+			plain, info, err := cms.Decrypt(der, opts.Keys)
+			if !res.Encrypted {
+				res.Decryption = info
+			}
+			if err != nil {
+				return res, fmt.Errorf("smime: %w", err)
+			}
+			res.Encrypted = true
+			inner = plain
+		case cms.TypeCompressedData:
+			res.Layers = append(res.Layers, LayerCompressed)
+			plain, err := cms.Decompress(der, maxSize)
+			if err != nil {
+				return res, fmt.Errorf("smime: %w", err)
+			}
+			res.Compressed = true
+			inner = plain
+		case cms.TypeSignedData:
+			res.Layers = append(res.Layers, LayerSignedOpaque)
+			content, signer, err := cms.VerifyAttached(der, opts.Trusted, opts.now())
+			if err != nil {
+				return res, fmt.Errorf("smime: %w", err)
+			}
+			if !res.Signed {
+				res.Signed, res.Signer, res.micInput = true, signer, content
+			}
+			inner = content
+		default:
+			return res, fmt.Errorf("smime: %s holds CMS %s: %w", mt, kind, cms.ErrUnsupportedAlgorithm)
+		}
+		innerUnsigned = inner
+		next := parseInner(inner)
+		if next == nil {
+			res.Bare = true
+			res.Payload = inner
+			res.ContentType = opts.DefaultContentType
+			if res.ContentType == "" {
+				res.ContentType = DefaultContentType
+			}
+			res.MediaType, _, _ = parseMediaType(res.ContentType)
+			res.setUnsignedMIC(inner, inner)
+			return res, nil
+		}
+		cur = next
+	}
+
+	payload, err := cur.DecodedBody()
+	if err != nil {
+		return res, fmt.Errorf("smime: payload: %w", err)
+	}
+	res.Payload = payload
+	res.Entity = cur
+	res.ContentType = cur.Header.Get("Content-Type")
+	res.MediaType, _, _ = cur.MediaType()
+	if res.ContentType == "" {
+		res.ContentType = res.MediaType
+	}
+	res.Filename = cur.Filename()
+	res.setUnsignedMIC(innerUnsigned, payload)
+	return res, nil
+}
+
+// setUnsignedMIC sets the MIC input of an unsigned message: RFC 4130 §7.3.1
+// and RFC 5402 §4 take an encrypted, unsigned message's MIC over the
+// decrypted (and decompressed) entity with its MIME headers, and an
+// unsigned, unencrypted message's over its content without headers.
+func (r *Result) setUnsignedMIC(innerEntity, content []byte) {
+	if r.Signed {
+		return
+	}
+	if r.Encrypted {
+		r.micInput = innerEntity
+		return
+	}
+	r.micInput = content
+}
+
+func isPKCS7Mime(mt string, params map[string]string, e *Entity) bool {
+	switch mt {
+	case "application/pkcs7-mime", "application/x-pkcs7-mime":
+		return true
+	case "application/octet-stream":
+		name := strings.ToLower(params["name"])
+		if name == "" {
+			name = strings.ToLower(e.Filename())
+		}
+		return strings.HasSuffix(name, ".p7m") || strings.HasSuffix(name, ".p7z")
+	}
+	return false
+}
+
+// verifyMultipartSigned verifies a multipart/signed entity and returns its
+// content part.
+func (r *Result) verifyMultipartSigned(e *Entity, params map[string]string, opts Options) (*Entity, error) {
+	r.Layers = append(r.Layers, LayerSigned)
+	if p := strings.ToLower(params["protocol"]); p != "" && p != "application/pkcs7-signature" && p != "application/x-pkcs7-signature" {
+		return nil, fmt.Errorf("multipart/signed protocol %q: %w", p, cms.ErrUnsupportedAlgorithm)
+	}
+	parts, err := e.Parts()
+	if err != nil {
+		return nil, fmt.Errorf("multipart/signed: %w", err)
+	}
+	if len(parts) != 2 {
+		return nil, fmt.Errorf("%w: multipart/signed with %d parts", ErrMalformedMIME, len(parts))
+	}
+	smt, _, err := parts[1].MediaType()
+	if err != nil {
+		return nil, fmt.Errorf("signature part: %w", err)
+	}
+	if smt != "application/pkcs7-signature" && smt != "application/x-pkcs7-signature" {
+		return nil, fmt.Errorf("%w: signature part is %s", ErrMalformedMIME, smt)
+	}
+	sig, err := parts[1].DecodedBody()
+	if err != nil {
+		return nil, fmt.Errorf("signature part: %w", err)
+	}
+	signed := parts[0].Raw
+	candidates := [][]byte{signed}
+	if !opts.StrictLineEndings {
+		candidates = appendLineEndingRepairs(candidates, signed)
+	}
+	now := opts.now()
+	var firstErr error
+	for i, c := range candidates {
+		s, err := cms.VerifyDetached(sig, c, opts.Trusted, now)
+		if err == nil {
+			if !r.Signed {
+				r.Signed, r.Signer, r.micInput = true, s, c
+				r.MICAlgParam = params["micalg"]
+				r.LineEndingsRepaired = i > 0
+			}
+			return parts[0], nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+		if !errors.Is(err, cms.ErrBadSignature) {
+			break // only a digest mismatch can be a line-ending problem
+		}
+	}
+	return nil, firstErr
+}
+
+// appendLineEndingRepairs adds the signed part with its header block's bare
+// LFs turned into CRLF (body untouched: binary content is signed as is,
+// quirk 2), then with every bare LF turned into CRLF (RFC 5751 text
+// canonicalisation), skipping variants equal to one already listed.
+func appendLineEndingRepairs(cands [][]byte, part []byte) [][]byte {
+	if !hasBareLF(part) {
+		return cands
+	}
+	_, bodyStart, err := parseHeaderBlock(part)
+	if err == nil {
+		h := toCRLF(part[:bodyStart])
+		v := make([]byte, 0, len(h)+len(part)-bodyStart)
+		v = append(append(v, h...), part[bodyStart:]...)
+		if !bytes.Equal(v, part) {
+			cands = append(cands, v)
+		}
+	}
+	all := toCRLF(part)
+	if !bytes.Equal(all, cands[len(cands)-1]) {
+		cands = append(cands, all)
+	}
+	return cands
+}
+
+func hasBareLF(b []byte) bool {
+	for i, c := range b {
+		if c == '\n' && (i == 0 || b[i-1] != '\r') {
+			return true
+		}
+	}
+	return false
+}
+
+func toCRLF(b []byte) []byte {
+	out := make([]byte, 0, len(b)+len(b)/32)
+	for i, c := range b {
+		if c == '\n' && (i == 0 || b[i-1] != '\r') {
+			out = append(out, '\r')
+		}
+		out = append(out, c)
+	}
+	return out
+}
