@@ -58,7 +58,7 @@ func TestKeysDoNotCollide(t *testing.T) {
 func TestKeyValid(t *testing.T) {
 	for k, want := range map[Key]bool{
 		TransportKey("a", "b", "c", "d"): true,
-		"": false,
+		"":                               false,
 		"ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789": false,
 		"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde":  false,
 	} {
