@@ -368,13 +368,6 @@ func newGCM(block cipher.Block, nonceLen, tagLen int) (cipher.AEAD, error) {
 	return nil, fmt.Errorf("GCM nonce length %d with tag length %d: %w", nonceLen, tagLen, ErrUnsupportedAlgorithm)
 }
 
-// EncryptOptions tunes Encrypt.
-type EncryptOptions struct {
-	// OAEP selects RSAES-OAEP key transport with SHA-256 and MGF1-SHA-256
-	// instead of RSA PKCS#1 v1.5.
-	OAEP bool
-}
-
 // Encrypt encrypts content for every recipient certificate (RSA keys) with
 // the named content cipher (see NormalizeCipher). CBC ciphers produce
 // EnvelopedData; GCM ciphers produce AuthEnvelopedData (RFC 5083/5084, as

@@ -180,3 +180,58 @@ func TestInteropNegative(t *testing.T) {
 		t.Fatalf("tampered: %v", err)
 	}
 }
+
+// TestInteropMDNs: the MDN vectors parse with the same entity layer; the
+// signed one verifies with the certificate embedded in its CMS (it is not
+// signed by cert_mecas2_public.pem).
+func TestInteropMDNs(t *testing.T) {
+	raw := interop.Read(t, "as2/mecas2_signed.mdn")
+	top, err := ParseEntity(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := top.Parts()
+	if err != nil || len(parts) != 2 {
+		t.Fatalf("signed MDN parts: %d, %v", len(parts), err)
+	}
+	sig, err := parts[1].DecodedBody()
+	if err != nil {
+		t.Fatal(err)
+	}
+	embedded, err := cms.Certificates(sig)
+	if err != nil || len(embedded) != 1 || embedded[0].Subject.CommonName != "mecas2" {
+		t.Fatalf("embedded certificates: %v", err)
+	}
+	at2016 := func() time.Time { return time.Date(2016, 12, 30, 10, 25, 0, 0, time.UTC) }
+	res, err := UnwrapEntity(top, Options{Trusted: embedded, Now: at2016})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Signed || res.Signer.DigestAlg != cms.DigestSHA1 || len(res.MICInput()) != 923 ||
+		res.mustMIC(t, "sha1") != "S7j1nnJZHD1Iq89ZwaZizEiSIpA=" || res.MediaType != "multipart/report" {
+		t.Fatalf("signed MDN: %+v", res)
+	}
+	report, err := res.Entity.Parts()
+	if err != nil || len(report) != 2 {
+		t.Fatalf("report parts: %v", err)
+	}
+	if mt, _, _ := report[1].MediaType(); mt != "message/disposition-notification" ||
+		!bytes.Contains(report[1].Body, []byte("Received-Content-MIC: O4bvrm5t2YunRfwvZicNdEUmPaPZ9vUslX8loVLDck0=, sha-256")) {
+		t.Fatalf("disposition part %s", mt)
+	}
+	if _, err := UnwrapEntity(top, Options{Trusted: mendelsonCerts(t), Now: at2016}); !errors.Is(err, cms.ErrUnknownSigner) {
+		t.Fatalf("mendelson certificate: want ErrUnknownSigner, got %v", err)
+	}
+
+	res, err = Unwrap(interop.Read(t, "as2/mecas2_unsigned.mdn"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err = res.Entity.Parts()
+	if err != nil || len(report) != 2 || res.Signed || len(res.Layers) != 0 {
+		t.Fatalf("unsigned MDN: %v", err)
+	}
+	if !bytes.Contains(report[1].Body, []byte("Disposition: automatic-action/MDN-sent-automatically; processed/error: authentication-failed")) {
+		t.Fatalf("disposition: %q", report[1].Body)
+	}
+}

@@ -162,7 +162,7 @@ func UnwrapEntity(e *Entity, opts Options) (*Result, error) {
 		if !isPKCS7Mime(mt, params, cur) {
 			break // the payload entity
 		}
-		der, err := cur.DecodedBody()
+		der, err := cmsBody(cur)
 		if err != nil {
 			return res, fmt.Errorf("smime: %w", err)
 		}
@@ -249,6 +249,26 @@ func (r *Result) setUnsignedMIC(innerEntity, content []byte) {
 		return
 	}
 	r.micInput = content
+}
+
+// cmsBody returns the DER/BER of an application/pkcs7-mime entity. Beyond
+// the declared transfer encoding it accepts the two mistakes senders make:
+// a base64 label on a binary body, and a base64 body without a label.
+func cmsBody(e *Entity) ([]byte, error) {
+	der, err := e.DecodedBody()
+	looksDER := func(b []byte) bool { return len(b) > 1 && b[0] == 0x30 }
+	if err != nil {
+		if looksDER(e.Body) {
+			return e.Body, nil
+		}
+		return nil, err
+	}
+	if !looksDER(der) {
+		if b, err := decodeTransfer("base64", der); err == nil && looksDER(b) {
+			return b, nil
+		}
+	}
+	return der, nil
 }
 
 func isPKCS7Mime(mt string, params map[string]string, e *Entity) bool {

@@ -187,3 +187,31 @@ func TestNormalizeMICAlg(t *testing.T) {
 		t.Fatal("sha-3 accepted")
 	}
 }
+
+// TestTransferEncodingMistakes: a pkcs7-mime body labelled base64 but sent
+// binary, and one sent base64 without a label, both unwrap; so does the
+// correct combination of each.
+func TestTransferEncodingMistakes(t *testing.T) {
+	receiver := newKeyPair(t, "receiver", 1)
+	b, err := Build([]byte("payload"), "text/plain", "", BuildOptions{EncryptCerts: []*x509.Certificate{receiver.Cert}, Cipher: "aes128-cbc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Keys: []cms.KeyPair{receiver}}
+	for _, c := range []struct {
+		cte  string
+		body []byte
+	}{
+		{"", b.Body}, {"binary", b.Body}, {"base64", base64Lines(b.Body)},
+		{"base64", b.Body}, {"", base64Lines(b.Body)}, {"binary", []byte(base64Std(b.Body))},
+	} {
+		h := Header{{"Content-Type", "application/pkcs7-mime; smime-type=enveloped-data"}}
+		if c.cte != "" {
+			h = append(h, Field{"Content-Transfer-Encoding", c.cte})
+		}
+		res, err := UnwrapEntity(&Entity{Header: h, Body: c.body}, opts)
+		if err != nil || string(res.Payload) != "payload" {
+			t.Fatalf("cte %q body %.8q: %v", c.cte, c.body, err)
+		}
+	}
+}
