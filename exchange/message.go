@@ -38,21 +38,12 @@ type Message struct {
 	Payloads []Payload
 	// TransportKey is the dedup key of (protocol, sender, message id).
 	TransportKey dedup.Key
-	// Interchanges are the business keys found in the payloads, if any.
-	Interchanges []Interchange
-}
-
-// Interchange is a business (EDI envelope) key found in a payload.
-type Interchange struct {
-	// Key is the business dedup key.
-	Key dedup.Key
-	// Standard is "edifact", "x12", "ubl" or "peppol-sbdh".
-	Standard  string
-	Sender    string
-	Recipient string
-	Reference string
-	Date      string
-	Type      string
+	// Interchanges are the business envelopes found in the payloads, in
+	// payload order (payloads without an envelope have none).
+	Interchanges []dedup.Interchange
+	// DuplicatePayloads are payloads left out of Payloads because their
+	// interchange was already accepted under another transport id.
+	DuplicatePayloads []Payload
 }
 
 // Payload is one business document of a message.

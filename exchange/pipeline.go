@@ -40,6 +40,12 @@ const (
 	HandlerFailed FailureKind = iota + 1
 	// Drift: the key was accepted before with a different payload.
 	Drift
+	// Quarantined: drift under the quarantine policy; the payload was kept
+	// for an operator.
+	Quarantined
+	// Damaged: a payload's business envelope (EDIFACT, X12, UBL, SBDH) is
+	// incomplete or inconsistent.
+	Damaged
 )
 
 // Failure describes a negative outcome for Replies.Failed.
@@ -49,6 +55,8 @@ type Failure struct {
 	// For Drift: the hash stored with the first delivery and this one's.
 	StoredSHA256, PayloadSHA256 string
 	FirstSeen                   time.Time
+	// Reference is the interchange reference for business-level drift.
+	Reference string
 }
 
 func (f *Failure) Error() string { return f.Err.Error() }
@@ -62,14 +70,18 @@ const (
 	DriftReject DriftPolicy = "reject"
 	// DriftAccept processes the message as new.
 	DriftAccept DriftPolicy = "accept"
+	// DriftQuarantine keeps the payload in the quarantine directory for an
+	// operator and answers negatively.
+	DriftQuarantine DriftPolicy = "quarantine"
 )
 
 // Inbound is one verified message handed to the pipeline by a protocol.
 type Inbound struct {
 	Message *Message
 	Replies Replies
-	// Window limits how long an accepted transport key counts as a
-	// duplicate (0: as long as the store keeps it).
+	// Window limits how long an accepted transport key or interchange counts
+	// as a duplicate (0: as long as the store keeps it). PEPPOL instance
+	// identifiers are unique forever whatever the window.
 	Window  time.Duration
 	OnDrift DriftPolicy
 }
@@ -82,10 +94,17 @@ type Stats struct {
 // Pipeline runs every inbound message through the claim → handler → audit →
 // accept → reply sequence. It is the only place that talks to the store.
 type Pipeline struct {
-	Store   dedup.Store
-	Audit   audit.Sink
-	Handler Handler
-	Log     *slog.Logger
+	Store dedup.Store
+	// Ledger, when set, adds business-level dedup on the payloads' EDI
+	// envelopes (package envelope).
+	Ledger dedup.Ledger
+	// Quarantine is the directory for payloads under on_drift: quarantine.
+	Quarantine string
+	// MaxEnvelopeBytes bounds how much of a payload is read for its envelope.
+	MaxEnvelopeBytes int64
+	Audit            audit.Sink
+	Handler          Handler
+	Log              *slog.Logger
 	// Lease is the store's lease; the handler's context ends a margin before
 	// it, so that a slow handler cannot outlive its claim.
 	Lease time.Duration
@@ -134,15 +153,32 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 	hash := PayloadSHA256(m)
 	rec := audit.Record{Partner: m.Partner, Protocol: string(m.Protocol), MessageID: m.MessageID,
 		Key: string(m.TransportKey), PayloadSHA256: hash}
-	if len(m.Interchanges) > 0 {
-		rec.InterchangeKey = string(m.Interchanges[0].Key)
-		rec.Reference = m.Interchanges[0].Reference
-	}
 	lg := p.log().With("partner", m.Partner, "protocol", string(m.Protocol), "message_id", m.MessageID)
 
+	var ics []payloadInterchange
+	var damaged error
+	if p.Ledger != nil {
+		ics, damaged = p.extractInterchanges(m)
+		for _, pic := range ics {
+			m.Interchanges = append(m.Interchanges, pic.ic)
+		}
+		if len(ics) > 0 {
+			rec.InterchangeKey, rec.Reference = string(ics[0].ic.Key), ics[0].ic.Reference
+		}
+	}
 	if err := p.audit(ctx, rec, audit.StepReceived, "", "", nil); err != nil {
 		lg.Error("audit unavailable", "err", err)
 		return p.unavailable(ctx, rec, err)
+	}
+	if damaged != nil {
+		lg.Warn("damaged business envelope; message refused", "decision", "rejected", "err", damaged)
+		p.auditBestEffort(ctx, rec, audit.StepDecision, "rejected", "", damaged)
+		reply, err := in.Replies.Failed(ctx, &Failure{Kind: Damaged, Err: damaged})
+		if err != nil {
+			return p.internalError(ctx, rec, lg, err)
+		}
+		p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
+		return reply
 	}
 	d, err := p.Store.Claim(ctx, dedup.ClaimRequest{Key: m.TransportKey, PayloadSHA256: hash, Window: in.Window})
 	if err != nil {
@@ -158,7 +194,7 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 		lg.Info("message in flight elsewhere", "decision", "in-flight", "retry_after", d.RetryAfter)
 		return reply
 	case dedup.Duplicate:
-		return p.duplicate(ctx, in, d, hash, rec, lg)
+		return p.duplicate(ctx, in, ics, d, hash, rec, lg)
 	case dedup.Claimed:
 		decision := "new"
 		if d.Reused {
@@ -169,26 +205,22 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 			p.abandon(ctx, m, d.Token, lg)
 			return p.unavailable(ctx, rec, err)
 		}
-		return p.claimed(ctx, in, d.Token, rec, lg)
+		return p.claimed(ctx, in, ics, d.Token, rec, lg)
 	}
 	err = fmt.Errorf("exchange: store returned outcome %v", d.Outcome)
 	lg.Error("dedup store misbehaved", "err", err)
 	return p.unavailable(ctx, rec, err)
 }
 
-func (p *Pipeline) duplicate(ctx context.Context, in Inbound, d dedup.Decision, hash string, rec audit.Record, lg *slog.Logger) Reply {
+func (p *Pipeline) duplicate(ctx context.Context, in Inbound, ics []payloadInterchange, d dedup.Decision, hash string, rec audit.Record, lg *slog.Logger) Reply {
 	m := in.Message
 	if d.PayloadSHA256 != "" && d.PayloadSHA256 != hash {
-		p.Stats.Drift.Add(1)
-		lg.Error("payload drift: duplicate message id with a different payload", "decision", "drift",
-			"stored_sha256", d.PayloadSHA256, "payload_sha256", hash, "first_seen", d.FirstSeen)
-		driftErr := fmt.Errorf("message id %s was accepted on %s with payload SHA-256 %s; this delivery has %s",
-			m.MessageID, d.FirstSeen.UTC().Format(time.RFC3339), d.PayloadSHA256, hash)
+		info := driftInfo{what: "message id " + m.MessageID, stored: d.PayloadSHA256, got: hash, firstSeen: d.FirstSeen}
 		if in.OnDrift == DriftAccept {
 			// Processed as new: the partner's policy says a changed payload
 			// under a reused id is a new document. The stored row is replaced
 			// by a fresh claim through the window mechanism.
-			p.auditBestEffort(ctx, rec, audit.StepDecision, "drift", "", driftErr)
+			p.driftAudit(ctx, rec, lg, info, "drift-accepted")
 			d2, err := p.Store.Claim(ctx, dedup.ClaimRequest{Key: m.TransportKey, PayloadSHA256: hash, Window: time.Nanosecond})
 			if err != nil {
 				return p.unavailable(ctx, rec, err)
@@ -196,17 +228,13 @@ func (p *Pipeline) duplicate(ctx context.Context, in Inbound, d dedup.Decision, 
 			if d2.Outcome != dedup.Claimed {
 				return retryLater(d2.RetryAfter, "in-flight")
 			}
-			return p.claimed(ctx, in, d2.Token, rec, lg)
+			return p.claimed(ctx, in, ics, d2.Token, rec, lg)
 		}
-		if err := p.audit(ctx, rec, audit.StepDecision, "drift", "", driftErr); err != nil {
-			return p.unavailable(ctx, rec, err)
+		var pl Payload
+		if len(m.Payloads) > 0 {
+			pl = m.Payloads[0]
 		}
-		reply, err := in.Replies.Failed(ctx, &Failure{Kind: Drift, Err: driftErr, StoredSHA256: d.PayloadSHA256, PayloadSHA256: hash, FirstSeen: d.FirstSeen})
-		if err != nil {
-			return p.internalError(ctx, rec, lg, err)
-		}
-		p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
-		return reply
+		return p.driftReply(ctx, in, rec, lg, info, pl)
 	}
 	p.Stats.Duplicates.Add(1)
 	if err := p.audit(ctx, rec, audit.StepDecision, "duplicate", "", nil); err != nil {
@@ -225,12 +253,48 @@ func (p *Pipeline) duplicate(ctx context.Context, in Inbound, d dedup.Decision, 
 	return reply
 }
 
-func (p *Pipeline) claimed(ctx context.Context, in Inbound, token dedup.Token, rec audit.Record, lg *slog.Logger) Reply {
+func (p *Pipeline) claimed(ctx context.Context, in Inbound, ics []payloadInterchange, token dedup.Token, rec audit.Record, lg *slog.Logger) Reply {
 	m := in.Message
+	var held []heldInterchange
+	var dups []InterchangeDuplicate
+	if len(ics) > 0 {
+		var final *Reply
+		held, dups, final = p.claimInterchanges(ctx, in, ics, rec, lg)
+		if final != nil {
+			p.abandon(ctx, m, token, lg)
+			return *final
+		}
+	}
+	releaseInterchanges := func() {
+		for _, h := range held {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			if err := p.Ledger.AbandonInterchange(actx, h.key, h.token); err != nil {
+				lg.Error("abandon interchange failed; released when its lease runs out", "interchange_key", string(h.key), "err", err)
+			}
+			cancel()
+		}
+	}
+	if len(dups) > 0 && len(m.Payloads) == 0 {
+		// Every payload is an interchange accepted before under another
+		// transport id: a positive duplicate reply, no handler.
+		var reply Reply
+		var err error
+		if r, ok := in.Replies.(InterchangeDuplicateReplies); ok {
+			reply, err = r.DuplicateInterchange(ctx, dups)
+		} else {
+			reply, err = in.Replies.Accepted(ctx)
+		}
+		if err != nil {
+			p.abandon(ctx, m, token, lg)
+			return p.internalError(ctx, rec, lg, err)
+		}
+		return p.accept(ctx, m, token, nil, reply, rec, lg, "duplicate-interchange")
+	}
 	herr := p.runHandler(ctx, m)
 	if herr != nil {
 		p.Stats.HandlerErrors.Add(1)
 		lg.Error("handler failed; claim abandoned so the partner's retransmission is processed", "decision", "abandoned", "err", herr)
+		releaseInterchanges()
 		p.abandon(ctx, m, token, lg)
 		p.auditBestEffort(ctx, rec, audit.StepHandler, "error", "", herr)
 		reply, err := in.Replies.Failed(ctx, &Failure{Kind: HandlerFailed, Err: herr})
@@ -241,13 +305,35 @@ func (p *Pipeline) claimed(ctx context.Context, in Inbound, token dedup.Token, r
 		return reply
 	}
 	if err := p.audit(ctx, rec, audit.StepHandler, "ok", "", nil); err != nil {
+		releaseInterchanges()
 		p.abandon(ctx, m, token, lg)
 		return p.unavailable(ctx, rec, err)
 	}
 	reply, err := in.Replies.Accepted(ctx)
 	if err != nil {
+		releaseInterchanges()
 		p.abandon(ctx, m, token, lg)
 		return p.internalError(ctx, rec, lg, err)
+	}
+	return p.accept(ctx, m, token, held, reply, rec, lg, "accepted")
+}
+
+// accept records the interchanges, then the transport key with the reply,
+// and only then returns the reply. Interchanges go first: if the transport
+// accept then fails, the partner's retransmission finds the interchange
+// accepted and gets a duplicate reply instead of a second handler run.
+func (p *Pipeline) accept(ctx context.Context, m *Message, token dedup.Token, held []heldInterchange, reply Reply, rec audit.Record, lg *slog.Logger, decision string) Reply {
+	for _, h := range held {
+		if err := p.Ledger.AcceptInterchange(ctx, h.key, h.token); err != nil {
+			lg.Error("accept interchange failed; no positive reply sent", "interchange_key", string(h.key), "err", err)
+			if !errors.Is(err, dedup.ErrStaleClaim) {
+				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				_ = p.Ledger.AbandonInterchange(actx, h.key, h.token)
+				cancel()
+			}
+			p.abandon(ctx, m, token, lg)
+			return p.unavailable(ctx, rec, err)
+		}
 	}
 	stored, err := EncodeReply(reply)
 	if err != nil {
@@ -261,8 +347,8 @@ func (p *Pipeline) claimed(ctx context.Context, in Inbound, token dedup.Token, r
 		}
 		return p.unavailable(ctx, rec, err)
 	}
-	lg.Info("message accepted", "decision", "accepted", "disposition", reply.Disposition)
-	p.auditBestEffort(ctx, rec, audit.StepReply, "accepted", reply.Disposition, nil)
+	lg.Info("message accepted", "decision", decision, "disposition", reply.Disposition)
+	p.auditBestEffort(ctx, rec, audit.StepReply, decision, reply.Disposition, nil)
 	return reply
 }
 

@@ -1,0 +1,293 @@
+package exchange
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"gateway/audit"
+	"gateway/dedup"
+	"gateway/envelope"
+)
+
+// DefaultMaxEnvelopeBytes bounds how much of a payload is read to find its
+// business envelope; larger payloads get transport dedup only.
+const DefaultMaxEnvelopeBytes = 64 << 20
+
+// InterchangeDuplicate describes an interchange that was already accepted
+// under another transport id.
+type InterchangeDuplicate struct {
+	Interchange dedup.Interchange
+	FirstSeen   time.Time
+	Retries     int
+}
+
+// InterchangeDuplicateReplies is implemented by protocols whose positive
+// reply to a message whose every interchange was already accepted (a resend
+// under a new transport id) differs from Accepted, such as AS2's
+// processed/warning: duplicate-document MDN. Protocols without it answer
+// with Accepted.
+type InterchangeDuplicateReplies interface {
+	DuplicateInterchange(ctx context.Context, dups []InterchangeDuplicate) (Reply, error)
+}
+
+// payloadInterchange ties a business envelope to the payload it came from.
+type payloadInterchange struct {
+	payload int
+	ic      dedup.Interchange
+	hash    string
+}
+
+// extractInterchanges finds the business envelope of each payload. A
+// damaged envelope is an error: the message is refused rather than
+// processed without its business key.
+func (p *Pipeline) extractInterchanges(m *Message) ([]payloadInterchange, error) {
+	limit := p.MaxEnvelopeBytes
+	if limit <= 0 {
+		limit = DefaultMaxEnvelopeBytes
+	}
+	var out []payloadInterchange
+	for i, pl := range m.Payloads {
+		if pl.Size > limit {
+			p.log().Warn("payload too large to read its envelope; transport dedup only", "partner", m.Partner,
+				"protocol", string(m.Protocol), "message_id", m.MessageID, "size", pl.Size)
+			continue
+		}
+		r, err := pl.Open()
+		if err != nil {
+			return nil, fmt.Errorf("exchange: read payload %d: %w", i+1, err)
+		}
+		b, err := io.ReadAll(io.LimitReader(r, limit))
+		r.Close()
+		if err != nil {
+			return nil, fmt.Errorf("exchange: read payload %d: %w", i+1, err)
+		}
+		env, err := envelope.Extract(b)
+		if err == envelope.ErrNoEnvelope {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("payload %d: %w", i+1, err)
+		}
+		ic := dedup.Interchange{Key: env.Key(m.Partner), Partner: m.Partner, Standard: env.Standard,
+			Sender: joinQualified(env.SenderQualifier, env.Sender), Recipient: joinQualified(env.RecipientQualifier, env.Recipient),
+			Reference: env.Reference, Date: env.Date, Type: env.Type}
+		out = append(out, payloadInterchange{payload: i, ic: ic, hash: pl.SHA256})
+	}
+	return out, nil
+}
+
+func joinQualified(q, id string) string {
+	if q == "" {
+		return id
+	}
+	return q + ":" + id
+}
+
+// heldInterchange is an interchange claim this delivery holds.
+type heldInterchange struct {
+	key   dedup.Key
+	token dedup.Token
+}
+
+// claimInterchanges claims the business key of every payload. It returns the
+// claims held, the duplicates found (their payloads are moved out of
+// m.Payloads), or a final reply when the delivery cannot go on (in flight
+// elsewhere, drift, store down); in that case every claim taken here has
+// been released and the caller must abandon the transport claim.
+func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payloadInterchange, rec audit.Record, lg *slog.Logger) ([]heldInterchange, []InterchangeDuplicate, *Reply) {
+	m := in.Message
+	var held []heldInterchange
+	var dups []InterchangeDuplicate
+	release := func() {
+		for _, h := range held {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			if err := p.Ledger.AbandonInterchange(actx, h.key, h.token); err != nil {
+				lg.Error("abandon interchange failed; released when its lease runs out", "interchange_key", string(h.key), "err", err)
+			}
+			cancel()
+		}
+	}
+	dupPayload := map[int]bool{}
+	for _, pic := range ics {
+		r := rec
+		r.InterchangeKey, r.Reference, r.PayloadSHA256 = string(pic.ic.Key), pic.ic.Reference, pic.hash
+		window := in.Window
+		if pic.ic.Standard == envelope.StandardPeppolSBDH {
+			window = 0 // PEPPOL instance identifiers are unique forever
+		}
+		claim := dedup.InterchangeClaim{Interchange: pic.ic, PayloadSHA256: pic.hash, TransportKey: m.TransportKey, MessageID: m.MessageID, Window: window}
+		d, err := p.Ledger.ClaimInterchange(ctx, claim)
+		if err != nil {
+			release()
+			reply := p.unavailable(ctx, r, err)
+			return nil, nil, &reply
+		}
+		switch d.Outcome {
+		case dedup.Claimed:
+			decision := "new-interchange"
+			if d.Reused {
+				decision = "reused-interchange"
+				lg.Warn("interchange reference reused after its dedup window; processed as new", "reference", pic.ic.Reference, "standard", pic.ic.Standard)
+			}
+			held = append(held, heldInterchange{pic.ic.Key, d.Token})
+			p.auditBestEffort(ctx, r, audit.StepDecision, decision, "", nil)
+		case dedup.InFlight:
+			release()
+			p.Stats.InFlight.Add(1)
+			p.auditBestEffort(ctx, r, audit.StepDecision, "in-flight-interchange", "", nil)
+			reply := retryLater(d.RetryAfter, "interchange in flight")
+			return nil, nil, &reply
+		case dedup.Duplicate:
+			if d.PayloadSHA256 != "" && d.PayloadSHA256 != pic.hash {
+				info := driftInfo{what: fmt.Sprintf("%s interchange %s", pic.ic.Standard, pic.ic.Reference),
+					stored: d.PayloadSHA256, got: pic.hash, firstSeen: d.FirstSeen, reference: pic.ic.Reference}
+				if in.OnDrift == DriftAccept {
+					p.driftAudit(ctx, r, lg, info, "drift-accepted")
+					claim.Window = time.Nanosecond
+					d2, err := p.Ledger.ClaimInterchange(ctx, claim)
+					if err != nil || d2.Outcome != dedup.Claimed {
+						release()
+						if err != nil {
+							reply := p.unavailable(ctx, r, err)
+							return nil, nil, &reply
+						}
+						reply := retryLater(d2.RetryAfter, "interchange in flight")
+						return nil, nil, &reply
+					}
+					held = append(held, heldInterchange{pic.ic.Key, d2.Token})
+					continue
+				}
+				release()
+				reply := p.driftReply(ctx, in, r, lg, info, m.Payloads[pic.payload])
+				return nil, nil, &reply
+			}
+			p.Stats.Duplicates.Add(1)
+			lg.Info("interchange already accepted under another transport id; not processed again", "decision", "duplicate-interchange",
+				"reference", pic.ic.Reference, "standard", pic.ic.Standard, "first_seen", d.FirstSeen, "retries", d.Retries)
+			p.auditBestEffort(ctx, r, audit.StepDecision, "duplicate-interchange", "", nil)
+			dupPayload[pic.payload] = true
+			dups = append(dups, InterchangeDuplicate{Interchange: pic.ic, FirstSeen: d.FirstSeen, Retries: d.Retries})
+		default:
+			release()
+			reply := p.unavailable(ctx, r, fmt.Errorf("exchange: ledger returned outcome %v", d.Outcome))
+			return nil, nil, &reply
+		}
+	}
+	if len(dupPayload) > 0 {
+		var keep []Payload
+		for i, pl := range m.Payloads {
+			if dupPayload[i] {
+				m.DuplicatePayloads = append(m.DuplicatePayloads, pl)
+			} else {
+				keep = append(keep, pl)
+			}
+		}
+		m.Payloads = keep
+	}
+	return held, dups, nil
+}
+
+// driftInfo describes a key seen again with another payload.
+type driftInfo struct {
+	what        string
+	reference   string
+	stored, got string
+	firstSeen   time.Time
+}
+
+func (d driftInfo) err() error {
+	return fmt.Errorf("%s was accepted on %s with payload SHA-256 %s; this delivery has %s",
+		d.what, d.firstSeen.UTC().Format(time.RFC3339), d.stored, d.got)
+}
+
+func (p *Pipeline) driftAudit(ctx context.Context, rec audit.Record, lg *slog.Logger, info driftInfo, decision string) {
+	p.Stats.Drift.Add(1)
+	lg.Error("payload drift: a key seen before arrived with a different payload", "decision", decision,
+		"what", info.what, "stored_sha256", info.stored, "payload_sha256", info.got, "first_seen", info.firstSeen)
+	p.auditBestEffort(ctx, rec, audit.StepDecision, decision, "", info.err())
+}
+
+// driftReply handles drift under the reject and quarantine policies: the
+// partner is told the message was not processed; under quarantine the
+// payload is first kept for an operator.
+func (p *Pipeline) driftReply(ctx context.Context, in Inbound, rec audit.Record, lg *slog.Logger, info driftInfo, pl Payload) Reply {
+	kind, decision := Drift, "drift"
+	derr := info.err()
+	if in.OnDrift == DriftQuarantine {
+		path, err := p.quarantine(in.Message, pl, info)
+		if err != nil {
+			lg.Error("quarantine failed", "err", err)
+			p.driftAudit(ctx, rec, lg, info, "drift")
+			return p.unavailable(ctx, rec, err)
+		}
+		kind, decision = Quarantined, "quarantined"
+		derr = fmt.Errorf("%w; the payload was quarantined for an operator and not processed", derr)
+		lg.Error("drifted payload quarantined", "path", path)
+	}
+	p.driftAudit(ctx, rec, lg, info, decision)
+	reply, err := in.Replies.Failed(ctx, &Failure{Kind: kind, Err: derr, StoredSHA256: info.stored, PayloadSHA256: info.got,
+		FirstSeen: info.firstSeen, Reference: info.reference})
+	if err != nil {
+		return p.internalError(ctx, rec, lg, err)
+	}
+	p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
+	return reply
+}
+
+// quarantine keeps a drifted payload and a JSON description beside it under
+// <Quarantine>/<partner>/.
+func (p *Pipeline) quarantine(m *Message, pl Payload, info driftInfo) (string, error) {
+	if p.Quarantine == "" {
+		return "", errors.New("exchange: on_drift quarantine needs a quarantine directory")
+	}
+	dir := filepath.Join(p.Quarantine, m.Partner)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", fmt.Errorf("exchange: quarantine: %w", err)
+	}
+	base := fmt.Sprintf("%s-%s", p.now().UTC().Format("20060102T150405.000000000Z"), string(m.TransportKey)[:min(16, len(m.TransportKey))])
+	path := filepath.Join(dir, base+".payload")
+	r, err := pl.Open()
+	if err != nil {
+		return "", fmt.Errorf("exchange: quarantine: %w", err)
+	}
+	defer r.Close()
+	if err := writeFileSync(path, r); err != nil {
+		return "", fmt.Errorf("exchange: quarantine: %w", err)
+	}
+	meta, _ := json.MarshalIndent(map[string]any{
+		"partner": m.Partner, "protocol": m.Protocol, "message_id": m.MessageID, "what": info.what,
+		"reference": info.reference, "stored_sha256": info.stored, "payload_sha256": info.got,
+		"first_seen": info.firstSeen.UTC(), "content_type": pl.ContentType, "filename": pl.Filename,
+	}, "", "  ")
+	if err := writeFileSync(base2json(path), bytes.NewReader(meta)); err != nil {
+		return "", fmt.Errorf("exchange: quarantine: %w", err)
+	}
+	return path, nil
+}
+
+func base2json(payloadPath string) string {
+	return payloadPath[:len(payloadPath)-len(".payload")] + ".json"
+}
+
+func writeFileSync(path string, r io.Reader) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, r)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
