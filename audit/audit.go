@@ -46,3 +46,35 @@ type Record struct {
 type Sink interface {
 	Write(ctx context.Context, r Record) error
 }
+
+// Query selects audit records for evidence export; empty fields match
+// anything.
+type Query struct {
+	Partner   string
+	MessageID string
+	// Key is a transport dedup key.
+	Key string
+	// Reference is a business interchange reference (UNB 0020, ISA13, …).
+	Reference string
+	From, To  time.Time
+	// Limit caps the records returned (default 10000).
+	Limit int
+}
+
+// DefaultQueryLimit is used when Query.Limit is zero.
+const DefaultQueryLimit = 10000
+
+// Matches reports whether r is selected by q.
+func (q Query) Matches(r Record) bool {
+	return (q.Partner == "" || r.Partner == q.Partner) &&
+		(q.MessageID == "" || r.MessageID == q.MessageID) &&
+		(q.Key == "" || r.Key == q.Key) &&
+		(q.Reference == "" || r.Reference == q.Reference) &&
+		(q.From.IsZero() || !r.Time.Before(q.From)) &&
+		(q.To.IsZero() || r.Time.Before(q.To))
+}
+
+// Reader is implemented by sinks that can be read back.
+type Reader interface {
+	Query(ctx context.Context, q Query) ([]Record, error)
+}

@@ -119,3 +119,23 @@ func (m *Memory) Records() []Record {
 	defer m.mu.Unlock()
 	return append([]Record(nil), m.records...)
 }
+
+// Query implements Reader.
+func (m *Memory) Query(_ context.Context, q Query) ([]Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	limit := q.Limit
+	if limit <= 0 {
+		limit = DefaultQueryLimit
+	}
+	var out []Record
+	for _, r := range m.records {
+		if q.Matches(r) {
+			out = append(out, r)
+			if len(out) == limit {
+				break
+			}
+		}
+	}
+	return out, nil
+}

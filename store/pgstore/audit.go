@@ -16,6 +16,7 @@ import (
 type AuditSink struct {
 	pool                 *pgxpool.Pool
 	insert, byKey, byMsg string
+	table                string
 }
 
 const auditColumns = `recorded_at, step, partner, protocol, message_id, dedup_key, interchange_key, reference,
@@ -24,7 +25,8 @@ const auditColumns = `recorded_at, step, partner, protocol, message_id, dedup_ke
 func newAuditSink(pool *pgxpool.Pool, schema string) *AuditSink {
 	t := pgx.Identifier{schema, "audit_records"}.Sanitize()
 	return &AuditSink{
-		pool: pool,
+		pool:  pool,
+		table: t,
 		insert: `INSERT INTO ` + t + ` (` + auditColumns + `)
 VALUES (coalesce($1, now()), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 		byKey: `SELECT ` + auditColumns + ` FROM ` + t + ` WHERE dedup_key = $1 ORDER BY id`,

@@ -1,0 +1,64 @@
+package audit_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"gateway/audit"
+	"gateway/audit/audittest"
+)
+
+func TestMemoryReader(t *testing.T) { audittest.ExerciseReader(t, &audit.Memory{}) }
+
+func TestJSONFileAppendsOneLinePerRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	f, err := audit.OpenJSONFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	f.Write(ctx, audit.Record{Step: audit.StepReceived, Partner: "acme", MessageID: "m1"})
+	f.Write(ctx, audit.Record{Step: audit.StepReply, Partner: "acme", MessageID: "m1", Disposition: "processed"})
+	f.Close()
+	if err := f.Write(ctx, audit.Record{}); err == nil {
+		t.Error("write after close succeeded")
+	}
+	fh, _ := os.Open(path)
+	defer fh.Close()
+	sc := bufio.NewScanner(fh)
+	var got []audit.Record
+	for sc.Scan() {
+		var r audit.Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r)
+	}
+	if len(got) != 2 || got[1].Disposition != "processed" || got[0].Step != audit.StepReceived {
+		t.Fatalf("records: %+v", got)
+	}
+}
+
+type broken struct{}
+
+func (broken) Write(context.Context, audit.Record) error { return errors.New("disk full") }
+
+func TestMultiAndBestEffort(t *testing.T) {
+	mem := &audit.Memory{}
+	if err := (audit.Multi{mem, broken{}}).Write(context.Background(), audit.Record{}); err == nil {
+		t.Error("multi hid a durable failure")
+	}
+	if len(mem.Records()) != 1 {
+		t.Error("multi skipped a sink")
+	}
+	be := audit.BestEffort(audit.Multi{broken{}}, slog.New(slog.DiscardHandler))
+	if err := be.Write(context.Background(), audit.Record{}); err != nil || be.Failures() != 1 {
+		t.Errorf("best effort: %v, failures %d", err, be.Failures())
+	}
+}

@@ -1,0 +1,20 @@
+package pgstore
+
+import (
+	"context"
+	"testing"
+
+	"gateway/audit/audittest"
+	"gateway/dedup"
+	"gateway/store/pgstore/pgtest"
+)
+
+func TestAuditQuery(t *testing.T) {
+	dsn, schema := pgtest.Schema(t)
+	s, err := Open(context.Background(), dsn, dedup.Options{}, WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	audittest.ExerciseReader(t, s.Audit())
+}

@@ -1,0 +1,46 @@
+package sqlitestore
+
+import (
+	"context"
+	"strings"
+
+	"gateway/audit"
+)
+
+// Query implements audit.Reader: the records selected by q in the order
+// written.
+func (a *AuditSink) Query(ctx context.Context, q audit.Query) ([]audit.Record, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) { where = append(where, cond); args = append(args, v) }
+	if q.Partner != "" {
+		add("partner = ?", q.Partner)
+	}
+	if q.MessageID != "" {
+		add("message_id = ?", q.MessageID)
+	}
+	if q.Key != "" {
+		add("dedup_key = ?", q.Key)
+	}
+	if q.Reference != "" {
+		add("reference = ?", q.Reference)
+	}
+	if !q.From.IsZero() {
+		add("recorded_at >= ?", q.From.UnixMicro())
+	}
+	if !q.To.IsZero() {
+		add("recorded_at < ?", q.To.UnixMicro())
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = audit.DefaultQueryLimit
+	}
+	sql := `SELECT ` + auditColumns + ` FROM audit_records`
+	if len(where) > 0 {
+		sql += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	args = append(args, limit)
+	return a.query(ctx, sql+` ORDER BY id LIMIT ?`, args...)
+}
+
+var _ audit.Reader = (*AuditSink)(nil)
