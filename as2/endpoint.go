@@ -1,0 +1,486 @@
+// Package as2 is the gateway's AS2 receive endpoint (RFC 4130): it reads the
+// AS2 headers, finds the trading partner, removes the S/MIME layers in
+// whatever order they come (package smime), applies the partner's security
+// policy, hands the verified payload to the exchange pipeline (which runs the
+// business handler exactly once per Message-ID) and answers with an MDN:
+// synchronously on the HTTP response, or asynchronously through the durable
+// outbox to the Receipt-Delivery-Option URL.
+//
+// Every failure before the pipeline gets the negative disposition RFC 4130
+// §7.5.3 names for it, and nothing reaches the handler. Requests that are
+// not AS2 messages at all (no AS2-From, AS2-To or Message-ID) get HTTP 400;
+// bodies over the limit get HTTP 413.
+package as2
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"time"
+
+	"gateway/audit"
+	"gateway/cms"
+	"gateway/dedup"
+	"gateway/exchange"
+	"gateway/mdn"
+	"gateway/outbox"
+	"gateway/partners"
+	"gateway/smime"
+)
+
+// DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is zero.
+const DefaultMaxBodyBytes = 100 << 20
+
+// DefaultReportingUA is the Reporting-UA of our MDNs when Config.ReportingUA
+// is empty.
+const DefaultReportingUA = "gateway AS2"
+
+// Config configures an Endpoint.
+type Config struct {
+	// Partners is the trading partner directory (required).
+	Partners *partners.Directory
+	// OurID is the gateway's AS2 id (identity.as2_id), the AS2-To of
+	// partners without our_as2_id.
+	OurID string
+	// Keys are our key pairs: all are tried for decryption (rollover);
+	// Keys[0] signs MDNs. Without keys, signed MDNs are sent unsigned.
+	Keys []cms.KeyPair
+	// Pipeline runs verified messages (required). Its Audit sink also gets a
+	// "rejected" record for messages refused before the pipeline.
+	Pipeline *exchange.Pipeline
+	// Outbox queues asynchronous MDNs. Without it, an async MDN request is
+	// answered synchronously.
+	Outbox outbox.Store
+	// Notify, when set, is called after an MDN was queued (for example
+	// (*outbox.Dispatcher).Notify, so that it is sent at once).
+	Notify func()
+	// SpoolDir holds large payloads while the handler runs ("" = system
+	// temporary directory).
+	SpoolDir string
+	// MaxBodyBytes limits the request body (default 100 MiB); larger
+	// requests get HTTP 413.
+	MaxBodyBytes int64
+	// MaxDecompressedBytes limits a compressed layer's inflated size
+	// (default smime.DefaultMaxSize).
+	MaxDecompressedBytes int64
+	Log                  *slog.Logger
+	// Now is the clock for certificate validity and MDN ids; nil means
+	// time.Now.
+	Now func() time.Time
+	// ReportingUA is the Reporting-UA of our MDNs.
+	ReportingUA string
+}
+
+// Endpoint is the AS2 receive endpoint; it implements http.Handler.
+type Endpoint struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// NewEndpoint checks cfg and returns the endpoint.
+func NewEndpoint(cfg Config) (*Endpoint, error) {
+	if cfg.Partners == nil {
+		return nil, errors.New("as2: config: Partners is required")
+	}
+	if cfg.Pipeline == nil {
+		return nil, errors.New("as2: config: Pipeline is required")
+	}
+	for i, k := range cfg.Keys {
+		if k.Cert == nil || k.Key == nil {
+			return nil, fmt.Errorf("as2: config: Keys[%d] lacks its certificate or private key", i)
+		}
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.ReportingUA == "" {
+		cfg.ReportingUA = DefaultReportingUA
+	}
+	e := &Endpoint{cfg: cfg, log: cfg.Log}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	return e, nil
+}
+
+func (e *Endpoint) now() time.Time {
+	if e.cfg.Now != nil {
+		return e.cfg.Now()
+	}
+	return time.Now()
+}
+
+// delivery says how the MDN of one message travels.
+type delivery int
+
+const (
+	deliverNone  delivery = iota // no MDN requested
+	deliverSync                  // on the HTTP response
+	deliverAsync                 // through the outbox
+)
+
+// inbound is one message being processed.
+type inbound struct {
+	req      *Request
+	partner  *partners.Partner // nil when unknown
+	mode     delivery
+	asyncURL string
+	// signMDN and signDigest: whether and with which digest our MDN is signed.
+	signMDN    bool
+	signDigest string
+	// mic is the Received-Content-MIC of the message ("" before unwrap).
+	mic    string
+	micAlg micAlg
+	lg     *slog.Logger
+}
+
+// ServeHTTP receives one AS2 message.
+func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "AS2 messages are sent with POST", http.StatusMethodNotAllowed)
+		return
+	}
+	received := e.now()
+	req, err := ParseHeaders(r.Header)
+	if err != nil {
+		e.log.Warn("as2 request refused", "protocol", "as2", "remote", r.RemoteAddr, "status", http.StatusBadRequest, "err", err)
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	lg := e.log.With("protocol", "as2", "message_id", req.MessageID, "as2_from", req.From, "as2_to", req.To)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			lg.Warn("as2 message refused: body too large", "status", http.StatusRequestEntityTooLarge, "limit", e.cfg.MaxBodyBytes)
+			http.Error(w, fmt.Sprintf("message body exceeds the limit of %d bytes", e.cfg.MaxBodyBytes), http.StatusRequestEntityTooLarge)
+			return
+		}
+		lg.Warn("as2 message refused: body could not be read", "status", http.StatusBadRequest, "err", err)
+		http.Error(w, "the request body could not be read", http.StatusBadRequest)
+		return
+	}
+	if len(body) == 0 {
+		lg.Warn("as2 message refused: empty body", "status", http.StatusBadRequest)
+		http.Error(w, "as2: the request has no body", http.StatusBadRequest)
+		return
+	}
+
+	x := &inbound{req: req, lg: lg}
+	p, ok := e.cfg.Partners.ByAS2(req.From, req.To, e.cfg.OurID)
+	if !ok {
+		// The sender is not authenticated: its Receipt-Delivery-Option is
+		// not followed; the unsigned MDN goes back on the response.
+		if req.MDN.Requested {
+			x.mode = deliverSync
+		}
+		e.reject(r.Context(), w, x, mdn.DispUnknownTradingPartner,
+			fmt.Sprintf("no trading partner agreement for AS2-From %q and AS2-To %q", req.From, req.To), nil)
+		return
+	}
+	x.partner = p
+	x.lg = lg.With("partner", p.ID)
+	e.planMDN(x)
+
+	if d, why := mdnRequestRefusal(x, p); why != "" {
+		e.reject(r.Context(), w, x, d, why, nil)
+		return
+	}
+
+	res, err := smime.UnwrapEntity(smime.EntityFromHTTP(r.Header, body), smime.Options{
+		Keys:    e.cfg.Keys,
+		Trusted: e.cfg.Partners.AS2Certificates(p),
+		Now:     e.cfg.Now,
+		MaxSize: e.cfg.MaxDecompressedBytes,
+	})
+	if err != nil {
+		d, why := classify(res, err, req.From)
+		e.reject(r.Context(), w, x, d, why, err)
+		return
+	}
+	if why := policyViolation(p.AS2, res); why != "" {
+		e.reject(r.Context(), w, x, mdn.DispInsufficientMessageSecurity, why, nil)
+		return
+	}
+	x.micAlg = e.micAlgFor(x, res)
+	if x.mic, err = res.MIC(x.micAlg.digest); err != nil {
+		e.reject(r.Context(), w, x, mdn.DispUnexpectedProcessingError, "the MIC could not be computed", err)
+		return
+	}
+	x.lg.Debug("as2 message verified", "layers", strings.Join(res.Layers, ","), "signed", res.Signed,
+		"encrypted", res.Encrypted, "compressed", res.Compressed, "cipher", res.Decryption.Cipher,
+		"line_endings_repaired", res.LineEndingsRepaired, "mdn", x.mode.String(), "signed_mdn", x.signMDN)
+
+	spool := &exchange.Spool{Dir: e.cfg.SpoolDir}
+	defer func() {
+		if err := spool.Cleanup(); err != nil {
+			x.lg.Warn("spool cleanup failed", "err", err)
+		}
+	}()
+	msg, err := e.message(x, res, spool, received)
+	if err != nil {
+		x.lg.Error("as2 message not processed: spooling failed", "err", err)
+		retryLater(w, "the message could not be stored temporarily")
+		return
+	}
+	onDrift := exchange.DriftReject
+	if p.OnDrift == "accept" {
+		onDrift = exchange.DriftAccept
+	}
+	reply := e.cfg.Pipeline.Process(r.Context(), exchange.Inbound{
+		Message: msg, Replies: &replies{e: e, x: x}, Window: p.AS2.DedupWindow.Std(), OnDrift: onDrift,
+	})
+	e.send(r.Context(), w, x, reply)
+}
+
+func (d delivery) String() string {
+	switch d {
+	case deliverSync:
+		return "sync"
+	case deliverAsync:
+		return "async"
+	}
+	return "none"
+}
+
+// planMDN decides how the MDN is delivered and signed.
+func (e *Endpoint) planMDN(x *inbound) {
+	m := x.req.MDN
+	switch {
+	case !m.Requested:
+		x.mode = deliverNone
+	case m.AsyncURL != "":
+		u, err := asyncURL(m.AsyncURL)
+		switch {
+		case err != nil:
+			x.lg.Warn("async MDN requested to an unusable address; answering synchronously", "err", err)
+			x.mode = deliverSync
+		case e.cfg.Outbox == nil:
+			x.lg.Warn("async MDN requested but no outbox is configured; answering synchronously")
+			x.mode = deliverSync
+		default:
+			x.mode, x.asyncURL = deliverAsync, u
+		}
+	default:
+		x.mode = deliverSync
+	}
+	x.signMDN = m.Requested && m.Signed() || x.partner.AS2.RequireSignedMDN
+	if x.signMDN && len(e.cfg.Keys) == 0 {
+		x.lg.Warn("signed MDN requested but no key is configured; sending it unsigned")
+		x.signMDN = false
+	}
+	x.signDigest = cms.DigestSHA256
+	if a, ok := chooseMICAlg(m.MICAlgs, func(d string) bool { return digestAllowed(x.partner.AS2, d) && d != cms.DigestMD5 }); ok {
+		x.signDigest = a.digest
+	}
+}
+
+// mdnRequestRefusal returns the failed/failure disposition for an MDN
+// request marked "required" that the gateway cannot honour (RFC 4130 §7.4.3).
+func mdnRequestRefusal(x *inbound, p *partners.Partner) (mdn.Disposition, string) {
+	m := x.req.MDN
+	if !m.Requested {
+		return mdn.Disposition{}, ""
+	}
+	if m.ProtocolRequired && len(m.Protocols) > 0 && !m.Signed() {
+		x.signMDN = false
+		return mdn.DispUnsupportedFormat, fmt.Sprintf("signed-receipt-protocol %q is required but only pkcs7-signature is supported", strings.Join(m.Protocols, ", "))
+	}
+	if m.MICAlgRequired && len(m.MICAlgs) > 0 {
+		if _, ok := chooseMICAlg(m.MICAlgs, func(d string) bool { return digestAllowed(p.AS2, d) }); !ok {
+			x.signMDN = false
+			return mdn.DispUnsupportedMICAlgorithms, fmt.Sprintf("none of the required signed-receipt-micalg values %q is supported or allowed", strings.Join(m.MICAlgs, ", "))
+		}
+	}
+	return mdn.Disposition{}, ""
+}
+
+// micAlgFor picks the MIC algorithm: the first requested one that is
+// supported and allowed, else the signature's own digest, else SHA-256.
+func (e *Endpoint) micAlgFor(x *inbound, res *smime.Result) micAlg {
+	allow := func(d string) bool { return digestAllowed(x.partner.AS2, d) }
+	if a, ok := chooseMICAlg(x.req.MDN.MICAlgs, allow); ok {
+		return a
+	}
+	d := cms.DigestSHA256
+	if res.Signed && res.Signer != nil && allow(res.Signer.DigestAlg) {
+		d = res.Signer.DigestAlg
+	}
+	spelled, _ := smime.NormalizeMICAlg(d)
+	return micAlg{digest: d, spelled: spelled}
+}
+
+// message builds the pipeline's message, spooling each payload.
+func (e *Endpoint) message(x *inbound, res *smime.Result, spool *exchange.Spool, received time.Time) (*exchange.Message, error) {
+	req := x.req
+	h := textproto.MIMEHeader{}
+	set := func(k, v string) {
+		if v != "" {
+			h.Set(k, v)
+		}
+	}
+	set("AS2-From", req.From)
+	set("AS2-To", req.To)
+	set("Message-Id", req.MessageID)
+	set("Subject", req.Subject)
+	set("AS2-Version", req.Version)
+	set("Content-Type", res.ContentType)
+
+	type part struct {
+		body                         []byte
+		contentType, filename, conID string
+	}
+	var parts []part
+	if res.Entity != nil && (res.MediaType == "multipart/related" || res.MediaType == "multipart/mixed") {
+		// RFC 6362 multiple attachments: one payload per part.
+		sub, err := res.Entity.Parts()
+		if err == nil {
+			for _, s := range sub {
+				b, err := s.DecodedBody()
+				if err != nil {
+					parts = nil
+					break
+				}
+				parts = append(parts, part{b, s.Header.Get("Content-Type"), s.Filename(),
+					strings.Trim(strings.TrimSpace(s.Header.Get("Content-Id")), "<>")})
+			}
+		}
+	}
+	if len(parts) == 0 {
+		parts = []part{{res.Payload, res.ContentType, res.Filename, ""}}
+	}
+	msg := &exchange.Message{
+		Partner:      x.partner.ID,
+		Protocol:     exchange.AS2,
+		MessageID:    dedup.NormalizeMessageID(req.MessageID),
+		Received:     received,
+		Headers:      h,
+		TransportKey: dedup.TransportKey("as2", "as2", req.From, req.MessageID),
+	}
+	for _, pt := range parts {
+		body, size, sum, err := spool.Bytes(pt.body)
+		if err != nil {
+			return nil, err
+		}
+		msg.Payloads = append(msg.Payloads, exchange.NewPayload(exchange.Payload{
+			ContentID: pt.conID, ContentType: pt.contentType, Filename: pt.filename, Size: size, SHA256: sum,
+		}, body))
+	}
+	return msg, nil
+}
+
+// reject answers a message refused before the pipeline: a negative MDN
+// (or, when none was requested, an HTTP error), an audit record and a log
+// line. Nothing reaches the handler.
+func (e *Endpoint) reject(ctx context.Context, w http.ResponseWriter, x *inbound, d mdn.Disposition, why string, cause error) {
+	partnerID := ""
+	if x.partner != nil {
+		partnerID = x.partner.ID
+	}
+	text := fmt.Sprintf("The AS2 message %s from %s to %s was not processed: %s.", x.req.MessageID, x.req.From, x.req.To, why)
+	if cause != nil {
+		text += "\r\nDetail: " + truncate(cause.Error(), 300)
+	}
+	errText := why
+	if cause != nil {
+		errText += ": " + cause.Error()
+	}
+	if a := e.cfg.Pipeline.Audit; a != nil {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		werr := a.Write(actx, audit.Record{Time: e.now().UTC(), Step: audit.StepReply, Partner: partnerID, Protocol: "as2",
+			MessageID: dedup.NormalizeMessageID(x.req.MessageID), Key: string(dedup.TransportKey("as2", "as2", x.req.From, x.req.MessageID)),
+			Decision: "rejected", Disposition: dispositionText(d), Error: errText})
+		cancel()
+		if werr != nil {
+			x.lg.Error("audit write failed", "err", werr)
+		}
+	}
+	x.lg.Warn("as2 message rejected", "decision", "rejected", "disposition", dispositionText(d), "reason", why, "err", cause, "mdn", x.mode.String())
+	if x.mode == deliverNone {
+		status := http.StatusBadRequest
+		if d.Description == mdn.DescUnexpectedProcessingError {
+			status = http.StatusInternalServerError
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, strings.ReplaceAll(text, "\r\n", "\n")+"\n")
+		return
+	}
+	reply, err := e.buildMDN(x, d, text, "", "")
+	if err != nil {
+		x.lg.Error("building the negative MDN failed", "err", err)
+		http.Error(w, "the message was not processed and the MDN could not be built", http.StatusInternalServerError)
+		return
+	}
+	e.send(ctx, w, x, reply)
+}
+
+// send delivers a reply: the pipeline's own replies (503, 500) and sync MDNs
+// on the response; async MDNs through the outbox, answering the request
+// with 200 and an empty body.
+func (e *Endpoint) send(ctx context.Context, w http.ResponseWriter, x *inbound, reply exchange.Reply) {
+	if reply.Status != http.StatusOK || !isMDN(reply.Header.Get("Content-Type")) {
+		reply.Write(w)
+		return
+	}
+	switch x.mode {
+	case deliverSync:
+		reply.Write(w)
+	case deliverNone:
+		w.WriteHeader(http.StatusOK)
+	case deliverAsync:
+		id, err := randomHex(16)
+		if err == nil {
+			err = e.cfg.Outbox.Enqueue(context.WithoutCancel(ctx), outbox.Delivery{
+				ID: id, Partner: x.partner.ID, MessageID: dedup.NormalizeMessageID(x.req.MessageID),
+				URL: x.asyncURL, Header: reply.Header, Body: reply.Body, Created: e.now(),
+			})
+		}
+		if err != nil {
+			// A retransmission is answered from the stored reply.
+			x.lg.Error("async MDN could not be queued; asking the partner to retransmit", "err", err)
+			retryLater(w, "the MDN could not be queued")
+			return
+		}
+		x.lg.Debug("async MDN queued", "delivery", id, "url", redactURL(x.asyncURL), "disposition", reply.Disposition)
+		if e.cfg.Notify != nil {
+			e.cfg.Notify()
+		}
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+func retryLater(w http.ResponseWriter, why string) {
+	w.Header().Set("Retry-After", "30")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = io.WriteString(w, "message not processed ("+why+"); retry later\n")
+}
+
+func isMDN(contentType string) bool {
+	ct := strings.ToLower(strings.TrimSpace(contentType))
+	return strings.HasPrefix(ct, "multipart/signed") || strings.HasPrefix(ct, "multipart/report")
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("as2: random: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,141 @@
+package as2
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"gateway/cms"
+	"gateway/dedup"
+	"gateway/exchange"
+	"gateway/mdn"
+	"gateway/smime"
+)
+
+// replies builds the MDNs of one message for the pipeline.
+type replies struct {
+	e *Endpoint
+	x *inbound
+}
+
+// Accepted is the processed MDN carrying the message's MIC. The pipeline
+// stores it, so that a retransmission's duplicate MDN can carry the same MIC.
+func (r *replies) Accepted(ctx context.Context) (exchange.Reply, error) {
+	return r.e.buildMDN(r.x, mdn.DispProcessed, "", r.x.mic, r.x.micAlg.spelled)
+}
+
+// Duplicate answers a retransmission of an accepted message: a new MDN
+// (signed as this request asks) with the disposition the partner agreement
+// names for duplicates and the Received-Content-MIC of the stored MDN.
+func (r *replies) Duplicate(ctx context.Context, stored exchange.Reply, d dedup.Decision) (exchange.Reply, error) {
+	p, err := mdn.ParseHTTP(stored.Header, stored.Body)
+	if err != nil {
+		return exchange.Reply{}, fmt.Errorf("as2: duplicate: stored MDN: %w", err)
+	}
+	mic, alg := splitMIC(p.Fields.Get("Received-Content-MIC"))
+	if mic == "" {
+		mic, alg = r.x.mic, r.x.micAlg.spelled
+	}
+	disp := mdn.DispDuplicateDocument
+	if r.x.partner.AS2.DuplicateDisposition == "processed" {
+		disp = mdn.DispProcessed
+	}
+	text := fmt.Sprintf("The AS2 message %s is a duplicate of a message received on %s and accepted then; it was not processed again.",
+		r.x.req.MessageID, d.FirstSeen.UTC().Format(time.RFC1123))
+	return r.e.buildMDN(r.x, disp, text, mic, alg)
+}
+
+// Failed is the negative MDN of a handler failure (the partner should
+// retransmit) or of payload drift.
+func (r *replies) Failed(ctx context.Context, f *exchange.Failure) (exchange.Reply, error) {
+	text := fmt.Sprintf("The AS2 message %s was received but could not be processed; it was not accepted and may be retransmitted.", r.x.req.MessageID)
+	if f.Kind == exchange.Drift {
+		text = fmt.Sprintf("The AS2 message %s was not processed: this Message-ID was accepted on %s with payload SHA-256 %s, and this delivery carries payload SHA-256 %s. A changed document needs a new Message-ID.",
+			r.x.req.MessageID, f.FirstSeen.UTC().Format(time.RFC3339), f.StoredSHA256, f.PayloadSHA256)
+	}
+	return r.e.buildMDN(r.x, mdn.DispUnexpectedProcessingError, text, r.x.mic, r.x.micAlg.spelled)
+}
+
+// splitMIC splits a Received-Content-MIC value into digest and algorithm,
+// keeping the algorithm's spelling.
+func splitMIC(v string) (mic, alg string) {
+	v = strings.TrimSpace(v)
+	i := strings.LastIndex(v, ",")
+	if i < 0 {
+		return v, ""
+	}
+	return strings.TrimSpace(v[:i]), strings.TrimSpace(v[i+1:])
+}
+
+// buildMDN makes an MDN reply for x: signed when x asks for it, with our
+// AS2 id (the AS2-To the partner used) as AS2-From.
+func (e *Endpoint) buildMDN(x *inbound, d mdn.Disposition, text, mic, micAlgSpelled string) (exchange.Reply, error) {
+	req := x.req
+	id, err := e.newMessageID(req.To)
+	if err != nil {
+		return exchange.Reply{}, err
+	}
+	rep := mdn.Report{
+		ReportingUA:       e.cfg.ReportingUA,
+		OriginalRecipient: req.To,
+		FinalRecipient:    req.To,
+		OriginalMessageID: req.MessageID,
+		MIC:               mic,
+		MICAlg:            micAlgSpelled,
+		Disposition:       d,
+		HumanText:         text,
+		AS2From:           req.To,
+		AS2To:             req.From,
+		MessageID:         id,
+	}
+	h := rep.Headers()
+	var ct string
+	var body []byte
+	if x.signMDN {
+		kp := e.cfg.Keys[0]
+		micalg, err := smime.NormalizeMICAlg(x.signDigest)
+		if err != nil {
+			return exchange.Reply{}, fmt.Errorf("as2: mdn: %w", err)
+		}
+		ct, body, err = mdn.Sign(mdn.BuildEntity(rep), micalg, func(content []byte) ([]byte, error) {
+			return cms.Sign(content, kp.Cert, kp.Key, cms.SignOptions{Digest: x.signDigest, SigningTime: e.now()})
+		})
+		if err != nil {
+			return exchange.Reply{}, fmt.Errorf("as2: mdn: %w", err)
+		}
+	} else {
+		ct, body = mdn.Build(rep)
+	}
+	h.Set("Content-Type", ct)
+	return exchange.Reply{Status: http.StatusOK, Header: h, Body: body, Disposition: dispositionText(d)}, nil
+}
+
+// newMessageID returns a fresh Message-ID for an MDN we send.
+func (e *Endpoint) newMessageID(ourID string) (string, error) {
+	r, err := randomHex(12)
+	if err != nil {
+		return "", err
+	}
+	host := strings.Map(func(c rune) rune {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_' {
+			return c
+		}
+		return -1
+	}, ourID)
+	if host == "" {
+		host = "gateway"
+	}
+	return fmt.Sprintf("<mdn-%d-%s@%s>", e.now().UnixMilli(), r, host), nil
+}
+
+// dispositionText is the disposition without its modes, for audit and
+// logs: "processed", "processed/error: decryption-failed".
+func dispositionText(d mdn.Disposition) string {
+	s := d.String()
+	if i := strings.Index(s, ";"); i >= 0 {
+		s = strings.TrimSpace(s[i+1:])
+	}
+	return s
+}
