@@ -1,0 +1,208 @@
+// Package retention purges dedup state past its windows and exports the
+// evidence an operator shows a partner ("why did my retry not produce an
+// invoice?").
+package retention
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"gateway/audit"
+	"gateway/dedup"
+)
+
+// Purger removes expired rows. Interchanges are archived as gzipped JSON
+// lines (one InterchangeRecord per line) and synced to disk before they are
+// deleted, so nothing is lost to a crash between the two.
+type Purger struct {
+	Store  dedup.Store
+	Ledger dedup.Ledger
+	// ArchiveDir receives ledger-<time>.jsonl.gz files.
+	ArchiveDir string
+	// Retention applies to transport keys; it must not be shorter than any
+	// partner's dedup window (checked at startup by the server).
+	Retention time.Duration
+	// Batch is how many interchanges are archived per file round (default 1000).
+	Batch int
+	Now   func() time.Time
+}
+
+// Report says what a purge removed.
+type Report struct {
+	TransportKeys int64
+	Interchanges  int64
+	Archives      []string
+}
+
+// Run purges once.
+func (p *Purger) Run(ctx context.Context) (Report, error) {
+	now := time.Now
+	if p.Now != nil {
+		now = p.Now
+	}
+	var rep Report
+	if p.Ledger != nil {
+		batch := p.Batch
+		if batch <= 0 {
+			batch = 1000
+		}
+		for {
+			recs, err := p.Ledger.ExpiredInterchanges(ctx, now(), batch)
+			if err != nil {
+				return rep, fmt.Errorf("retention: list expired interchanges: %w", err)
+			}
+			if len(recs) == 0 {
+				break
+			}
+			path, err := p.archive(recs, now())
+			if err != nil {
+				return rep, err
+			}
+			rep.Archives = append(rep.Archives, path)
+			n, err := p.Ledger.DeleteInterchanges(ctx, recs)
+			if err != nil {
+				return rep, fmt.Errorf("retention: delete interchanges (archived in %s): %w", path, err)
+			}
+			rep.Interchanges += n
+			if len(recs) < batch || n == 0 {
+				break
+			}
+		}
+	}
+	if p.Store != nil && p.Retention > 0 {
+		n, err := p.Store.Expire(ctx, now().Add(-p.Retention))
+		if err != nil {
+			return rep, fmt.Errorf("retention: expire transport keys: %w", err)
+		}
+		rep.TransportKeys = n
+	}
+	return rep, nil
+}
+
+func (p *Purger) archive(recs []dedup.InterchangeRecord, now time.Time) (string, error) {
+	if p.ArchiveDir == "" {
+		return "", fmt.Errorf("retention: no archive directory configured; refusing to delete unarchived interchanges")
+	}
+	if err := os.MkdirAll(p.ArchiveDir, 0o750); err != nil {
+		return "", fmt.Errorf("retention: archive: %w", err)
+	}
+	path := filepath.Join(p.ArchiveDir, "ledger-"+now.UTC().Format("20060102T150405.000000000Z")+".jsonl.gz")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+	if err != nil {
+		return "", fmt.Errorf("retention: archive: %w", err)
+	}
+	zw := gzip.NewWriter(f)
+	enc := json.NewEncoder(zw)
+	for _, r := range recs {
+		if err = enc.Encode(archiveRecord(r)); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = zw.Close()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return "", fmt.Errorf("retention: archive %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// ArchivedInterchange is the JSON form of an archived ledger row.
+type ArchivedInterchange struct {
+	Key           string    `json:"key"`
+	Partner       string    `json:"partner"`
+	Standard      string    `json:"standard"`
+	Sender        string    `json:"sender"`
+	Recipient     string    `json:"recipient"`
+	Reference     string    `json:"reference"`
+	Date          string    `json:"date,omitempty"`
+	Type          string    `json:"type,omitempty"`
+	State         string    `json:"state"`
+	PayloadSHA256 string    `json:"payload_sha256"`
+	FirstSeen     time.Time `json:"first_seen"`
+	LastSeen      time.Time `json:"last_seen"`
+	Retries       int       `json:"retries"`
+	MessageIDs    []string  `json:"message_ids"`
+	WindowSeconds int64     `json:"window_seconds"`
+}
+
+func archiveRecord(r dedup.InterchangeRecord) ArchivedInterchange {
+	return ArchivedInterchange{Key: string(r.Key), Partner: r.Partner, Standard: r.Standard, Sender: r.Sender,
+		Recipient: r.Recipient, Reference: r.Reference, Date: r.Date, Type: r.Type, State: r.State,
+		PayloadSHA256: r.PayloadSHA256, FirstSeen: r.FirstSeen.UTC(), LastSeen: r.LastSeen.UTC(), Retries: r.Retries,
+		MessageIDs: r.MessageIDs, WindowSeconds: int64(r.Window / time.Second)}
+}
+
+// Evidence is what `gateway audit export` prints: the ledger rows and the
+// audit trail of every delivery they name.
+type Evidence struct {
+	Interchanges []ArchivedInterchange `json:"interchanges,omitempty"`
+	Records      []audit.Record        `json:"records"`
+}
+
+// ExportQuery selects evidence; empty fields match anything.
+type ExportQuery struct {
+	Partner   string
+	MessageID string
+	Reference string
+	From, To  time.Time
+	Limit     int
+}
+
+// Export gathers evidence. With a reference, the interchange's ledger rows
+// are included and the audit trail of every transport id that carried it,
+// so that the partner sees each retry and the decision taken on it.
+func Export(ctx context.Context, ledger dedup.Ledger, reader audit.Reader, q ExportQuery) (*Evidence, error) {
+	ev := &Evidence{}
+	seen := map[string]bool{}
+	addRecords := func(aq audit.Query) error {
+		recs, err := reader.Query(ctx, aq)
+		if err != nil {
+			return fmt.Errorf("retention: export: %w", err)
+		}
+		for _, r := range recs {
+			k := fmt.Sprintf("%s|%s|%s|%s|%s|%s", r.Time.UTC().Format(time.RFC3339Nano), r.Step, r.Partner, r.MessageID, r.Decision, r.InterchangeKey)
+			if !seen[k] {
+				seen[k] = true
+				ev.Records = append(ev.Records, r)
+			}
+		}
+		return nil
+	}
+	if q.Reference != "" && ledger != nil {
+		ics, err := ledger.FindInterchanges(ctx, dedup.InterchangeQuery{Partner: q.Partner, Reference: q.Reference, From: q.From, To: q.To, Limit: q.Limit})
+		if err != nil {
+			return nil, fmt.Errorf("retention: export: %w", err)
+		}
+		for _, ic := range ics {
+			ev.Interchanges = append(ev.Interchanges, archiveRecord(ic))
+			for _, id := range ic.MessageIDs {
+				if err := addRecords(audit.Query{Partner: ic.Partner, MessageID: id, Limit: q.Limit}); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if err := addRecords(audit.Query{Partner: q.Partner, MessageID: q.MessageID, Reference: q.Reference, From: q.From, To: q.To, Limit: q.Limit}); err != nil {
+		return nil, err
+	}
+	sortRecords(ev.Records)
+	return ev, nil
+}
+
+func sortRecords(rs []audit.Record) {
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].Time.Before(rs[j].Time) })
+}
