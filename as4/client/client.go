@@ -1,0 +1,508 @@
+// Package client is the sending side of AS4: it builds ebMS 3 user messages
+// with their payloads as SOAP-with-attachments parts, compresses (gzip),
+// signs (WS-Security over eb:Messaging, soap:Body and every attachment) and
+// encrypts them (XML Encryption of the attachments), posts them and checks
+// the synchronous answer: the receipt's signature must verify against the
+// receiver's certificates, the receipt must refer to our eb:MessageId, and
+// its ebbp:NonRepudiationInformation must list every ds:Reference we signed.
+//
+// Two algorithm families are supported through the keys given:
+//   - RSA: rsa-sha256 (or any RSA SignatureMethod wssec supports, e.g.
+//     rsa-sha512) with RSA-OAEP key transport and AES-GCM content
+//     encryption (the AS4 profile and eDelivery AS4 1.x);
+//   - eDelivery AS4 2.0: an Ed25519 signing key (eddsa-ed25519) and an
+//     X25519 recipient certificate (X25519 key agreement, HKDF, AES key
+//     wrap) with AES-GCM.
+//
+// The order is the AS4 norm: compress, sign, encrypt.
+package client
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"time"
+
+	"github.com/beevik/etree"
+
+	"gateway/as4"
+	"gateway/receipt"
+	"gateway/wssec"
+	"gateway/xmlenc"
+)
+
+// Default roles of ebMS 3 Core §5.2.2.3.
+const (
+	RoleInitiator = "http://docs.oasis-open.org/ebxml-msg/ebms/v3.0/ns/core/200704/initiator"
+	RoleResponder = "http://docs.oasis-open.org/ebxml-msg/ebms/v3.0/ns/core/200704/responder"
+)
+
+// DefaultMaxResponse bounds the response body the client reads.
+const DefaultMaxResponse = 16 << 20
+
+// Client builds and sends AS4 user messages. The zero value is not usable:
+// Signer and Certificate are required.
+type Client struct {
+	// Signer is our signing key (RSA, ECDSA, or Ed25519 for eDelivery AS4
+	// 2.0) and Certificate its certificate, sent as a BinarySecurityToken.
+	Signer      crypto.Signer
+	Certificate *x509.Certificate
+	// SignatureMethod and DigestMethod are wssec algorithm URIs; empty
+	// takes the key's default (rsa-sha256, ecdsa-sha*, eddsa-ed25519) and
+	// SHA-256.
+	SignatureMethod string
+	DigestMethod    string
+	// Encryption, when set, encrypts every attachment for the receiver.
+	Encryption *Encryption
+	// ReceiptSigners are the receiver's certificates that may sign its
+	// receipts and error signals (several during a rollover). Required to
+	// accept a receipt.
+	ReceiptSigners []*x509.Certificate
+	// TimestampTTL, when positive, adds a signed wsu:Timestamp to our
+	// messages that expires TimestampTTL after creation.
+	TimestampTTL time.Duration
+	// ClockSkew is the tolerance of the receipt's wsu:Timestamp check
+	// (default wssec.DefaultClockSkew).
+	ClockSkew time.Duration
+	// HTTP is the client used to post (default: a client with a 2-minute
+	// timeout).
+	HTTP *http.Client
+	// Now is the clock (default time.Now); Rand the randomness source for
+	// ids, keys and signatures (default crypto/rand).
+	Now  func() time.Time
+	Rand io.Reader
+	// Host is the domain part of generated message and content ids
+	// (default "gateway").
+	Host string
+	// MaxResponse bounds the response body read (default DefaultMaxResponse).
+	MaxResponse int64
+}
+
+// Encryption says for whom and how attachments are encrypted.
+type Encryption struct {
+	// Recipient is the receiver's encryption certificate: an RSA key gives
+	// RSA-OAEP key transport, an X25519 key eDelivery AS4 2.0 key agreement.
+	Recipient *x509.Certificate
+	// KeyReference is how the EncryptedKey names the recipient certificate
+	// (default X509IssuerSerial).
+	KeyReference xmlenc.KeyReference
+	// Options select the algorithms (zero: rsa-oaep-mgf1p with SHA-256, or
+	// X25519/HKDF/kw-aes128; AES-128-GCM). Rand is taken from the Client.
+	Options xmlenc.EncryptOptions
+}
+
+// Message is a user message to send.
+type Message struct {
+	// MessageID is the eb:MessageId (default: a new UUID @ Host).
+	MessageID      string
+	RefToMessageID string
+	// ConversationID defaults to the message id.
+	ConversationID string
+	// From and To are the parties; their roles default to RoleInitiator
+	// and RoleResponder.
+	From, To         as4.PartyID
+	FromRole, ToRole string
+	// AgreementRef, with its optional type and the P-Mode id (pmode
+	// attribute).
+	AgreementRef, AgreementType, PMode string
+	Service, ServiceType, Action       string
+	// Properties are the eb:MessageProperties.
+	Properties []as4.Property
+	// Payloads are sent as attachments, one eb:PartInfo each.
+	Payloads []Payload
+}
+
+// Payload is one attachment.
+type Payload struct {
+	// ContentID without angle brackets (default: generated).
+	ContentID string
+	// MimeType of the (uncompressed) content; default application/octet-stream.
+	MimeType     string
+	CharacterSet string
+	Data         []byte
+	// Compress gzips Data before signing (CompressionType application/gzip).
+	Compress bool
+	// Compressed declares that Data is already gzip-compressed.
+	Compressed bool
+	// Properties are further eb:PartProperties.
+	Properties []as4.Property
+}
+
+// Outgoing is a built message, ready to post (and to post again: a
+// retransmission sends the very same bytes).
+type Outgoing struct {
+	MessageID   string
+	ContentType string
+	Body        []byte
+	// References are the ds:References our signature made: the receipt
+	// must acknowledge each of them.
+	References []receipt.Reference
+}
+
+func (c *Client) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+func (c *Client) rand() io.Reader {
+	if c.Rand != nil {
+		return c.Rand
+	}
+	return rand.Reader
+}
+
+func (c *Client) host() string {
+	if c.Host != "" {
+		return c.Host
+	}
+	return "gateway"
+}
+
+func (c *Client) newID() (string, error) {
+	var b [16]byte
+	if _, err := io.ReadFull(c.rand(), b[:]); err != nil {
+		return "", fmt.Errorf("as4 client: random id: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:] + "@" + c.host(), nil
+}
+
+// Build compresses, signs and encrypts m.
+func (c *Client) Build(m *Message) (*Outgoing, error) {
+	if c.Signer == nil || c.Certificate == nil {
+		return nil, errors.New("as4 client: Signer and Certificate are required")
+	}
+	if m.From.Value == "" || m.To.Value == "" || m.Service == "" || m.Action == "" {
+		return nil, errors.New("as4 client: From, To, Service and Action are required")
+	}
+	id := m.MessageID
+	if id == "" {
+		var err error
+		if id, err = c.newID(); err != nil {
+			return nil, err
+		}
+	}
+	doc, header := envelope()
+	msgEl := header.CreateElement("eb:Messaging")
+	msgEl.CreateAttr("xmlns:eb", as4.NSEbMS)
+	msgEl.CreateAttr("S12:mustUnderstand", "true")
+	um := msgEl.CreateElement("eb:UserMessage")
+	mi := um.CreateElement("eb:MessageInfo")
+	mi.CreateElement("eb:Timestamp").SetText(c.now().UTC().Format("2006-01-02T15:04:05.000Z"))
+	mi.CreateElement("eb:MessageId").SetText(id)
+	if m.RefToMessageID != "" {
+		mi.CreateElement("eb:RefToMessageId").SetText(m.RefToMessageID)
+	}
+	pi := um.CreateElement("eb:PartyInfo")
+	party(pi.CreateElement("eb:From"), m.From, orDefault(m.FromRole, RoleInitiator))
+	party(pi.CreateElement("eb:To"), m.To, orDefault(m.ToRole, RoleResponder))
+	ci := um.CreateElement("eb:CollaborationInfo")
+	if m.AgreementRef != "" {
+		ar := ci.CreateElement("eb:AgreementRef")
+		ar.SetText(m.AgreementRef)
+		if m.AgreementType != "" {
+			ar.CreateAttr("type", m.AgreementType)
+		}
+		if m.PMode != "" {
+			ar.CreateAttr("pmode", m.PMode)
+		}
+	}
+	svc := ci.CreateElement("eb:Service")
+	svc.SetText(m.Service)
+	if m.ServiceType != "" {
+		svc.CreateAttr("type", m.ServiceType)
+	}
+	ci.CreateElement("eb:Action").SetText(m.Action)
+	ci.CreateElement("eb:ConversationId").SetText(orDefault(m.ConversationID, id))
+	if len(m.Properties) > 0 {
+		properties(um.CreateElement("eb:MessageProperties"), m.Properties)
+	}
+
+	var atts []wssec.Attachment
+	if len(m.Payloads) > 0 {
+		pinfo := um.CreateElement("eb:PayloadInfo")
+		for i, p := range m.Payloads {
+			cid := p.ContentID
+			if cid == "" {
+				g, err := c.newID()
+				if err != nil {
+					return nil, err
+				}
+				cid = fmt.Sprintf("part%d-%s", i+1, g)
+			}
+			cid = strings.TrimSuffix(strings.TrimPrefix(cid, "<"), ">")
+			mt := orDefault(p.MimeType, "application/octet-stream")
+			data, ct := p.Data, mt
+			props := []as4.Property{{Name: as4.PropMimeType, Value: mt}}
+			if p.CharacterSet != "" {
+				props = append(props, as4.Property{Name: as4.PropCharacterSet, Value: p.CharacterSet})
+			}
+			if p.Compress || p.Compressed {
+				if p.Compress {
+					var err error
+					if data, err = gzipBytes(p.Data); err != nil {
+						return nil, err
+					}
+				}
+				ct = as4.CompressionGzip
+				props = append(props, as4.Property{Name: as4.PropCompressionType, Value: as4.CompressionGzip})
+			}
+			props = append(props, p.Properties...)
+			part := pinfo.CreateElement("eb:PartInfo")
+			part.CreateAttr("href", "cid:"+cid)
+			properties(part.CreateElement("eb:PartProperties"), props)
+			atts = append(atts, wssec.Attachment{
+				ContentID: cid,
+				Header:    textproto.MIMEHeader{"Content-Type": {ct}, "Content-Id": {"<" + cid + ">"}},
+				Body:      data,
+			})
+		}
+	}
+
+	if err := wssec.Sign(doc, atts, wssec.SignOptions{
+		Signer: c.Signer, Certificate: c.Certificate,
+		SignatureMethod: c.SignatureMethod, DigestMethod: c.DigestMethod,
+		TimestampTTL: c.TimestampTTL, Now: c.now, Rand: c.rand(),
+	}); err != nil {
+		return nil, fmt.Errorf("as4 client: sign: %w", err)
+	}
+	sig, err := wssec.ParseSignature(doc, wssec.VerifyOptions{MaxReferences: len(atts) + 3, AllowSHA1: true})
+	if err != nil {
+		return nil, fmt.Errorf("as4 client: reading our own signature: %w", err)
+	}
+	refs := make([]receipt.Reference, len(sig.References))
+	for i, r := range sig.References {
+		refs[i] = receipt.Reference{URI: r.URI, DigestMethod: r.DigestMethod, DigestValue: r.DigestValue}
+		for _, t := range r.Transforms {
+			refs[i].Transforms = append(refs[i].Transforms, receipt.Transform{Algorithm: t.Algorithm, PrefixList: t.PrefixList})
+		}
+	}
+
+	parts := make([]xmlenc.Attachment, len(atts))
+	for i, a := range atts {
+		parts[i] = xmlenc.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body}
+	}
+	if c.Encryption != nil && len(parts) > 0 {
+		if c.Encryption.Recipient == nil {
+			return nil, errors.New("as4 client: Encryption without Recipient certificate")
+		}
+		opts := c.Encryption.Options
+		opts.Rand = c.rand()
+		parts, err = xmlenc.Encrypt(doc, parts, xmlenc.Recipient{Cert: c.Encryption.Recipient, Reference: c.Encryption.KeyReference}, opts)
+		if err != nil {
+			return nil, fmt.Errorf("as4 client: encrypt: %w", err)
+		}
+	}
+	soap, err := doc.WriteToBytes()
+	if err != nil {
+		return nil, fmt.Errorf("as4 client: serialise: %w", err)
+	}
+	out := &Outgoing{MessageID: id, References: refs}
+	if len(parts) == 0 {
+		out.ContentType, out.Body = "application/soap+xml; charset=UTF-8", soap
+		return out, nil
+	}
+	if out.ContentType, out.Body, err = c.multipart(soap, parts); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func envelope() (*etree.Document, *etree.Element) {
+	doc := etree.NewDocument()
+	doc.CreateProcInst("xml", `version="1.0" encoding="UTF-8"`)
+	env := doc.CreateElement("S12:Envelope")
+	env.CreateAttr("xmlns:S12", as4.NSSOAP12)
+	header := env.CreateElement("S12:Header")
+	env.CreateElement("S12:Body")
+	return doc, header
+}
+
+func party(el *etree.Element, id as4.PartyID, role string) {
+	p := el.CreateElement("eb:PartyId")
+	if id.Type != "" {
+		p.CreateAttr("type", id.Type)
+	}
+	p.SetText(id.Value)
+	el.CreateElement("eb:Role").SetText(role)
+}
+
+func properties(el *etree.Element, props []as4.Property) {
+	for _, p := range props {
+		e := el.CreateElement("eb:Property")
+		e.CreateAttr("name", p.Name)
+		if p.Type != "" {
+			e.CreateAttr("type", p.Type)
+		}
+		e.SetText(p.Value)
+	}
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func gzipBytes(b []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(b); err != nil {
+		return nil, fmt.Errorf("as4 client: gzip: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("as4 client: gzip: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// multipart writes the SOAP part and the attachments as multipart/related
+// with binary parts.
+func (c *Client) multipart(soap []byte, parts []xmlenc.Attachment) (string, []byte, error) {
+	rootID, err := c.newID()
+	if err != nil {
+		return "", nil, err
+	}
+	rootID = "root-" + rootID
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	var b [24]byte
+	if _, err := io.ReadFull(c.rand(), b[:]); err != nil {
+		return "", nil, fmt.Errorf("as4 client: boundary: %w", err)
+	}
+	if err := mw.SetBoundary("MIMEBoundary_" + hex.EncodeToString(b[:])); err != nil {
+		return "", nil, err
+	}
+	write := func(h textproto.MIMEHeader, body []byte) error {
+		w, err := mw.CreatePart(h)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(body)
+		return err
+	}
+	if err := write(textproto.MIMEHeader{
+		"Content-Type":              {"application/soap+xml; charset=UTF-8"},
+		"Content-Transfer-Encoding": {"binary"},
+		"Content-Id":                {"<" + rootID + ">"},
+	}, soap); err != nil {
+		return "", nil, fmt.Errorf("as4 client: MIME: %w", err)
+	}
+	for _, p := range parts {
+		cid := strings.TrimSuffix(strings.TrimPrefix(p.ContentID, "<"), ">")
+		if err := write(textproto.MIMEHeader{
+			"Content-Type":              {p.Header.Get("Content-Type")},
+			"Content-Transfer-Encoding": {"binary"},
+			"Content-Id":                {"<" + cid + ">"},
+		}, p.Body); err != nil {
+			return "", nil, fmt.Errorf("as4 client: MIME: %w", err)
+		}
+	}
+	if err := mw.Close(); err != nil {
+		return "", nil, fmt.Errorf("as4 client: MIME: %w", err)
+	}
+	ct := mime.FormatMediaType("multipart/related", map[string]string{
+		"boundary": mw.Boundary(), "type": "application/soap+xml", "start": "<" + rootID + ">",
+	})
+	return ct, buf.Bytes(), nil
+}
+
+// Response is the partner's synchronous answer.
+type Response struct {
+	Status      int
+	ContentType string
+	// RetryAfter is the Retry-After header of a 503 answer.
+	RetryAfter string
+	// Body is the signal as received.
+	Body []byte
+	// Receipt is the verified receipt, nil when the answer is not one.
+	Receipt *receipt.Receipt
+}
+
+// Send builds m and posts it to url.
+func (c *Client) Send(ctx context.Context, url string, m *Message) (*Outgoing, *Response, error) {
+	out, err := c.Build(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := c.Post(ctx, url, out)
+	return out, resp, err
+}
+
+// ErrNoSignal reports an answer that holds no ebMS signal (for example a
+// 503 while the message is processed elsewhere, or an HTTP error page).
+var ErrNoSignal = errors.New("as4 client: the answer is not an ebMS signal")
+
+// Post sends out to url and verifies the answer. It returns the response
+// whenever one was read. A verified error signal gives an error wrapping
+// *receipt.SignalError; an answer that is not a signal wraps ErrNoSignal.
+func (c *Client) Post(ctx context.Context, url string, out *Outgoing) (*Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(out.Body))
+	if err != nil {
+		return nil, fmt.Errorf("as4 client: %w", err)
+	}
+	req.Header.Set("Content-Type", out.ContentType)
+	req.Header.Set("Mime-Version", "1.0")
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: 2 * time.Minute}
+	}
+	hr, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("as4 client: post: %w", err)
+	}
+	defer hr.Body.Close()
+	max := c.MaxResponse
+	if max <= 0 {
+		max = DefaultMaxResponse
+	}
+	body, err := io.ReadAll(io.LimitReader(hr.Body, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("as4 client: reading the answer: %w", err)
+	}
+	if int64(len(body)) > max {
+		return nil, fmt.Errorf("as4 client: answer larger than %d bytes", max)
+	}
+	resp := &Response{Status: hr.StatusCode, ContentType: hr.Header.Get("Content-Type"), RetryAfter: hr.Header.Get("Retry-After"), Body: body}
+	mt, _, _ := mime.ParseMediaType(resp.ContentType)
+	if mt != "application/soap+xml" && mt != "text/xml" && mt != "multipart/related" {
+		return resp, fmt.Errorf("%w: HTTP %d %s: %s", ErrNoSignal, hr.StatusCode, resp.ContentType, snippet(body))
+	}
+	r, err := VerifyReceipt(resp.ContentType, body, ReceiptCheck{
+		Trusted: c.ReceiptSigners, MessageID: out.MessageID, References: out.References,
+		Now: c.now, ClockSkew: c.ClockSkew,
+	})
+	if err != nil {
+		return resp, fmt.Errorf("HTTP %d: %w", hr.StatusCode, err)
+	}
+	if hr.StatusCode != http.StatusOK {
+		return resp, fmt.Errorf("as4 client: receipt with HTTP status %d", hr.StatusCode)
+	}
+	resp.Receipt = r
+	return resp, nil
+}
+
+func snippet(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}

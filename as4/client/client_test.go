@@ -1,0 +1,198 @@
+package client_test
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"errors"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/beevik/etree"
+
+	"gateway/as4"
+	"gateway/as4/client"
+	"gateway/internal/interop"
+	"gateway/receipt"
+	"gateway/wssec"
+)
+
+// phase4Receipt returns the Content-Type and body of a recorded phase4
+// receipt, and the certificate of its BinarySecurityToken.
+func phase4Receipt(t *testing.T, name string) (string, []byte, *x509.Certificate) {
+	t.Helper()
+	raw := interop.Read(t, "as4/"+name)
+	ct, body := "application/soap+xml", raw
+	if name == "helger.as4in" {
+		// HTTP response headers (LF), an empty line, the de-chunked body.
+		i := bytes.Index(raw, []byte("\n\n"))
+		if i < 0 {
+			t.Fatal("no end of headers")
+		}
+		for _, line := range strings.Split(string(raw[:i]), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(k, "Content-Type") {
+				ct = strings.TrimSpace(v)
+			}
+		}
+		body = raw[i+2:]
+	}
+	doc := etree.NewDocument()
+	if err := doc.ReadFromBytes(body); err != nil {
+		t.Fatal(err)
+	}
+	bst := doc.FindElement("//BinarySecurityToken")
+	if bst == nil {
+		t.Fatal("no BinarySecurityToken")
+	}
+	der, err := base64.StdEncoding.DecodeString(strings.Join(strings.Fields(bst.Text()), ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ct, body, cert
+}
+
+// TestInteropPhase4Receipts: both recorded phase4 receipts verify with our
+// receipt verifier, refer to the message they answer and acknowledge their
+// three references; a changed digest, another message id, another signer
+// and a changed byte are refused.
+func TestInteropPhase4Receipts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		file, ref, cn string
+	}{
+		{"helger.as4in", "3b3775c9-e88d-47f9-be5a-8e045ca2bc07@phase4", "POP000306"},
+		{"TestReceipt12.xml", "035e0a83-6dc5-427b-bcee-483475c65153@phase4", "PDE000576"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			t.Parallel()
+			ct, body, cert := phase4Receipt(t, tc.file)
+			if cert.Subject.CommonName != tc.cn {
+				t.Fatalf("BST signer %s", cert.Subject)
+			}
+			chk := client.ReceiptCheck{Trusted: []*x509.Certificate{cert}, MessageID: tc.ref}
+			r, err := client.VerifyReceipt(ct, body, chk)
+			if err != nil {
+				t.Fatalf("VerifyReceipt: %v", err)
+			}
+			if len(r.References) != 3 || !strings.HasPrefix(r.References[2].URI, "cid:") {
+				t.Fatalf("references %+v", r.References)
+			}
+			// What our sender would have signed: the three references.
+			chk.References = append([]receipt.Reference(nil), r.References...)
+			if _, err := client.VerifyReceipt(ct, body, chk); err != nil {
+				t.Fatalf("covering its own references: %v", err)
+			}
+
+			bad := chk
+			bad.References = append([]receipt.Reference(nil), r.References...)
+			d, _ := base64.StdEncoding.DecodeString(bad.References[2].DigestValue)
+			d[0] ^= 1
+			bad.References[2].DigestValue = base64.StdEncoding.EncodeToString(d)
+			if _, err := client.VerifyReceipt(ct, body, bad); as4.CodeOf(err) != as4.CodeInvalidReceipt {
+				t.Errorf("changed digest: %v", err)
+			}
+			bad = chk
+			bad.MessageID = "other@phase4"
+			if _, err := client.VerifyReceipt(ct, body, bad); as4.CodeOf(err) != as4.CodeInvalidReceipt {
+				t.Errorf("other message id: %v", err)
+			}
+			bad = chk
+			bad.Trusted = []*x509.Certificate{otherCert(t)}
+			if _, err := client.VerifyReceipt(ct, body, bad); !errors.Is(err, wssec.ErrFailedAuthentication) {
+				t.Errorf("other signer: %v", err)
+			}
+			tampered := bytes.Replace(body, []byte(tc.ref), []byte(strings.Replace(tc.ref, "@", "X", 1)), 1)
+			if _, err := client.VerifyReceipt(ct, tampered, client.ReceiptCheck{Trusted: chk.Trusted}); !errors.Is(err, wssec.ErrFailedAuthentication) {
+				t.Errorf("tampered receipt: %v", err)
+			}
+		})
+	}
+}
+
+func otherCert(t *testing.T) *x509.Certificate {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(9), Subject: pkix.Name{CommonName: "other"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestBuildRefusesIncompleteInput covers the sender's own checks.
+func TestBuildRefusesIncompleteInput(t *testing.T) {
+	t.Parallel()
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sender"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	cert, _ := x509.ParseCertificate(der)
+	ok := &client.Message{From: as4.PartyID{Value: "urn:a"}, To: as4.PartyID{Value: "urn:b"}, Service: "urn:s", Action: "A",
+		Payloads: []client.Payload{{Data: []byte("x")}}}
+	if _, err := (&client.Client{}).Build(ok); err == nil {
+		t.Error("built without a signer")
+	}
+	c := &client.Client{Signer: crypto.Signer(priv), Certificate: cert}
+	bad := *ok
+	bad.Action = ""
+	if _, err := c.Build(&bad); err == nil {
+		t.Error("built without an action")
+	}
+	c.Encryption = &client.Encryption{}
+	if _, err := c.Build(ok); err == nil {
+		t.Error("built with encryption but no recipient")
+	}
+	c.Encryption = nil
+	out, err := c.Build(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The built message reads back as an AS4 message with the properties
+	// the sender declared, signed over Messaging, Body and the attachment.
+	env, err := as4.ReadMessage(out.ContentType, bytes.NewReader(out.Body), as4.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mel, err := env.Messaging()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := as4.ParseMessaging(mel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	um := m.UserMessage
+	if um.MessageInfo.MessageID != out.MessageID || !strings.HasSuffix(out.MessageID, "@gateway") ||
+		um.From.Role != client.RoleInitiator || um.CollaborationInfo.ConversationID != out.MessageID ||
+		len(um.PayloadInfo) != 1 || um.PayloadInfo[0].MimeType != "application/octet-stream" || um.PayloadInfo[0].CompressionType != "" {
+		t.Errorf("user message %+v", um)
+	}
+	if len(out.References) != 3 || out.References[2].URI != um.PayloadInfo[0].Href {
+		t.Errorf("references %+v", out.References)
+	}
+	atts := []wssec.Attachment{{ContentID: env.Attachments[0].ContentID, Header: env.Attachments[0].Header, Body: env.Attachments[0].Body}}
+	if _, err := wssec.Verify(env.Doc, atts, wssec.VerifyOptions{Trusted: []*x509.Certificate{cert}}); err != nil {
+		t.Errorf("our signature: %v", err)
+	}
+	if !bytes.Equal(env.Attachments[0].Body, []byte("x")) {
+		t.Error("attachment body")
+	}
+}

@@ -1,0 +1,76 @@
+package client
+
+import (
+	"bytes"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+
+	"gateway/as4"
+	"gateway/receipt"
+	"gateway/wssec"
+)
+
+// ReceiptCheck says what a receipt must satisfy.
+type ReceiptCheck struct {
+	// Trusted are the certificates that may sign the receipt (the
+	// receiver's). The signature must cover eb:Messaging and soap:Body.
+	Trusted []*x509.Certificate
+	// MessageID, when set, must be the receipt's eb:RefToMessageId.
+	MessageID string
+	// References are the ds:References of the message we sent; the
+	// receipt's NonRepudiationInformation must list every one of them.
+	References []receipt.Reference
+	// Now and ClockSkew check the receipt's wsu:Timestamp, if it has one.
+	Now       func() time.Time
+	ClockSkew time.Duration
+	// Limits bound the parsing of the answer (as4 defaults when zero).
+	Limits as4.Limits
+}
+
+// VerifyReceipt checks a synchronous AS4 answer (body with its
+// Content-Type: a SOAP envelope or multipart/related): the WS-Security
+// signature must verify against chk.Trusted and cover eb:Messaging and
+// soap:Body, and the verified header must hold a receipt for
+// chk.MessageID that acknowledges every reference in chk.References.
+// A correctly signed error signal gives an error wrapping
+// *receipt.SignalError.
+func VerifyReceipt(contentType string, body []byte, chk ReceiptCheck) (*receipt.Receipt, error) {
+	if len(chk.Trusted) == 0 {
+		return nil, errors.New("as4 client: no certificate to verify the receipt with")
+	}
+	env, err := as4.ReadMessage(contentType, bytes.NewReader(body), chk.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("as4 client: reading the answer: %w", err)
+	}
+	atts := make([]wssec.Attachment, len(env.Attachments))
+	for i, a := range env.Attachments {
+		atts[i] = wssec.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body}
+	}
+	res, err := wssec.Verify(env.Doc, atts, wssec.VerifyOptions{
+		Trusted: chk.Trusted, Now: chk.Now, ClockSkew: chk.ClockSkew,
+	})
+	if err != nil {
+		// Say what the unverified answer claims to be, without trusting it.
+		var se *receipt.SignalError
+		if _, perr := receipt.ParseReceipt(env.Doc); errors.As(perr, &se) {
+			return nil, fmt.Errorf("as4 client: the answer's signature is not valid (%w); unverified content: %s", err, se.Error())
+		}
+		return nil, fmt.Errorf("as4 client: the answer's signature is not valid: %w", err)
+	}
+	r, err := receipt.ParseReceipt(env.Doc)
+	if err != nil {
+		return nil, fmt.Errorf("as4 client: %w", err)
+	}
+	if r.Signal == nil || r.Signal.Element == nil || r.Signal.Element.Parent() != res.Messaging {
+		return nil, as4.InvalidReceipt("the receipt is not in the signed eb:Messaging header", nil)
+	}
+	if chk.MessageID != "" && r.RefToMessageID != chk.MessageID {
+		return nil, as4.InvalidReceipt(fmt.Sprintf("the receipt refers to %q, not to our message %q", r.RefToMessageID, chk.MessageID), nil)
+	}
+	if err := r.Covers(chk.References); err != nil {
+		return nil, err
+	}
+	return r, nil
+}

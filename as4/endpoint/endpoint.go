@@ -1,0 +1,624 @@
+// Package endpoint is the AS4 receiving endpoint (POST /as4): it reads an
+// ebMS 3 user message (SOAP with attachments or a bare SOAP envelope),
+// decrypts it with our keys, verifies its WS-Security signature against the
+// sending partner's configured certificates, matches a P-Mode, resolves and
+// decompresses the payloads and hands the message to the shared exchange
+// pipeline, which decides on duplicates and runs the business handler once.
+//
+// Processing order (every step before the pipeline answers a signed eb:Error):
+//
+//  1. Read the MIME/SOAP message (EBMS:0007, EBMS:0009; a body over the
+//     limit is answered 413 without an ebMS signal).
+//  2. Read the unverified eb:From to choose the partner whose certificates
+//     the signature must verify against. Nothing else of the unverified
+//     header is used. No partner → EBMS:0010 (see below).
+//  3. Decrypt with our keys (EBMS:0102 FailedDecryption, EBMS:0103 when the
+//     partner requires encryption and the message is not encrypted). AS4
+//     senders sign, then encrypt: the signature is verified over the
+//     decrypted, still compressed attachments.
+//  4. Verify the signature: signer among the partner's certificates,
+//     eb:Messaging, soap:Body and every attachment covered, wsu:Timestamp
+//     within the partner's clock skew (EBMS:0101, EBMS:0103). Only the
+//     eb:Messaging element the signature digested is parsed from here on
+//     (signature-wrapping defence).
+//  5. Match a P-Mode of the partner (EBMS:0010), resolve the payloads
+//     (EBMS:0011, EBMS:0003) and gunzip them (EBMS:0303).
+//  6. Run the pipeline: a new message gets a signed receipt whose
+//     ebbp:NonRepudiationInformation lists every ds:Reference of the
+//     message; a duplicate gets the stored receipt byte for byte; a message
+//     in flight elsewhere gets 503 with Retry-After; a handler failure gets
+//     a signed EBMS:0004 error with HTTP 500 and a SOAP Receiver fault, so
+//     that the partner retransmits and the retransmission is processed anew.
+//
+// Choices, with their reasons:
+//
+//   - Unknown sender party: EBMS:0010 ProcessingModeMismatch. In ebMS 3 the
+//     P-Mode names the initiator party, so a From party we have no agreement
+//     with has, by definition, no P-Mode (ebMS 3 Core §6.7.1: the header is
+//     not compatible with any P-Mode of the MSH). EBMS:0101 would claim a
+//     signature check we never made; EBMS:0003 describes values inconsistent
+//     with each other, which these are not.
+//   - Handler failure: EBMS:0004 Other, as phase4 answers a failing message
+//     processor. EBMS:0202 DeliveryFailure belongs to the reliability module
+//     of the sending MSH (ebMS 3 Core §6.7.3: assurance of delivery could not
+//     be obtained in spite of resending efforts); it would tell the partner
+//     that resending already failed, the opposite of "retransmit".
+//   - HTTP status: an eb:Error signal is an ordinary SOAP message, not a
+//     SOAP fault, so permanent errors (bad signature, P-Mode mismatch, ...)
+//     are answered 200 like phase4 does, and retransmitting them is useless.
+//     A handler failure is transient: it is answered 500 with a SOAP 1.2
+//     env:Receiver fault in the signed body next to the eb:Error (SOAP 1.2
+//     Part 2 §7.5.2.2 pairs 500 with a fault), which makes phase4, Domibus
+//     and Holodeck senders retry.
+//   - Decryption failures are reported without their cause (the cause goes
+//     to the log), so that the answer is no decryption oracle.
+//   - Receipts carry no wsu:Timestamp: a duplicate is answered with the
+//     stored receipt byte for byte, and an expiring timestamp would make a
+//     late replay unverifiable.
+//   - ebMS test messages (§5.2.2.9) are acknowledged with a signed receipt
+//     but never reach the pipeline or the business handler.
+package endpoint
+
+import (
+	"context"
+	"crypto"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"time"
+
+	"github.com/beevik/etree"
+
+	"gateway/as4"
+	"gateway/dedup"
+	"gateway/exchange"
+	"gateway/partners"
+	"gateway/wssec"
+	"gateway/xmlenc"
+)
+
+// Header names under which the endpoint passes ebMS values to the business
+// handler in exchange.Message.Headers (canonical MIME header keys).
+const (
+	HeaderService        = "Service"
+	HeaderServiceType    = "Service-Type"
+	HeaderAction         = "Action"
+	HeaderConversationID = "Conversation-Id"
+	HeaderAgreementRef   = "Agreement-Ref"
+	HeaderPMode          = "Pmode"
+	HeaderFromPartyID    = "From-Party-Id"
+	HeaderFromPartyType  = "From-Party-Type"
+	HeaderToPartyID      = "To-Party-Id"
+	HeaderToPartyType    = "To-Party-Type"
+	HeaderRefToMessageID = "Ref-To-Message-Id"
+	HeaderTimestamp      = "Message-Timestamp"
+	// HeaderMessageProperty holds one "name=value" entry per
+	// eb:MessageProperties/eb:Property, in order.
+	HeaderMessageProperty = "Message-Property"
+)
+
+// SOAPContentType is the Content-Type of every signal the endpoint sends.
+const SOAPContentType = "application/soap+xml; charset=UTF-8"
+
+// Config configures an Endpoint.
+type Config struct {
+	// Partners is the partner directory. Messages are accepted only from
+	// partners with an as4 section, signed by one of their certificates.
+	Partners *partners.Directory
+	// Keys are our certificate/key pairs. Keys[0] signs receipts and error
+	// signals and must hold a crypto.Signer (RSA, ECDSA or Ed25519). Every
+	// key is tried for decryption: RSA keys for RSA-OAEP key transport,
+	// X25519 keys (*ecdh.PrivateKey) for eDelivery AS4 2.0 key agreement;
+	// list old and new keys during a rollover.
+	Keys []xmlenc.KeyPair
+	// Pipeline runs verified messages: dedup, handler, audit, reply.
+	Pipeline *exchange.Pipeline
+	// PartyID and PartyType are our own eb:To identity. A partner P-Mode
+	// without to_party_id then only matches messages addressed to it.
+	// Empty: eb:To is only checked by P-Modes that name a to_party_id.
+	PartyID, PartyType string
+	// Limits bound the request. MaxMessageSize is the body limit: a longer
+	// body is answered 413. Zero fields take the as4 package defaults.
+	Limits as4.Limits
+	// MaxPayloadSize bounds each payload after decompression (default
+	// as4.DefaultMaxMessageSize); beyond it the message fails with EBMS:0303.
+	MaxPayloadSize int64
+	// SpoolDir and SpoolThreshold: payloads larger than the threshold wait
+	// for the handler in a temporary file in SpoolDir (defaults: the system
+	// temporary directory, exchange.DefaultSpoolThreshold).
+	SpoolDir       string
+	SpoolThreshold int64
+	// AllowedAlgorithms, when set, lists every encryption algorithm URI a
+	// message may use (see xmlenc.Options.AllowedAlgorithms).
+	AllowedAlgorithms []string
+	// Host is the domain part of the eb:MessageId of our signals (default
+	// "gateway").
+	Host string
+	// Now is the clock for wsu:Timestamp checks, signal time stamps and
+	// Message.Received (default time.Now). Tests pin it for recorded vectors.
+	Now func() time.Time
+	// Log receives one line per message the pipeline does not see (rejected
+	// before it, or an ebMS test message); the pipeline logs the others.
+	Log *slog.Logger
+}
+
+// Endpoint is the AS4 receiving endpoint, an http.Handler.
+type Endpoint struct {
+	cfg    Config
+	signer crypto.Signer
+	log    *slog.Logger
+}
+
+// New checks cfg and returns the endpoint.
+func New(cfg Config) (*Endpoint, error) {
+	if cfg.Partners == nil {
+		return nil, errors.New("as4 endpoint: no partner directory")
+	}
+	if cfg.Pipeline == nil {
+		return nil, errors.New("as4 endpoint: no pipeline")
+	}
+	if len(cfg.Keys) == 0 || cfg.Keys[0].Cert == nil {
+		return nil, errors.New("as4 endpoint: no key to sign receipts (Keys[0])")
+	}
+	signer, ok := cfg.Keys[0].Key.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("as4 endpoint: Keys[0] (%s) cannot sign receipts; put a signing key first", cfg.Keys[0].Cert.Subject)
+	}
+	pub, ok := signer.Public().(interface{ Equal(crypto.PublicKey) bool })
+	if !ok || !pub.Equal(cfg.Keys[0].Cert.PublicKey) {
+		return nil, fmt.Errorf("as4 endpoint: Keys[0] key does not belong to certificate %s", cfg.Keys[0].Cert.Subject)
+	}
+	for i, k := range cfg.Keys {
+		if k.Cert == nil || k.Key == nil {
+			return nil, fmt.Errorf("as4 endpoint: Keys[%d] lacks certificate or key", i)
+		}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Host == "" {
+		cfg.Host = "gateway"
+	}
+	if cfg.MaxPayloadSize <= 0 {
+		cfg.MaxPayloadSize = as4.DefaultMaxMessageSize
+	}
+	if cfg.Limits.MaxMessageSize <= 0 {
+		cfg.Limits.MaxMessageSize = as4.DefaultMaxMessageSize
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Endpoint{cfg: cfg, signer: signer, log: log}, nil
+}
+
+// trace is what the endpoint logs about one request.
+type trace struct {
+	partner, messageID string
+	err                *as4.Error
+	pipeline           bool
+	test               bool
+}
+
+// ServeHTTP implements http.Handler.
+func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "AS4 messages are POSTed", http.StatusMethodNotAllowed)
+		return
+	}
+	limit := e.cfg.Limits.MaxMessageSize
+	if r.ContentLength > limit {
+		e.tooLarge(w, r, start)
+		return
+	}
+	body := &countingReader{r: r.Body}
+	var tr trace
+	reply, large := e.receive(r.Context(), r.Header.Get("Content-Type"), body, limit, &tr)
+	if large {
+		e.tooLarge(w, r, start)
+		return
+	}
+	reply.Write(w)
+	if tr.pipeline {
+		return // the pipeline logged the message
+	}
+	attrs := []any{"partner", tr.partner, "protocol", string(exchange.AS4), "message_id", tr.messageID,
+		"status", statusOf(reply), "disposition", reply.Disposition, "duration_ms", time.Since(start).Milliseconds()}
+	switch {
+	case tr.err != nil:
+		attrs = append(attrs, "error_code", tr.err.Code, "detail", tr.err.Detail)
+		if tr.err.Err != nil {
+			attrs = append(attrs, "err", tr.err.Err.Error())
+		}
+		e.log.Warn("as4 message rejected", attrs...)
+	case tr.test:
+		e.log.Info("as4 test message acknowledged", attrs...)
+	default:
+		e.log.Error("as4 reply failed", attrs...)
+	}
+}
+
+func statusOf(r exchange.Reply) int {
+	if r.Status == 0 {
+		return http.StatusOK
+	}
+	return r.Status
+}
+
+func (e *Endpoint) tooLarge(w http.ResponseWriter, r *http.Request, start time.Time) {
+	e.log.Warn("as4 message rejected", "partner", "", "protocol", string(exchange.AS4), "message_id", "",
+		"status", http.StatusRequestEntityTooLarge, "content_length", r.ContentLength,
+		"limit", e.cfg.Limits.MaxMessageSize, "duration_ms", time.Since(start).Milliseconds())
+	w.Header().Set("Connection", "close")
+	http.Error(w, fmt.Sprintf("message larger than %d bytes", e.cfg.Limits.MaxMessageSize), http.StatusRequestEntityTooLarge)
+}
+
+// countingReader counts the bytes read from the request body, so that a
+// size-limit failure can be told apart from other limits.
+type countingReader struct {
+	r interface{ Read([]byte) (int, error) }
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n += int64(k)
+	return k, err
+}
+
+// receive processes one request body and returns the reply; large reports
+// a body over the size limit.
+func (e *Endpoint) receive(ctx context.Context, contentType string, body *countingReader, limit int64, tr *trace) (reply exchange.Reply, large bool) {
+	defer func() {
+		// Parsers of partner bytes return errors; this is the last line of
+		// defence, so that a bug answers an error signal instead of
+		// dropping the connection.
+		if p := recover(); p != nil {
+			e.log.Error("as4 endpoint panic", "partner", tr.partner, "protocol", string(exchange.AS4), "message_id", tr.messageID, "panic", fmt.Sprint(p))
+			reply = e.reject(tr, as4.Other("internal error while processing the message", fmt.Errorf("panic: %v", p)), "")
+			large = false
+		}
+	}()
+	env, err := as4.ReadMessage(contentType, body, e.cfg.Limits)
+	if err != nil {
+		if body.n > limit {
+			return exchange.Reply{}, true
+		}
+		return e.reject(tr, as4.AsError(err), ""), false
+	}
+	return e.process(ctx, env, tr), false
+}
+
+// process runs the steps after reading: partner, decryption, signature,
+// P-Mode, payloads, pipeline.
+func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) exchange.Reply {
+	mel, err := env.Messaging()
+	if err != nil {
+		return e.reject(tr, as4.AsError(err), "")
+	}
+	// Unverified: used only to pick the partner whose certificates must
+	// verify the signature, and to name the message in an error.
+	unverified, err := as4.ParseMessaging(mel)
+	if err != nil {
+		return e.reject(tr, as4.AsError(err), "")
+	}
+	if unverified.UserMessage == nil {
+		return e.reject(tr, as4.FeatureNotSupportedInconsistency(
+			"this endpoint accepts user messages only; signal messages (receipts, errors, pull requests) are not processed here", nil), "")
+	}
+	msgID := unverified.UserMessage.MessageInfo.MessageID
+	tr.messageID = msgID
+	partner, from, ok := e.partnerFor(unverified.UserMessage.From)
+	if !ok {
+		return e.reject(tr, as4.ProcessingModeMismatch(
+			fmt.Sprintf("no trading partner agreement for eb:From PartyId %s", partyList(unverified.UserMessage.From)), nil), msgID)
+	}
+	tr.partner = partner.ID
+	pa := partner.AS4
+
+	// Decrypt first: AS4 senders sign, then encrypt, so the signature
+	// covers the plaintext (still compressed) attachments.
+	atts := make([]xmlenc.Attachment, len(env.Attachments))
+	for i, p := range env.Attachments {
+		atts[i] = xmlenc.Attachment{ContentID: p.ContentID, Header: p.Header, Body: p.Body}
+	}
+	dec, err := xmlenc.Decrypt(env.Doc, atts, e.cfg.Keys, xmlenc.Options{
+		AllowedAlgorithms:           e.cfg.AllowedAlgorithms,
+		RequireEncryptedAttachments: pa.RequireEncryption,
+	})
+	if err != nil {
+		return e.reject(tr, decryptError(err), msgID)
+	}
+	if pa.RequireEncryption && len(dec.Parts) == 0 {
+		return e.reject(tr, as4.PolicyNoncompliance("the agreement with this partner requires encrypted messages; this one is not encrypted", nil), msgID)
+	}
+	watts := make([]wssec.Attachment, len(dec.Attachments))
+	for i, a := range dec.Attachments {
+		watts[i] = wssec.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body}
+	}
+	res, err := wssec.Verify(env.Doc, watts, wssec.VerifyOptions{
+		Trusted:   e.cfg.Partners.AS4Certificates(partner),
+		Now:       e.cfg.Now,
+		ClockSkew: pa.ClockSkew.Std(),
+	})
+	if err != nil {
+		return e.reject(tr, securityError(err), msgID)
+	}
+
+	// From here on only the verified eb:Messaging element counts.
+	verified, err := as4.ParseMessaging(res.Messaging)
+	if err != nil {
+		return e.reject(tr, as4.AsError(err), msgID)
+	}
+	um := verified.UserMessage
+	if um == nil || um.MessageInfo.MessageID != msgID || !hasParty(um.From, from) {
+		return e.reject(tr, as4.FailedAuthentication("the signed eb:Messaging header is not the one that was read", nil), msgID)
+	}
+	pm, err := as4.Match(e.pmodes(pa), um)
+	if err != nil {
+		return e.reject(tr, as4.AsError(err), msgID)
+	}
+	for i := range env.Attachments {
+		a := dec.Attachments[i]
+		env.Attachments[i] = as4.Part{ContentID: env.Attachments[i].ContentID, Header: a.Header, Body: a.Body}
+	}
+	resolved, err := as4.ResolvePayloads(env, um)
+	if err != nil {
+		return e.reject(tr, as4.AsError(err), msgID)
+	}
+	spool := &exchange.Spool{Dir: e.cfg.SpoolDir, Threshold: e.cfg.SpoolThreshold}
+	defer func() {
+		if err := spool.Cleanup(); err != nil {
+			e.log.Warn("as4 spool cleanup failed", "partner", partner.ID, "message_id", msgID, "err", err)
+		}
+	}()
+	payloads, err := e.payloads(spool, resolved)
+	if err != nil {
+		return e.reject(tr, as4.AsError(err).WithRef(msgID), msgID)
+	}
+
+	refs := receiptReferences(res.References)
+	if um.IsTest() {
+		tr.test = true
+		reply, err := e.receiptReply(um, refs)
+		if err != nil {
+			return e.internalError(tr, err)
+		}
+		return reply
+	}
+	msg := &exchange.Message{
+		Partner:      partner.ID,
+		Protocol:     exchange.AS4,
+		MessageID:    dedup.NormalizeMessageID(msgID),
+		Received:     e.cfg.Now(),
+		Headers:      headers(um, pm),
+		Payloads:     payloads,
+		TransportKey: dedup.TransportKey(string(exchange.AS4), from.Type, from.Value, msgID),
+	}
+	onDrift := exchange.DriftReject
+	if partner.OnDrift == string(exchange.DriftAccept) {
+		onDrift = exchange.DriftAccept
+	}
+	tr.pipeline = true
+	return e.cfg.Pipeline.Process(ctx, exchange.Inbound{
+		Message: msg,
+		Replies: &replies{e: e, um: um, refs: refs},
+		Window:  pa.DedupWindow.Std(),
+		OnDrift: onDrift,
+	})
+}
+
+// partnerFor finds the partner of the first eb:From PartyId that names one.
+func (e *Endpoint) partnerFor(from as4.Party) (*partners.Partner, as4.PartyID, bool) {
+	for _, pid := range from.PartyIDs {
+		if p, ok := e.cfg.Partners.ByAS4(pid.Type, pid.Value); ok && p.AS4 != nil {
+			return p, pid, true
+		}
+	}
+	return nil, as4.PartyID{}, false
+}
+
+func hasParty(p as4.Party, want as4.PartyID) bool {
+	for _, pid := range p.PartyIDs {
+		if pid == want {
+			return true
+		}
+	}
+	return false
+}
+
+func partyList(p as4.Party) string {
+	if len(p.PartyIDs) == 0 {
+		return "(none)"
+	}
+	var s []string
+	for _, pid := range p.PartyIDs {
+		if pid.Type != "" {
+			s = append(s, fmt.Sprintf("%q (type %q)", pid.Value, pid.Type))
+		} else {
+			s = append(s, fmt.Sprintf("%q (no type)", pid.Value))
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+// pmodes turns the partner's P-Modes into as4 P-Modes: the initiator is the
+// partner, the responder the P-Mode's to_party_id or else our identity.
+func (e *Endpoint) pmodes(pa *partners.AS4) []as4.PMode {
+	out := make([]as4.PMode, 0, len(pa.PModes))
+	for _, pm := range pa.PModes {
+		m := as4.PMode{
+			ID: pm.ID, Agreement: pm.Agreement, Service: pm.Service, ServiceType: pm.ServiceType, Action: pm.Action,
+			FromPartyID: pa.PartyID, FromPartyType: pa.PartyType,
+			ToPartyID: pm.ToPartyID, ToPartyType: pm.ToPartyType,
+		}
+		if m.ToPartyID == "" && m.ToPartyType == "" {
+			m.ToPartyID, m.ToPartyType = e.cfg.PartyID, e.cfg.PartyType
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// payloads decompresses every resolved payload and spools it.
+func (e *Endpoint) payloads(spool *exchange.Spool, resolved []as4.Payload) ([]exchange.Payload, error) {
+	out := make([]exchange.Payload, 0, len(resolved))
+	for i, p := range resolved {
+		var raw []byte
+		var ct, cid, filename string
+		switch {
+		case p.Part != nil:
+			raw, ct, cid = p.Part.Body, p.Part.ContentType(), p.Part.ContentID
+			filename = dispositionFilename(p.Part.Header)
+		case p.Element != nil:
+			b, err := elementBytes(p.Element)
+			if err != nil {
+				return nil, as4.Other(fmt.Sprintf("payload %d: SOAP body element could not be serialised", i+1), err)
+			}
+			raw, ct = b, "application/xml"
+		default:
+			return nil, as4.ExternalPayloadError(fmt.Sprintf("payload %d resolves to nothing", i+1), nil)
+		}
+		props := p.PartInfo.PropertyMap()
+		data, err := as4.Decompress(raw, props, e.cfg.MaxPayloadSize)
+		if err != nil {
+			ae := as4.AsError(err)
+			ae.Detail = fmt.Sprintf("payload %s: %s", payloadName(p.PartInfo.Href, i), ae.Detail)
+			return nil, ae
+		}
+		if p.PartInfo.MimeType != "" {
+			ct = p.PartInfo.MimeType
+		}
+		body, size, sum, err := spool.Bytes(data)
+		if err != nil {
+			return nil, as4.Other("the payload could not be stored", err)
+		}
+		out = append(out, exchange.NewPayload(exchange.Payload{
+			ContentID: cid, ContentType: ct, Filename: filename, Size: size, SHA256: sum, Properties: props,
+		}, body))
+	}
+	return out, nil
+}
+
+func payloadName(href string, i int) string {
+	if href != "" {
+		return fmt.Sprintf("%q", href)
+	}
+	return fmt.Sprintf("%d (SOAP body)", i+1)
+}
+
+func dispositionFilename(h textproto.MIMEHeader) string {
+	cd := h.Get("Content-Disposition")
+	if cd == "" {
+		return ""
+	}
+	_, params, err := mime.ParseMediaType(cd)
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
+}
+
+// elementBytes serialises a SOAP body payload element as a standalone XML
+// document: the namespaces it inherits are declared on the copy.
+func elementBytes(el *etree.Element) ([]byte, error) {
+	c := el.Copy()
+	declared := map[string]bool{}
+	for _, a := range c.Attr {
+		switch {
+		case a.Space == "xmlns":
+			declared[a.Key] = true
+		case a.Space == "" && a.Key == "xmlns":
+			declared[""] = true
+		}
+	}
+	for p := el.Parent(); p != nil; p = p.Parent() {
+		for _, a := range p.Attr {
+			switch {
+			case a.Space == "xmlns" && !declared[a.Key]:
+				declared[a.Key] = true
+				c.CreateAttr("xmlns:"+a.Key, a.Value)
+			case a.Space == "" && a.Key == "xmlns" && !declared[""]:
+				declared[""] = true
+				c.CreateAttr("xmlns", a.Value)
+			}
+		}
+	}
+	doc := etree.NewDocument()
+	doc.CreateProcInst("xml", `version="1.0" encoding="UTF-8"`)
+	doc.SetRoot(c)
+	return doc.WriteToBytes()
+}
+
+// headers are the ebMS values the business handler sees.
+func headers(um *as4.UserMessage, pm *as4.PMode) textproto.MIMEHeader {
+	h := textproto.MIMEHeader{}
+	set := func(k, v string) {
+		if v != "" {
+			h.Set(k, v)
+		}
+	}
+	ci := um.CollaborationInfo
+	set(HeaderService, ci.Service.Value)
+	set(HeaderServiceType, ci.Service.Type)
+	set(HeaderAction, ci.Action)
+	set(HeaderConversationID, ci.ConversationID)
+	set(HeaderAgreementRef, ci.AgreementRef.Value)
+	set(HeaderPMode, pm.ID)
+	if len(um.From.PartyIDs) > 0 {
+		set(HeaderFromPartyID, um.From.PartyIDs[0].Value)
+		set(HeaderFromPartyType, um.From.PartyIDs[0].Type)
+	}
+	if len(um.To.PartyIDs) > 0 {
+		set(HeaderToPartyID, um.To.PartyIDs[0].Value)
+		set(HeaderToPartyType, um.To.PartyIDs[0].Type)
+	}
+	set(HeaderRefToMessageID, um.MessageInfo.RefToMessageID)
+	if !um.MessageInfo.Timestamp.IsZero() {
+		h.Set(HeaderTimestamp, um.MessageInfo.Timestamp.UTC().Format(time.RFC3339Nano))
+	}
+	for _, p := range um.MessageProperties {
+		h.Add(HeaderMessageProperty, p.Name+"="+p.Value)
+	}
+	return h
+}
+
+// decryptError maps an xmlenc error to an ebMS error. The cause of a
+// decryption failure stays in the log: telling a sender why RSA-OAEP or
+// a cipher failed would make the endpoint a decryption oracle.
+func decryptError(err error) *as4.Error {
+	switch xmlenc.Code(err) {
+	case xmlenc.CodePolicyNoncompliance:
+		return as4.PolicyNoncompliance(truncate(err.Error()), err)
+	default:
+		return as4.FailedDecryption("the message could not be decrypted with our keys", err)
+	}
+}
+
+// securityError maps a wssec error to an ebMS error; its text describes the
+// message, not our keys, and is passed on.
+func securityError(err error) *as4.Error {
+	detail := truncate(err.Error())
+	switch wssec.Code(err) {
+	case wssec.CodePolicyNoncompliance:
+		return as4.PolicyNoncompliance(detail, err)
+	case wssec.CodeInvalidHeader:
+		return as4.InvalidHeader(detail, err)
+	default:
+		return as4.FailedAuthentication(detail, err)
+	}
+}
+
+func truncate(s string) string {
+	const max = 400
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
+}

@@ -1,0 +1,161 @@
+package endpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/beevik/etree"
+
+	"gateway/as4"
+	"gateway/dedup"
+	"gateway/exchange"
+	"gateway/receipt"
+	"gateway/wssec"
+)
+
+// replies builds the AS4 replies of one verified user message for the
+// pipeline.
+type replies struct {
+	e    *Endpoint
+	um   *as4.UserMessage
+	refs []receipt.Reference
+}
+
+// Accepted returns the signed receipt; the pipeline stores it.
+func (r *replies) Accepted(ctx context.Context) (exchange.Reply, error) {
+	return r.e.receiptReply(r.um, r.refs)
+}
+
+// Duplicate replays the receipt sent the first time, byte for byte.
+func (r *replies) Duplicate(ctx context.Context, stored exchange.Reply, d dedup.Decision) (exchange.Reply, error) {
+	return stored, nil
+}
+
+// Failed answers a handler failure with a retryable error (HTTP 500, SOAP
+// Receiver fault, EBMS:0004) and payload drift with a permanent EBMS:0004
+// naming the message id and both hashes.
+func (r *replies) Failed(ctx context.Context, f *exchange.Failure) (exchange.Reply, error) {
+	id := r.um.MessageInfo.MessageID
+	switch f.Kind {
+	case exchange.HandlerFailed:
+		ae := as4.Other("the message was not delivered to the business application and is not acknowledged; retransmit it", f.Err).WithRef(id)
+		return r.e.signalError(ae, id, true)
+	case exchange.Drift:
+		ae := as4.Other(fmt.Sprintf("eb:MessageId %s was accepted before with payload SHA-256 %s; this message has payload SHA-256 %s: a changed document needs a new eb:MessageId",
+			id, f.StoredSHA256, f.PayloadSHA256), f.Err).WithRef(id)
+		return r.e.signalError(ae, id, false)
+	}
+	return exchange.Reply{}, fmt.Errorf("as4 endpoint: unknown failure kind %d", f.Kind)
+}
+
+// receiptReply builds and signs the receipt of um.
+func (e *Endpoint) receiptReply(um *as4.UserMessage, refs []receipt.Reference) (exchange.Reply, error) {
+	sig, err := receipt.BuildReceipt(um, refs, receipt.Options{Now: e.cfg.Now, Host: e.cfg.Host})
+	if err != nil {
+		return exchange.Reply{}, fmt.Errorf("as4 endpoint: receipt: %w", err)
+	}
+	body, err := e.sign(sig.Doc)
+	if err != nil {
+		return exchange.Reply{}, fmt.Errorf("as4 endpoint: receipt: %w", err)
+	}
+	return exchange.Reply{
+		Status:      http.StatusOK,
+		Header:      http.Header{"Content-Type": {SOAPContentType}},
+		Body:        body,
+		Disposition: "receipt",
+	}, nil
+}
+
+// signalError builds and signs an ebMS error signal. A retryable error is
+// sent with HTTP 500 and a SOAP 1.2 env:Receiver fault in the body.
+func (e *Endpoint) signalError(ae *as4.Error, refTo string, retryable bool) (exchange.Reply, error) {
+	sig, err := receipt.BuildError([]*as4.Error{ae}, refTo, receipt.Options{Now: e.cfg.Now, Host: e.cfg.Host})
+	if err != nil {
+		return exchange.Reply{}, fmt.Errorf("as4 endpoint: error signal: %w", err)
+	}
+	status := http.StatusOK
+	if retryable {
+		status = http.StatusInternalServerError
+		if err := addReceiverFault(sig.Doc, ae.Detail); err != nil {
+			return exchange.Reply{}, err
+		}
+	}
+	body, err := e.sign(sig.Doc)
+	if err != nil {
+		return exchange.Reply{}, fmt.Errorf("as4 endpoint: error signal: %w", err)
+	}
+	return exchange.Reply{
+		Status:      status,
+		Header:      http.Header{"Content-Type": {SOAPContentType}},
+		Body:        body,
+		Disposition: ae.Code,
+	}, nil
+}
+
+// addReceiverFault puts an env:Receiver fault in the SOAP 1.2 body.
+func addReceiverFault(doc *etree.Document, reason string) error {
+	root := doc.Root()
+	bodies := as4.Children(root, as4.NSSOAP12, "Body")
+	if len(bodies) != 1 {
+		return errors.New("as4 endpoint: error signal without a SOAP 1.2 body")
+	}
+	p := root.Space
+	fault := bodies[0].CreateElement(p + ":Fault")
+	fault.CreateElement(p + ":Code").CreateElement(p + ":Value").SetText(p + ":Receiver")
+	text := fault.CreateElement(p + ":Reason").CreateElement(p + ":Text")
+	text.CreateAttr("xml:lang", "en")
+	text.SetText(reason)
+	return nil
+}
+
+// sign adds our WS-Security signature to a signal and serialises it.
+func (e *Endpoint) sign(doc *etree.Document) ([]byte, error) {
+	if err := wssec.Sign(doc, nil, wssec.SignOptions{Signer: e.signer, Certificate: e.cfg.Keys[0].Cert, Now: e.cfg.Now}); err != nil {
+		return nil, err
+	}
+	return doc.WriteToBytes()
+}
+
+// reject answers a message that failed before the pipeline with a signed
+// error signal (HTTP 200: the error is permanent).
+func (e *Endpoint) reject(tr *trace, ae *as4.Error, refTo string) exchange.Reply {
+	if refTo != "" && ae.RefToMessageID == "" {
+		ae = ae.WithRef(refTo)
+	}
+	tr.err = ae
+	reply, err := e.signalError(ae, refTo, false)
+	if err != nil {
+		return e.internalError(tr, err)
+	}
+	return reply
+}
+
+// internalError is the answer when even a signal cannot be built.
+func (e *Endpoint) internalError(tr *trace, err error) exchange.Reply {
+	if tr.err == nil {
+		tr.err = as4.Other("internal error", err)
+	} else {
+		tr.err.Err = errors.Join(tr.err.Err, err)
+	}
+	return exchange.Reply{
+		Status:      http.StatusInternalServerError,
+		Header:      http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
+		Body:        []byte("internal error; the message was not processed, please retransmit\n"),
+		Disposition: "http-500",
+	}
+}
+
+// receiptReferences copies the verified ds:References for the receipt.
+func receiptReferences(refs []wssec.Reference) []receipt.Reference {
+	out := make([]receipt.Reference, len(refs))
+	for i, r := range refs {
+		rr := receipt.Reference{URI: r.URI, DigestMethod: r.DigestMethod, DigestValue: r.DigestValue}
+		for _, t := range r.Transforms {
+			rr.Transforms = append(rr.Transforms, receipt.Transform{Algorithm: t.Algorithm, PrefixList: t.PrefixList})
+		}
+		out[i] = rr
+	}
+	return out
+}
