@@ -245,6 +245,8 @@ type envOptions struct {
 	files map[string][]byte
 	keys  []cms.KeyPair
 	ourID string
+	// memory uses the memory store and discards logs (fuzzing).
+	memory bool
 }
 
 type syncBuffer struct {
@@ -252,8 +254,12 @@ type syncBuffer struct {
 	b  strings.Builder
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
@@ -287,15 +293,25 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := sqlitestore.Open(context.Background(), filepath.Join(root, "gateway.db"), dedup.Options{Lease: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h := &countingInbox{dir: inbox.Dir{Root: filepath.Join(root, "inbox")}, runs: map[string]int{}, got: map[string][][]byte{}}
-	pl := &exchange.Pipeline{Store: st, Audit: st.AuditSink(), Handler: h, Log: log, Lease: time.Minute}
+	pl := &exchange.Pipeline{Handler: h, Log: log, Lease: time.Minute}
+	var st *sqlitestore.Store
+	if o.memory {
+		log = slog.New(slog.DiscardHandler)
+		pl.Log = log
+		pl.Store = dedup.NewMemoryStore(dedup.Options{Lease: time.Minute})
+		pl.Audit = &audit.Memory{}
+	} else {
+		var err error
+		st, err = sqlitestore.Open(context.Background(), filepath.Join(root, "gateway.db"), dedup.Options{Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		pl.Store, pl.Audit = st, st.AuditSink()
+	}
 	ob := outbox.NewMemory()
 	disp := &outbox.Dispatcher{Store: ob, Log: log, PollInterval: 50 * time.Millisecond, BaseBackoff: 50 * time.Millisecond, Timeout: 10 * time.Second}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -317,7 +333,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	srv := httptest.NewServer(ep)
 	t.Cleanup(srv.Close)
-	return &env{srv: srv, ep: ep, dir: dir, handler: h, audit: st.AuditSink(), store: st, outbox: ob, mdns: newMDNReceiver(t), root: root, logs: logs}
+	return &env{srv: srv, ep: ep, dir: dir, handler: h, audit: pl.Audit, store: st, outbox: ob, mdns: newMDNReceiver(t), root: root, logs: logs}
 }
 
 // client returns a sender acting as the partner ACME (signing with its
