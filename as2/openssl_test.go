@@ -74,7 +74,9 @@ func TestOpenSSLSenderMatrix(t *testing.T) {
 							"Content-Disposition: attachment; filename=\"order.edi\"\r\n\r\n"), payload...)
 						cur := entity
 						if compress {
-							opensslCompressOnce.Do(func() { _, opensslCompressErr = openssl(t, []byte("probe"), "cms", "-compress", "-binary", "-outform", "DER") })
+							opensslCompressOnce.Do(func() {
+								_, opensslCompressErr = openssl(t, []byte("probe"), "cms", "-compress", "-binary", "-outform", "DER")
+							})
 							if opensslCompressErr != nil {
 								t.Skipf("this openssl cannot compress (built without zlib): %v", opensslCompressErr)
 							}
