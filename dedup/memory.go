@@ -31,12 +31,16 @@ func NewToken() (Token, error) {
 // abandoned rows first seen before the given time and never a claim in
 // progress. Every new claim (new key, lease takeover, reclaim after abandon,
 // window reuse) resets the row's first-seen time.
+//
+// It is also the memory Ledger: the business interchange rows are kept
+// apart from the transport keys, under the same lock, lease and clock.
 type MemoryStore struct {
 	lease time.Duration
 	now   func() time.Time
 
 	mu     sync.Mutex
 	rows   map[Key]*memoryRow
+	ledger map[Key]*ledgerRow
 	closed bool
 }
 
@@ -70,7 +74,7 @@ func MemoryClock(now func() time.Time) MemoryOption {
 // MemoryStore.
 func NewMemoryStore(opts Options, mopts ...MemoryOption) *MemoryStore {
 	opts = opts.WithDefaults()
-	s := &MemoryStore{lease: opts.Lease, now: time.Now, rows: make(map[Key]*memoryRow)}
+	s := &MemoryStore{lease: opts.Lease, now: time.Now, rows: make(map[Key]*memoryRow), ledger: make(map[Key]*ledgerRow)}
 	for _, o := range mopts {
 		o(s)
 	}
@@ -182,13 +186,14 @@ func (s *MemoryStore) Len() int {
 	return len(s.rows)
 }
 
-// Close drops every row. Later calls fail with an error wrapping
+// Close drops every row, transport and ledger. Later calls fail with an error wrapping
 // ErrUnavailable, which lets tests simulate an unreachable store.
 func (s *MemoryStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
 	s.rows = nil
+	s.ledger = nil
 	return nil
 }
 
