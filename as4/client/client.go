@@ -452,7 +452,10 @@ var ErrNoSignal = errors.New("as4 client: the answer is not an ebMS signal")
 
 // Post sends out to url and verifies the answer. It returns the response
 // whenever one was read. A verified error signal gives an error wrapping
-// *receipt.SignalError; an answer that is not a signal wraps ErrNoSignal.
+// *receipt.SignalError; an answer that is not a signal wraps ErrNoSignal;
+// a valid receipt of an earlier transmission of the same eb:MessageId is
+// set in Response.Receipt and reported with an error wrapping
+// ErrNotCovered.
 func (c *Client) Post(ctx context.Context, url string, out *Outgoing) (*Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(out.Body))
 	if err != nil {
@@ -489,6 +492,9 @@ func (c *Client) Post(ctx context.Context, url string, out *Outgoing) (*Response
 		Trusted: c.ReceiptSigners, MessageID: out.MessageID, References: out.References,
 		Now: c.now, ClockSkew: c.ClockSkew,
 	})
+	if errors.Is(err, ErrNotCovered) {
+		resp.Receipt = r
+	}
 	if err != nil {
 		return resp, fmt.Errorf("HTTP %d: %w", hr.StatusCode, err)
 	}

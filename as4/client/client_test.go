@@ -98,12 +98,13 @@ func TestInteropPhase4Receipts(t *testing.T) {
 			d, _ := base64.StdEncoding.DecodeString(bad.References[2].DigestValue)
 			d[0] ^= 1
 			bad.References[2].DigestValue = base64.StdEncoding.EncodeToString(d)
-			if _, err := client.VerifyReceipt(ct, body, bad); as4.CodeOf(err) != as4.CodeInvalidReceipt {
+			if got, err := client.VerifyReceipt(ct, body, bad); as4.CodeOf(err) != as4.CodeInvalidReceipt || !errors.Is(err, client.ErrNotCovered) ||
+				got == nil || got.MessageID != r.MessageID {
 				t.Errorf("changed digest: %v", err)
 			}
 			bad = chk
 			bad.MessageID = "other@phase4"
-			if _, err := client.VerifyReceipt(ct, body, bad); as4.CodeOf(err) != as4.CodeInvalidReceipt {
+			if _, err := client.VerifyReceipt(ct, body, bad); as4.CodeOf(err) != as4.CodeInvalidReceipt || errors.Is(err, client.ErrNotCovered) {
 				t.Errorf("other message id: %v", err)
 			}
 			bad = chk

@@ -12,6 +12,15 @@ import (
 	"gateway/wssec"
 )
 
+// ErrNotCovered reports a verified receipt for our eb:MessageId whose
+// NonRepudiationInformation does not list the references of this
+// transmission. The usual cause is duplicate elimination: the message was
+// rebuilt (new signature) under an eb:MessageId the receiver had accepted
+// before, and the receiver answered with the receipt of that earlier
+// transmission, byte for byte. VerifyReceipt returns the receipt with this
+// error; the caller decides whether the earlier receipt is enough.
+var ErrNotCovered = errors.New("as4 client: the receipt does not cover this transmission")
+
 // ReceiptCheck says what a receipt must satisfy.
 type ReceiptCheck struct {
 	// Trusted are the certificates that may sign the receipt (the
@@ -35,7 +44,9 @@ type ReceiptCheck struct {
 // soap:Body, and the verified header must hold a receipt for
 // chk.MessageID that acknowledges every reference in chk.References.
 // A correctly signed error signal gives an error wrapping
-// *receipt.SignalError.
+// *receipt.SignalError; a valid receipt that does not list every reference
+// is returned together with an error wrapping ErrNotCovered (and carrying
+// EBMS:0302 InvalidReceipt).
 func VerifyReceipt(contentType string, body []byte, chk ReceiptCheck) (*receipt.Receipt, error) {
 	if len(chk.Trusted) == 0 {
 		return nil, errors.New("as4 client: no certificate to verify the receipt with")
@@ -70,7 +81,7 @@ func VerifyReceipt(contentType string, body []byte, chk ReceiptCheck) (*receipt.
 		return nil, as4.InvalidReceipt(fmt.Sprintf("the receipt refers to %q, not to our message %q", r.RefToMessageID, chk.MessageID), nil)
 	}
 	if err := r.Covers(chk.References); err != nil {
-		return nil, err
+		return r, fmt.Errorf("%w: %w", ErrNotCovered, err)
 	}
 	return r, nil
 }

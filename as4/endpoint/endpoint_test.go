@@ -537,3 +537,26 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Errorf("valid config: %v", err)
 	}
 }
+
+// TestRebuiltRetransmission: the same message built again (new signature,
+// same eb:MessageId and payloads) is a duplicate; the answer is the first
+// receipt byte for byte, which the sender recognises as covering the
+// earlier transmission.
+func TestRebuiltRetransmission(t *testing.T) {
+	t.Parallel()
+	k := getKeys(t)
+	h := newHarness(t, harnessOptions{})
+	c := rsaClient(k)
+	ctx := context.Background()
+	_, first, err := c.Send(ctx, h.url, testMessage("rebuilt@acme.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, again, err := c.Send(ctx, h.url, testMessage("rebuilt@acme.test"))
+	if !errors.Is(err, client.ErrNotCovered) || again.Receipt == nil || !bytes.Equal(again.Body, first.Body) {
+		t.Fatalf("rebuilt retransmission: %v", err)
+	}
+	if h.handler.count() != 1 {
+		t.Errorf("handler ran %d times", h.handler.count())
+	}
+}

@@ -173,6 +173,12 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stderr, "send-as4: saving the answer:", werr)
 		}
 	}
+	if errors.Is(err, client.ErrNotCovered) && resp.Receipt != nil {
+		fmt.Fprintf(stdout, "sent %s again: the receiver answered with receipt %s of %s for an earlier transmission of this message id\n"+
+			"(duplicate; signature valid, but it acknowledges the earlier transmission's references, not this one's)\n",
+			out.MessageID, resp.Receipt.MessageID, resp.Receipt.Timestamp.UTC().Format(time.RFC3339))
+		return nil
+	}
 	if err != nil {
 		var se *receipt.SignalError
 		switch {

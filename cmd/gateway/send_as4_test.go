@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gateway/as4/endpoint"
+	"gateway/dedup"
+	"gateway/exchange"
+	"gateway/partners"
+	"gateway/xmlenc"
+)
+
+// TestSendAS4Demo sends a file as the demo partner to an AS4 endpoint
+// configured like the demo gateway, twice with the same message id: the
+// handler runs once and the second run gets the first receipt again.
+func TestSendAS4Demo(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	demo := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "demo")
+	dir, err := partners.Load(filepath.Join(demo, "partners"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := endpoint.LoadKeyPair(filepath.Join(demo, "keys", "gateway.pem"), filepath.Join(demo, "keys", "gateway.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	var got atomic.Value
+	pl := &exchange.Pipeline{Store: dedup.NewMemoryStore(dedup.Options{Lease: time.Minute}), Log: slog.New(slog.DiscardHandler),
+		Handler: exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error {
+			calls.Add(1)
+			got.Store(m)
+			return nil
+		})}
+	ep, err := endpoint.New(endpoint.Config{Partners: dir, Keys: []xmlenc.KeyPair{gw}, Pipeline: pl,
+		PartyID: "urn:demo:gateway", PartyType: "urn:oasis:names:tc:ebcore:partyid-type:unregistered",
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(ep)
+	defer srv.Close()
+
+	payload := filepath.Join(t.TempDir(), "invoice.xml")
+	os.WriteFile(payload, []byte("<Invoice>demo</Invoice>\n"), 0o600)
+	saved := filepath.Join(t.TempDir(), "receipt.xml")
+	args := func(action, id string) []string {
+		return []string{"send-as4", "-url", srv.URL + "/as4",
+			"-key", filepath.Join(demo, "keys", "demo-partner.key"), "-cert", filepath.Join(demo, "partners", "demo-partner.pem"),
+			"-receipt-cert", filepath.Join(demo, "keys", "gateway.pem"), "-encrypt-cert", filepath.Join(demo, "keys", "gateway.pem"),
+			"-from", "urn:demo:partner", "-from-type", "urn:oasis:names:tc:ebcore:partyid-type:unregistered",
+			"-to", "urn:demo:gateway", "-to-type", "urn:oasis:names:tc:ebcore:partyid-type:unregistered",
+			"-service", "urn:demo:invoicing", "-action", action, "-message-id", id,
+			"-sign-alg", "rsa-sha512", "-cipher", "aes256-gcm", "-save-receipt", saved, payload}
+	}
+	var receipts []string
+	for i := 0; i < 2; i++ {
+		var out, errb bytes.Buffer
+		if code := run(args("Deliver", "cli-1@demo"), &out, &errb); code != 0 {
+			t.Fatalf("run %d: exit %d: %s", i, code, errb.String())
+		}
+		// The second run builds the message anew (new signature) under the
+		// same id: the gateway replays the first receipt, which covers the
+		// first transmission.
+		want := []string{"sent cli-1@demo (1 attachments", "signature valid, 3 of 3 references acknowledged"}
+		if i == 1 {
+			want = []string{"sent cli-1@demo again", "earlier transmission"}
+		}
+		for _, w := range want {
+			if !strings.Contains(out.String(), w) {
+				t.Fatalf("run %d output lacks %q: %s", i, w, out.String())
+			}
+		}
+		b, _ := os.ReadFile(saved)
+		receipts = append(receipts, string(b))
+	}
+	if calls.Load() != 1 || receipts[0] != receipts[1] || receipts[0] == "" {
+		t.Fatalf("handler ran %d times; receipts equal: %v", calls.Load(), receipts[0] == receipts[1])
+	}
+	m := got.Load().(*exchange.Message)
+	if m.Partner != "demo" || m.Payloads[0].ContentType != "application/xml" || m.Headers.Get(endpoint.HeaderAction) != "Deliver" {
+		t.Errorf("delivered %+v", m)
+	}
+
+	var out, errb bytes.Buffer
+	if code := run(args("Cancel", "cli-2@demo"), &out, &errb); code != 1 || !strings.Contains(errb.String(), "EBMS:0010") || !strings.Contains(errb.String(), "cli-2@demo") {
+		t.Fatalf("refused message: exit %d, stderr %s", code, errb.String())
+	}
+	if code := run([]string{"send-as4", "-url", "x"}, &out, &errb); code != 2 {
+		t.Errorf("missing flags: exit %d", code)
+	}
+}
