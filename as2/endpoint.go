@@ -232,8 +232,11 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	onDrift := exchange.DriftReject
-	if p.OnDrift == "accept" {
+	switch p.OnDrift {
+	case "accept":
 		onDrift = exchange.DriftAccept
+	case "quarantine":
+		onDrift = exchange.DriftQuarantine
 	}
 	reply := e.cfg.Pipeline.Process(r.Context(), exchange.Inbound{
 		Message: msg, Replies: &replies{e: e, x: x}, Window: p.AS2.DedupWindow.Std(), OnDrift: onDrift,

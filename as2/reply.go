@@ -47,13 +47,43 @@ func (r *replies) Duplicate(ctx context.Context, stored exchange.Reply, d dedup.
 	return r.e.buildMDN(r.x, disp, text, mic, alg)
 }
 
+// DuplicateInterchange answers a message under a new Message-ID whose every
+// interchange was accepted before (an EDI resend): the duplicate
+// disposition with this message's MIC, naming the interchanges.
+func (r *replies) DuplicateInterchange(ctx context.Context, dups []exchange.InterchangeDuplicate) (exchange.Reply, error) {
+	disp := mdn.DispDuplicateDocument
+	if r.x.partner.AS2.DuplicateDisposition == "processed" {
+		disp = mdn.DispProcessed
+	}
+	var refs []string
+	for _, d := range dups {
+		refs = append(refs, fmt.Sprintf("%s interchange %s from %s (first received %s)", d.Interchange.Standard,
+			d.Interchange.Reference, d.Interchange.Sender, d.FirstSeen.UTC().Format(time.RFC3339)))
+	}
+	text := fmt.Sprintf("The AS2 message %s carries only interchanges that were received and accepted before: %s. They were not processed again.",
+		r.x.req.MessageID, strings.Join(refs, "; "))
+	return r.e.buildMDN(r.x, disp, text, r.x.mic, r.x.micAlg.spelled)
+}
+
 // Failed is the negative MDN of a handler failure (the partner should
-// retransmit) or of payload drift.
+// retransmit), of payload drift (naming the Message-ID and both hashes),
+// or of a damaged business envelope.
 func (r *replies) Failed(ctx context.Context, f *exchange.Failure) (exchange.Reply, error) {
-	text := fmt.Sprintf("The AS2 message %s was received but could not be processed; it was not accepted and may be retransmitted.", r.x.req.MessageID)
-	if f.Kind == exchange.Drift {
-		text = fmt.Sprintf("The AS2 message %s was not processed: this Message-ID was accepted on %s with payload SHA-256 %s, and this delivery carries payload SHA-256 %s. A changed document needs a new Message-ID.",
-			r.x.req.MessageID, f.FirstSeen.UTC().Format(time.RFC3339), f.StoredSHA256, f.PayloadSHA256)
+	id := r.x.req.MessageID
+	var text string
+	switch f.Kind {
+	case exchange.HandlerFailed:
+		// The handler's error stays in our log: it may name internal systems.
+		text = fmt.Sprintf("The AS2 message %s was received but could not be processed; it was not accepted and may be retransmitted.", id)
+	case exchange.Drift, exchange.Quarantined:
+		text = fmt.Sprintf("The AS2 message %s was not processed: %v. A changed document needs a new Message-ID and interchange reference.", id, f.Err)
+		if f.StoredSHA256 != "" && !strings.Contains(text, f.StoredSHA256) {
+			text += fmt.Sprintf(" (stored payload SHA-256 %s, this delivery %s)", f.StoredSHA256, f.PayloadSHA256)
+		}
+	case exchange.Damaged:
+		text = fmt.Sprintf("The AS2 message %s was not processed: its business envelope is damaged: %v.", id, f.Err)
+	default:
+		text = fmt.Sprintf("The AS2 message %s was not processed.", id)
 	}
 	return r.e.buildMDN(r.x, mdn.DispUnexpectedProcessingError, text, r.x.mic, r.x.micAlg.spelled)
 }

@@ -56,6 +56,7 @@ func usage(w io.Writer) {
   gateway serve [-config FILE]             run the gateway
   gateway partners check [-config FILE]    validate the partner directory
   gateway version                          print the version
+  gateway send -file PATH [-url URL] ...   send an AS2 message and verify its MDN (-h for flags)
   gateway send-as4 -url URL ... FILE...    send an AS4 message and verify its receipt (-h for flags)
 Every setting can be overridden by GATEWAY_* environment variables (see README).
 `)
@@ -73,6 +74,8 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%w: partners takes: check", errUsage)
 		}
 		return partnersCheck(args[2:], stdout)
+	case "send":
+		return sendAS2(args[1:], stdout, stderr)
 	case "send-as4":
 		return sendAS4(args[1:], stdout, stderr)
 	case "version":

@@ -1,0 +1,551 @@
+package main
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"gateway/as2client"
+	"gateway/cms"
+	"gateway/config"
+	"gateway/partners"
+	"gateway/smime"
+)
+
+const sendUsage = `usage: gateway send -file PATH [-url URL] [options]
+Sends PATH as one AS2 message (RFC 4130), signed, encrypted and compressed as chosen,
+posts it and checks the MDN: its signature against the recipient's certificate, its
+Original-Message-ID, its disposition and its Received-Content-MIC. Exit status 0 only
+for a positive MDN (or, without an MDN, an HTTP 2xx).
+
+Acting as a configured partner towards this gateway (URL, AS2 ids and the gateway's
+certificate come from the configuration; the partner's own key is given with -key):
+  gateway send -config testdata/demo/gateway.yaml -partner demo \
+    -key testdata/demo/keys/demo-partner.key -file order.edi
+Without a configuration, everything is given on the command line:
+  gateway send -as2-from DEMO -as2-to GATEWAY \
+    -key testdata/demo/keys/demo-partner.key -cert testdata/demo/partners/demo-partner.pem \
+    -recipient-cert testdata/demo/keys/gateway.pem -url http://127.0.0.1:8080/as2 -file order.edi
+Resend with -message-id (or -repeat 2) to see the duplicate MDN.
+`
+
+// progressThreshold: bodies at least this large show progress on stderr.
+const progressThreshold = 1 << 20
+
+// sendAS2 is `gateway send`.
+func sendAS2(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("send", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, sendUsage)
+		fs.PrintDefaults()
+	}
+	cfgPath := fs.String("config", "", "gateway YAML file: send as -partner to this gateway")
+	partnerID := fs.String("partner", "", "partner id (with -config): its AS2 ids and policy are used")
+	file := fs.String("file", "", "the payload to send (required)")
+	url := fs.String("url", "", "the receiver's AS2 URL (default with -config: http(s)://listen + as2.path)")
+	from := fs.String("as2-from", "", "AS2-From (default with -config: the partner's as2_id)")
+	to := fs.String("as2-to", "", "AS2-To (default with -config: the gateway's AS2 id for the partner)")
+	keyFile := fs.String("key", "", "sender's PEM private key (signs the message)")
+	certFile := fs.String("cert", "", "sender's PEM certificate of -key (default with -config: the partner certificate matching -key)")
+	var rcptFile string
+	fs.StringVar(&rcptFile, "recipient-cert", "", "recipient's PEM certificate(s): the first encrypts, all verify the MDN (default with -config: the gateway's)")
+	fs.StringVar(&rcptFile, "partner-cert", "", "same as -recipient-cert")
+	sign := fs.String("sign", "sha256", "signature digest: sha1, sha224, sha256, sha384, sha512 or none")
+	pss := fs.Bool("pss", false, "sign with RSASSA-PSS instead of PKCS#1 v1.5")
+	encrypt := fs.String("encrypt", "", "content cipher: 3des, aes128-cbc, aes192-cbc, aes256-cbc, aes128-gcm, aes256-gcm or none (default: aes256-cbc when a recipient certificate is known)")
+	oaep := fs.Bool("oaep", false, "RSAES-OAEP key transport instead of PKCS#1 v1.5")
+	compress := fs.Bool("compress", false, "compress the payload (compress, then sign)")
+	compressAfter := fs.Bool("compress-after-sign", false, "compress the signed entity instead (sign, then compress)")
+	mdnMode := fs.String("mdn", "sync", "MDN: sync, async or none")
+	mdnUnsigned := fs.Bool("mdn-unsigned", false, "ask for an unsigned MDN")
+	asyncURL := fs.String("async-url", "", "Receipt-Delivery-Option for -mdn async")
+	asyncListen := fs.String("async-listen", "", "receive the async MDN on this address (e.g. 127.0.0.1:9090); -async-url defaults to it")
+	wait := fs.Duration("wait", time.Minute, "how long -async-listen waits for the MDN")
+	contentType := fs.String("content-type", "", "payload Content-Type (default: from the file extension)")
+	filename := fs.String("filename", "", "Content-Disposition filename (default: the file's base name; \"-\" for none)")
+	cte := fs.String("transfer-encoding", "binary", "payload Content-Transfer-Encoding: binary or base64")
+	messageID := fs.String("message-id", "", "Message-ID (default: a new one); reuse one to test duplicate handling")
+	subject := fs.String("subject", "", "Subject header")
+	repeat := fs.Int("repeat", 1, "send the identical bytes this many times (duplicates after the first)")
+	timeout := fs.Duration("timeout", 5*time.Minute, "HTTP timeout per send")
+	quiet := fs.Bool("quiet", false, "no progress output")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: send takes no arguments (use -file): %q", errUsage, fs.Args())
+	}
+	if *file == "" {
+		return fmt.Errorf("%w: send needs -file (see gateway send -h)", errUsage)
+	}
+	if *repeat < 1 {
+		return fmt.Errorf("%w: -repeat must be at least 1", errUsage)
+	}
+
+	c := &as2client.Client{URL: *url, From: *from, To: *to, SignPSS: *pss, OAEP: *oaep, Subject: *subject,
+		TransferEncoding: *cte, HTTP: &http.Client{Timeout: *timeout}, SignedMDN: !*mdnUnsigned}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var partner *partners.Partner
+	var partnerCerts []*x509.Certificate
+	if *cfgPath != "" || *partnerID != "" {
+		var err error
+		if partner, partnerCerts, err = fromConfig(c, *cfgPath, *partnerID); err != nil {
+			return err
+		}
+		if !set["sign"] {
+			*sign = defaultDigest(partner)
+		}
+	}
+	if c.URL == "" || c.From == "" || c.To == "" {
+		return fmt.Errorf("%w: send needs -url, -as2-from and -as2-to (or -config and -partner)", errUsage)
+	}
+	if rcptFile != "" {
+		certs, err := partners.ReadCertificates(rcptFile)
+		if err != nil {
+			return fmt.Errorf("send: -recipient-cert: %w", err)
+		}
+		c.RecipientCerts = certs
+	}
+
+	switch d := strings.ToLower(*sign); d {
+	case "none", "":
+	default:
+		n, err := cms.NormalizeDigest(d)
+		if err != nil {
+			return fmt.Errorf("%w: -sign %q: %v", errUsage, *sign, err)
+		}
+		c.SignDigest = n
+	}
+	if c.SignDigest != "" {
+		if *keyFile == "" {
+			return fmt.Errorf("%w: signing needs -key (or -sign none)", errUsage)
+		}
+		if err := loadSigner(c, *keyFile, *certFile, partnerCerts); err != nil {
+			return err
+		}
+	}
+	switch enc := strings.ToLower(*encrypt); enc {
+	case "none":
+	case "":
+		if len(c.RecipientCerts) > 0 {
+			c.Cipher = defaultCipher(partner)
+		}
+	default:
+		n, err := cms.NormalizeCipher(enc)
+		if err != nil {
+			return fmt.Errorf("%w: -encrypt %q: %v", errUsage, *encrypt, err)
+		}
+		c.Cipher = n
+	}
+	if c.Cipher != "" && len(c.RecipientCerts) == 0 {
+		return fmt.Errorf("%w: encryption needs -recipient-cert (or -encrypt none)", errUsage)
+	}
+	if *compressAfter {
+		c.Compression = smime.SignThenCompress
+	} else if *compress {
+		c.Compression = smime.CompressThenSign
+	}
+	switch as2client.MDNMode(*mdnMode) {
+	case as2client.MDNSync, as2client.MDNAsync, as2client.MDNNone:
+		c.MDN = as2client.MDNMode(*mdnMode)
+	default:
+		return fmt.Errorf("%w: -mdn %q is not sync, async or none", errUsage, *mdnMode)
+	}
+	if c.SignedMDN && c.MDN != as2client.MDNNone && len(c.RecipientCerts) == 0 {
+		return fmt.Errorf("%w: verifying a signed MDN needs -recipient-cert (or -mdn-unsigned)", errUsage)
+	}
+
+	payload, err := os.ReadFile(*file)
+	if err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	ct := *contentType
+	if ct == "" {
+		ct = as2ContentType(*file)
+	}
+	name := *filename
+	switch name {
+	case "":
+		name = filepath.Base(*file)
+	case "-":
+		name = ""
+	}
+
+	ctx := context.Background()
+	var mdns *mdnListener
+	if c.MDN == as2client.MDNAsync {
+		if *asyncListen != "" {
+			if mdns, err = listenMDN(*asyncListen); err != nil {
+				return err
+			}
+			defer mdns.close()
+			if *asyncURL == "" {
+				*asyncURL = "http://" + mdns.addr + "/mdn"
+			}
+		}
+		if *asyncURL == "" {
+			return fmt.Errorf("%w: -mdn async needs -async-url or -async-listen", errUsage)
+		}
+		c.AsyncURL = *asyncURL
+	}
+	msg, err := c.Prepare(payload, ct, name)
+	if err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	if *messageID != "" {
+		id := strings.TrimSpace(*messageID)
+		if !strings.HasPrefix(id, "<") {
+			id = "<" + id + ">"
+		}
+		msg.ID = id
+		msg.Header.Set("Message-Id", id)
+	}
+	if !*quiet && len(msg.Body) >= progressThreshold {
+		c.Progress = progressPrinter(stderr)
+	}
+
+	failed := 0
+	for i := 1; i <= *repeat; i++ {
+		if *repeat > 1 {
+			fmt.Fprintf(stdout, "send %d of %d\n", i, *repeat)
+		}
+		res, err := c.Send(ctx, msg)
+		if err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		fmt.Fprintf(stdout, "message-id:   %s\nfrom/to:      %s -> %s\nsent:         %d bytes in %s, HTTP %d\nprotection:   %s\n",
+			msg.ID, c.From, c.To, res.BytesSent, res.Elapsed.Round(time.Millisecond), res.Status, protection(c))
+		check := res.MDN
+		if c.MDN == as2client.MDNAsync && mdns != nil && res.Status/100 == 2 {
+			fmt.Fprintf(stdout, "mdn:          waiting up to %s for the async MDN at %s\n", *wait, c.AsyncURL)
+			h, body, err := mdns.wait(msg.ID, *wait)
+			if err != nil {
+				res.Problems = append(res.Problems, err.Error())
+			} else {
+				check = c.CheckMDN(msg, h, body)
+				res.Problems = append(res.Problems, check.Problems...)
+			}
+		} else if c.MDN == as2client.MDNAsync && res.Status/100 == 2 {
+			fmt.Fprintf(stdout, "mdn:          asynchronous, to %s (not checked here)\n", c.AsyncURL)
+		}
+		if check != nil {
+			printMDN(stdout, check, msg)
+		}
+		if res.OK() {
+			fmt.Fprintln(stdout, "result:       OK")
+		} else {
+			failed++
+			fmt.Fprintf(stdout, "result:       FAILED: %s\n", strings.Join(res.Problems, "; "))
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("send: %d of %d sends of %s not accepted", failed, *repeat, msg.ID)
+	}
+	return nil
+}
+
+// fromConfig fills c from the gateway configuration, acting as partner id
+// towards this gateway.
+func fromConfig(c *as2client.Client, path, id string) (*partners.Partner, []*x509.Certificate, error) {
+	if path == "" || id == "" {
+		return nil, nil, fmt.Errorf("%w: -config and -partner go together", errUsage)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := partners.Load(cfg.Partners)
+	if err != nil {
+		return nil, nil, err
+	}
+	var p *partners.Partner
+	for _, q := range dir.Partners {
+		if q.ID == id {
+			p = q
+		}
+	}
+	if p == nil || p.AS2 == nil {
+		return nil, nil, fmt.Errorf("send: no AS2 partner %q in %s", id, cfg.Partners)
+	}
+	if c.From == "" {
+		c.From = p.AS2.ID
+	}
+	if c.To == "" {
+		c.To = p.AS2.OurID
+		if c.To == "" {
+			c.To = cfg.Identity.AS2ID
+		}
+	}
+	if c.URL == "" {
+		host, port, err := net.SplitHostPort(cfg.Listen)
+		if err != nil {
+			return nil, nil, fmt.Errorf("send: listen %q: %w", cfg.Listen, err)
+		}
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "127.0.0.1"
+		}
+		scheme := "http"
+		if cfg.TLS.Cert != "" {
+			scheme = "https"
+		}
+		c.URL = scheme + "://" + net.JoinHostPort(host, port) + cfg.AS2.Path
+	}
+	for _, k := range cfg.Identity.Keys {
+		certs, err := partners.ReadCertificates(k.Cert)
+		if err != nil {
+			return nil, nil, fmt.Errorf("send: identity key certificate: %w", err)
+		}
+		c.RecipientCerts = append(c.RecipientCerts, certs...)
+	}
+	// The partner's configured certificates identify the certificate of
+	// -key when -cert is not given.
+	return p, dir.AS2Certificates(p), nil
+}
+
+// defaultDigest is sha256, or the partner's first allowed digest when its
+// agreement does not allow sha256.
+func defaultDigest(p *partners.Partner) string {
+	if len(p.AS2.AllowedDigests) == 0 {
+		return cms.DigestSHA256
+	}
+	for _, d := range p.AS2.AllowedDigests {
+		if d == cms.DigestSHA256 {
+			return d
+		}
+	}
+	return p.AS2.AllowedDigests[0]
+}
+
+// loadSigner reads the sender's key and certificate.
+func loadSigner(c *as2client.Client, keyFile, certFile string, partnerCerts []*x509.Certificate) error {
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return fmt.Errorf("send: -key: %w", err)
+	}
+	key, err := cms.ParsePrivateKey(keyPEM)
+	if err != nil {
+		return fmt.Errorf("send: -key %s: %w", keyFile, err)
+	}
+	var certs []*x509.Certificate
+	if certFile != "" {
+		if certs, err = partners.ReadCertificates(certFile); err != nil {
+			return fmt.Errorf("send: -cert: %w", err)
+		}
+	} else if len(partnerCerts) > 0 {
+		certs = partnerCerts
+	} else {
+		return fmt.Errorf("%w: signing needs -cert (the certificate of -key)", errUsage)
+	}
+	for _, cert := range certs {
+		if samePublicKey(cert, key) {
+			c.SignCert, c.SignKey = cert, key
+			return nil
+		}
+	}
+	return fmt.Errorf("send: no certificate of %s belongs to the key %s", orDefault(certFile, "the partner"), keyFile)
+}
+
+func samePublicKey(cert *x509.Certificate, key crypto.Signer) bool {
+	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
+	return ok && pub.Equal(cert.PublicKey)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// defaultCipher is aes256-cbc, or the partner's first allowed cipher when
+// its agreement does not allow aes256-cbc.
+func defaultCipher(p *partners.Partner) string {
+	if p != nil && len(p.AS2.AllowedCiphers) > 0 {
+		for _, c := range p.AS2.AllowedCiphers {
+			if c == cms.CipherAES256CBC {
+				return c
+			}
+		}
+		return p.AS2.AllowedCiphers[0]
+	}
+	return cms.CipherAES256CBC
+}
+
+func protection(c *as2client.Client) string {
+	var parts []string
+	if c.Compression == smime.CompressThenSign {
+		parts = append(parts, "compressed")
+	}
+	if c.SignDigest != "" {
+		s := "signed " + c.SignDigest
+		if c.SignPSS {
+			s += " (PSS)"
+		}
+		parts = append(parts, s)
+	}
+	if c.Compression == smime.SignThenCompress {
+		parts = append(parts, "compressed")
+	}
+	if c.Cipher != "" {
+		s := "encrypted " + c.Cipher
+		if c.OAEP {
+			s += " (OAEP)"
+		}
+		parts = append(parts, s)
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", then ")
+}
+
+func printMDN(w io.Writer, ch *as2client.MDNCheck, m *as2client.Message) {
+	if ch.MDN == nil {
+		fmt.Fprintln(w, "mdn:          none readable")
+		return
+	}
+	switch {
+	case ch.Verified:
+		fmt.Fprintf(w, "mdn:          signed, signature verified (%s)\n", ch.Signer.Subject)
+	case ch.Signed:
+		fmt.Fprintln(w, "mdn:          signed, signature NOT verified")
+	default:
+		fmt.Fprintln(w, "mdn:          unsigned")
+	}
+	fmt.Fprintf(w, "disposition:  %s\n", ch.Disposition)
+	verdict := "matches"
+	if !ch.MICMatched {
+		verdict = "does NOT match " + m.MIC + ", " + m.MICAlg
+	}
+	if ch.MDN.Report.MIC == "" {
+		fmt.Fprintln(w, "mic:          (none returned)")
+	} else {
+		fmt.Fprintf(w, "mic:          %s, %s (%s)\n", ch.MDN.Report.MIC, ch.MDN.Report.MICAlg, verdict)
+	}
+	if t := strings.TrimSpace(ch.MDN.Report.HumanText); t != "" && (ch.Disposition.IsError() || ch.Disposition.IsWarning()) {
+		fmt.Fprintf(w, "text:         %s\n", strings.Join(strings.Fields(t), " "))
+	}
+}
+
+// progressPrinter shows "sent N / M bytes" on w at most every 200ms and at
+// the end.
+func progressPrinter(w io.Writer) func(sent, total int64) {
+	var last time.Time
+	return func(sent, total int64) {
+		if sent < total && time.Since(last) < 200*time.Millisecond {
+			return
+		}
+		last = time.Now()
+		fmt.Fprintf(w, "\rsent %d / %d bytes (%d%%)", sent, total, sent*100/max(total, 1))
+		if sent >= total {
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+// as2ContentType guesses the payload's Content-Type from its extension.
+func as2ContentType(name string) string {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".edi", ".edifact":
+		return "application/edifact"
+	case ".x12":
+		return "application/edi-x12"
+	case ".xml":
+		return "application/xml"
+	case ".txt":
+		return "text/plain"
+	}
+	return "application/edi-consent"
+}
+
+// mdnListener receives async MDNs for -async-listen.
+type mdnListener struct {
+	addr string
+	srv  *http.Server
+	mu   sync.Mutex
+	got  map[string]receivedMDN
+	cond *sync.Cond
+}
+
+type receivedMDN struct {
+	header http.Header
+	body   []byte
+}
+
+func listenMDN(addr string) (*mdnListener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("send: -async-listen: %w", err)
+	}
+	l := &mdnListener{addr: ln.Addr().String(), got: map[string]receivedMDN{}}
+	l.cond = sync.NewCond(&l.mu)
+	l.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+		if err != nil {
+			http.Error(w, "read error", http.StatusBadRequest)
+			return
+		}
+		id := originalMessageID(r.Header, body)
+		l.mu.Lock()
+		l.got[id] = receivedMDN{r.Header.Clone(), body}
+		l.cond.Broadcast()
+		l.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	})}
+	go func() { _ = l.srv.Serve(ln) }()
+	return l, nil
+}
+
+// originalMessageID reads the Original-Message-ID of an MDN without
+// validating it (CheckMDN does that).
+func originalMessageID(h http.Header, body []byte) string {
+	i := strings.Index(strings.ToLower(string(body)), "original-message-id:")
+	if i < 0 {
+		return ""
+	}
+	rest := string(body[i+len("original-message-id:"):])
+	if j := strings.IndexAny(rest, "\r\n"); j >= 0 {
+		rest = rest[:j]
+	}
+	return strings.Trim(strings.TrimSpace(rest), "<>")
+}
+
+// wait returns the MDN answering id (and removes it, so that -repeat waits
+// for the next one).
+func (l *mdnListener) wait(id string, d time.Duration) (http.Header, []byte, error) {
+	key := strings.Trim(id, "<>")
+	timer := time.AfterFunc(d, func() { l.mu.Lock(); l.cond.Broadcast(); l.mu.Unlock() })
+	defer timer.Stop()
+	deadline := time.Now().Add(d)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		if m, ok := l.got[key]; ok {
+			delete(l.got, key)
+			return m.header, m.body, nil
+		}
+		if !time.Now().Before(deadline) {
+			return nil, nil, errors.New("no async MDN arrived within " + d.String())
+		}
+		l.cond.Wait()
+	}
+}
+
+func (l *mdnListener) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = l.srv.Shutdown(ctx)
+}
