@@ -211,7 +211,10 @@ func mustFresh(t T, r dedup.InterchangeRecord, ic dedup.Interchange, d dedup.Dec
 
 func (k ledgerKit) claimNew(t T) {
 	l, c := k.ledger(t, dedup.Options{}), ctx(t)
-	ic, m, h := NewInterchange(t), NewMessageID(t), PayloadHash("invoice")
+	ic, h := NewInterchange(t), PayloadHash("invoice")
+	// Quotes, a backslash, a comma and non-ASCII catch stores that mangle ids
+	// in a JSON or array column.
+	m := `<"quoted\\id",{ü}` + randomHex(t, 4) + `@partner.example>`
 	d := claimIC(t, c, l, ic, h, m, 7*24*time.Hour)
 	mustClaimed(t, d, "new interchange")
 	if d.Reused {
@@ -228,6 +231,11 @@ func (k ledgerKit) claimNew(t T) {
 		t.Errorf("two claims got the same token")
 	}
 	mustFresh(t, record(t, c, l, other.Key), other, d2, h, m, 0, "record of the second claim")
+	recs, err := l.FindInterchanges(c, dedup.InterchangeQuery{MessageID: m})
+	mustOK(t, err, "FindInterchanges by the id")
+	if len(recs) != 2 || recs[0].Key != ic.Key || recs[1].Key != other.Key {
+		t.Errorf("FindInterchanges by message id %q returned %s, want both claims", m, keysOf(recs))
+	}
 }
 
 // claimAcceptIC claims a new interchange and accepts it.

@@ -53,21 +53,23 @@ func ExerciseOutbox(t *testing.T, newOutbox NewOutbox) {
 func ExerciseOutboxT(t T, newOutbox NewOutbox) {
 	t.Helper()
 	k := outboxKit{newOutbox: newOutbox}
+	tm := k.startTimed(t)
 	t.Run("enqueue", func(t T) {
 		t.Run("round-trip", k.roundTrip)
 		t.Run("duplicate-id", k.duplicateID)
 		t.Run("invalid", k.invalid)
 	})
-	k.timed(t)
 	t.Run("lease", func(t T) {
 		t.Run("due", k.leaseDue)
 		t.Run("limit-order", k.limitOrder)
 		t.Run("concurrent", k.concurrentLease)
+		t.Run("hides-leased", tm.hidesLeased)
 	})
 	t.Run("delivered", func(t T) {
 		t.Run("done", k.delivered)
 	})
 	t.Run("retry", func(t T) {
+		t.Run("schedules", tm.retrySchedules)
 		t.Run("clears-lease", k.retryClearsLease)
 	})
 	t.Run("give-up", func(t T) {
@@ -287,76 +289,98 @@ func equalStrings(a, b []string) bool {
 	return true
 }
 
-// timed runs the checks that wait: both start, the kit sleeps once.
-func (k outboxKit) timed(t T) {
-	c := ctx(t)
-	hide, hideD := k.outbox(t), NewDelivery(t)
-	hideErr := hide.Enqueue(c, hideD)
-	var hideFirst, hideSecond []outbox.Delivery
-	if hideErr == nil {
-		hideFirst, hideErr = hide.Lease(c, 10, OutboxLease)
+// timed holds the set-up of the checks that wait for a lease or a retry to
+// come due: both start before the other checks run, and wait only for what
+// is left of OutboxLease when their turn comes.
+type timed struct {
+	c     context.Context
+	ready time.Time
+
+	hide                  outbox.Store
+	hideD                 outbox.Delivery
+	hideFirst, hideSecond []outbox.Delivery
+	hideErr               error
+
+	retry                  outbox.Store
+	retryD                 outbox.Delivery
+	next                   time.Time
+	retryFirst, retryEarly []outbox.Delivery
+	retryErr               error
+}
+
+func (k outboxKit) startTimed(t T) *timed {
+	t.Helper()
+	tm := &timed{c: ctx(t)}
+	c := tm.c
+	tm.hide, tm.hideD = k.outbox(t), NewDelivery(t)
+	tm.hideErr = tm.hide.Enqueue(c, tm.hideD)
+	if tm.hideErr == nil {
+		tm.hideFirst, tm.hideErr = tm.hide.Lease(c, 10, OutboxLease)
 	}
-	if hideErr == nil {
-		hideSecond, hideErr = hide.Lease(c, 10, OutboxLease)
+	if tm.hideErr == nil {
+		tm.hideSecond, tm.hideErr = tm.hide.Lease(c, 10, OutboxLease)
 	}
 
-	retry, retryD := k.outbox(t), NewDelivery(t)
-	retryErr := retry.Enqueue(c, retryD)
-	var retryFirst, retryEarly []outbox.Delivery
-	next := time.Now().Add(OutboxLease)
-	if retryErr == nil {
-		retryFirst, retryErr = retry.Lease(c, 10, time.Hour)
+	tm.retry, tm.retryD = k.outbox(t), NewDelivery(t)
+	tm.retryErr = tm.retry.Enqueue(c, tm.retryD)
+	tm.next = time.Now().Add(OutboxLease)
+	if tm.retryErr == nil {
+		tm.retryFirst, tm.retryErr = tm.retry.Lease(c, 10, time.Hour)
 	}
-	if retryErr == nil && len(retryFirst) == 1 {
-		retryErr = retry.Retry(c, retryD.ID, next, "HTTP 500: busy")
+	if tm.retryErr == nil && len(tm.retryFirst) == 1 {
+		tm.retryErr = tm.retry.Retry(c, tm.retryD.ID, tm.next, "HTTP 500: busy")
 	}
-	if retryErr == nil {
-		retryEarly, retryErr = retry.Lease(c, 10, time.Hour)
+	if tm.retryErr == nil {
+		tm.retryEarly, tm.retryErr = tm.retry.Lease(c, 10, time.Hour)
 	}
-	time.Sleep(OutboxLease + 300*time.Millisecond)
+	tm.ready = time.Now().Add(OutboxLease + 300*time.Millisecond)
+	return tm
+}
 
-	t.Run("lease", func(t T) {
-		t.Run("hides-leased", func(t T) {
-			mustOK(t, hideErr, "set-up")
-			if len(hideFirst) != 1 {
-				t.Fatalf("first Lease returned %v, want [%s]", ids(hideFirst), hideD.ID)
-			}
-			if len(hideSecond) != 0 {
-				t.Fatalf("a second Lease within the lease returned %v, want nothing", ids(hideSecond))
-			}
-			got := lease(t, c, hide, 10, time.Minute)
-			if len(got) != 1 || got[0].ID != hideD.ID {
-				t.Fatalf("Lease after the lease ran out returned %v, want [%s] (its worker died)", ids(got), hideD.ID)
-			}
-			sameDelivery(t, got[0], hideD, "delivery leased again")
-			if got := lease(t, c, hide, 10, time.Minute); len(got) != 0 {
-				t.Errorf("Lease within the second lease returned %v", ids(got))
-			}
-		})
-	})
-	t.Run("retry", func(t T) {
-		t.Run("schedules", func(t T) {
-			mustOK(t, retryErr, "set-up")
-			if len(retryFirst) != 1 {
-				t.Fatalf("first Lease returned %v", ids(retryFirst))
-			}
-			if len(retryEarly) != 0 {
-				t.Errorf("Lease before the retry was due returned %v", ids(retryEarly))
-			}
-			d := mustState(t, c, retry, retryD.ID, outbox.Pending, 1, "HTTP 500: busy", "after Retry")
-			if !near(d.NextAttempt, next, timeSlack) {
-				t.Errorf("NextAttempt %v, want %v", d.NextAttempt, next)
-			}
-			got := lease(t, c, retry, 10, time.Minute)
-			if len(got) != 1 || got[0].ID != retryD.ID {
-				t.Fatalf("Lease after the retry came due returned %v, want [%s]", ids(got), retryD.ID)
-			}
-			if got[0].Attempts != 1 || got[0].LastError != "HTTP 500: busy" {
-				t.Errorf("leased retry: attempts %d, last error %q", got[0].Attempts, got[0].LastError)
-			}
-			sameDelivery(t, got[0], retryD, "leased retry")
-		})
-	})
+func (tm *timed) wait() { time.Sleep(time.Until(tm.ready)) }
+
+func (tm *timed) hidesLeased(t T) {
+	c := tm.c
+	mustOK(t, tm.hideErr, "set-up")
+	if len(tm.hideFirst) != 1 {
+		t.Fatalf("first Lease returned %v, want [%s]", ids(tm.hideFirst), tm.hideD.ID)
+	}
+	if len(tm.hideSecond) != 0 {
+		t.Fatalf("a second Lease within the lease returned %v, want nothing", ids(tm.hideSecond))
+	}
+	tm.wait()
+	got := lease(t, c, tm.hide, 10, time.Minute)
+	if len(got) != 1 || got[0].ID != tm.hideD.ID {
+		t.Fatalf("Lease after the lease ran out returned %v, want [%s] (its worker died)", ids(got), tm.hideD.ID)
+	}
+	sameDelivery(t, got[0], tm.hideD, "delivery leased again")
+	if got := lease(t, c, tm.hide, 10, time.Minute); len(got) != 0 {
+		t.Errorf("Lease within the second lease returned %v", ids(got))
+	}
+}
+
+func (tm *timed) retrySchedules(t T) {
+	c := tm.c
+	mustOK(t, tm.retryErr, "set-up")
+	if len(tm.retryFirst) != 1 {
+		t.Fatalf("first Lease returned %v", ids(tm.retryFirst))
+	}
+	if len(tm.retryEarly) != 0 {
+		t.Errorf("Lease before the retry was due returned %v", ids(tm.retryEarly))
+	}
+	d := mustState(t, c, tm.retry, tm.retryD.ID, outbox.Pending, 1, "HTTP 500: busy", "after Retry")
+	if !near(d.NextAttempt, tm.next, timeSlack) {
+		t.Errorf("NextAttempt %v, want %v", d.NextAttempt, tm.next)
+	}
+	tm.wait()
+	got := lease(t, c, tm.retry, 10, time.Minute)
+	if len(got) != 1 || got[0].ID != tm.retryD.ID {
+		t.Fatalf("Lease after the retry came due returned %v, want [%s]", ids(got), tm.retryD.ID)
+	}
+	if got[0].Attempts != 1 || got[0].LastError != "HTTP 500: busy" {
+		t.Errorf("leased retry: attempts %d, last error %q", got[0].Attempts, got[0].LastError)
+	}
+	sameDelivery(t, got[0], tm.retryD, "leased retry")
 }
 
 func (k outboxKit) concurrentLease(t T) {

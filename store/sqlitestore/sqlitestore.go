@@ -9,7 +9,9 @@
 // millisecond precision), never from the Go side. The schema is created by
 // embedded, versioned migrations recorded in the gateway_migrations table.
 //
-// The audit sink of the same database is AuditSink.
+// The same database holds the business interchange ledger (Store implements
+// dedup.Ledger, see ClaimInterchange), the outbox of replies to post (Outbox)
+// and the audit records (AuditSink), each with its own migrations component.
 package sqlitestore
 
 import (
@@ -85,9 +87,10 @@ const claimAttempts = 4
 
 // Store is a dedup.Store in a SQLite database file.
 type Store struct {
-	db    *sql.DB
-	lease time.Duration
-	audit *AuditSink
+	db     *sql.DB
+	lease  time.Duration
+	audit  *AuditSink
+	outbox *Outbox
 
 	closeOnce sync.Once
 	closeErr  error
@@ -138,6 +141,7 @@ func Open(ctx context.Context, path string, opts dedup.Options, options ...Optio
 	db.SetConnMaxIdleTime(0)
 	s := &Store{db: db, lease: opts.WithDefaults().Lease}
 	s.audit = &AuditSink{db: db}
+	s.outbox = &Outbox{db: db}
 	if err := s.init(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -153,11 +157,24 @@ func (s *Store) init(ctx context.Context) error {
 	if !strings.EqualFold(mode, "wal") {
 		return fmt.Errorf("sqlitestore: open: journal mode is %q, want wal", mode)
 	}
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return fmt.Errorf("sqlitestore: migrations: %w", err)
+	for _, m := range []struct {
+		component string
+		fsys      fs.FS
+		dir       string
+	}{
+		{Component, migrations, "migrations"},
+		{LedgerComponent, ledgerMigrations, "migrations/ledger"},
+		{OutboxComponent, outboxMigrations, "migrations/outbox"},
+	} {
+		sub, err := fs.Sub(m.fsys, m.dir)
+		if err != nil {
+			return fmt.Errorf("sqlitestore: migrations: %w", err)
+		}
+		if err := Migrate(ctx, s.db, m.component, sub); err != nil {
+			return err
+		}
 	}
-	return Migrate(ctx, s.db, Component, sub)
+	return nil
 }
 
 // Migrate applies the NNNN_description.sql files at the root of fsys that

@@ -142,13 +142,13 @@ func TestRefusesNewerSchema(t *testing.T) {
 func TestMigrateOtherComponent(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, filepath.Join(t.TempDir(), "d.db"), dedup.Options{})
-	fsys := fstest.MapFS{"0001_ledger.sql": {Data: []byte("CREATE TABLE ledger (id INTEGER PRIMARY KEY);")}}
+	fsys := fstest.MapFS{"0001_example.sql": {Data: []byte("CREATE TABLE example (id INTEGER PRIMARY KEY);")}}
 	for range 2 {
-		if err := sqlitestore.Migrate(ctx, s.DB(), "ledger", fsys); err != nil {
+		if err := sqlitestore.Migrate(ctx, s.DB(), "example", fsys); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.DB().ExecContext(ctx, "INSERT INTO ledger DEFAULT VALUES"); err != nil {
+	if _, err := s.DB().ExecContext(ctx, "INSERT INTO example DEFAULT VALUES"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,0 +1,293 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"gateway/dedup"
+)
+
+//go:embed migrations/ledger/*.sql
+var ledgerMigrations embed.FS
+
+// LedgerComponent is the name under which the ledger's migrations are
+// recorded.
+const LedgerComponent = "ledger"
+
+const ledgerColumns = `key, partner, standard, sender, recipient, reference, date, type, state, payload_sha256,
+	first_seen, last_seen, retries, message_ids, window_ms`
+
+const (
+	// ledgerClaimSQL takes the interchange when it is new, abandoned, its
+	// lease ran out or its window passed, resetting the evidence.
+	ledgerClaimSQL = `INSERT INTO ledger_interchanges AS c (key, partner, standard, sender, recipient, reference, date,
+	type, state, token, payload_sha256, first_seen, last_seen, lease_until, window_ms, retries, message_ids)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'claimed', ?9, ?10, ` + nowMS + `, ` + nowMS + `, ` + nowMS + ` + ?11, ?12, 0, ?13)
+ON CONFLICT (key) DO UPDATE SET
+	partner = excluded.partner, standard = excluded.standard, sender = excluded.sender,
+	recipient = excluded.recipient, reference = excluded.reference, date = excluded.date, type = excluded.type,
+	state = 'claimed', token = excluded.token, payload_sha256 = excluded.payload_sha256,
+	first_seen = excluded.first_seen, last_seen = excluded.last_seen, lease_until = excluded.lease_until,
+	window_ms = excluded.window_ms, retries = 0, message_ids = excluded.message_ids,
+	accepted_at = NULL, abandoned_at = NULL, claims = c.claims + 1, taken_from = c.state
+WHERE c.state = 'abandoned'
+	OR (c.state = 'claimed' AND c.lease_until <= excluded.first_seen)
+	OR (c.state = 'accepted' AND ?12 > 0 AND c.first_seen < excluded.first_seen - ?12)
+RETURNING token, taken_from, first_seen`
+
+	// ledgerDuplicateSQL records a delivery of an accepted interchange
+	// inside the window: last seen, one more retry, the message id.
+	ledgerDuplicateSQL = `UPDATE ledger_interchanges SET
+	last_seen = ` + nowMS + `,
+	retries = retries + 1,
+	message_ids = CASE
+		WHEN ?2 = '' OR json_array_length(message_ids) >= ?4
+			OR EXISTS (SELECT 1 FROM json_each(ledger_interchanges.message_ids) AS m WHERE m.value = ?2)
+		THEN message_ids
+		ELSE json_insert(message_ids, '$[#]', ?2) END
+WHERE key = ?1 AND state = 'accepted' AND (?3 <= 0 OR first_seen >= ` + nowMS + ` - ?3)
+RETURNING first_seen, payload_sha256, retries`
+
+	ledgerReadSQL = `SELECT state, first_seen, lease_until, ` + nowMS + ` FROM ledger_interchanges WHERE key = ?1`
+
+	ledgerAcceptSQL = `UPDATE ledger_interchanges SET state = 'accepted', accepted_at = ` + nowMS + `
+WHERE key = ?1 AND token = ?2 AND state = 'claimed'`
+
+	ledgerAbandonSQL = `UPDATE ledger_interchanges SET state = 'abandoned', abandoned_at = ` + nowMS + `
+WHERE key = ?1 AND token = ?2 AND state = 'claimed'`
+
+	ledgerExpiredSQL = `SELECT ` + ledgerColumns + ` FROM ledger_interchanges
+WHERE state <> 'claimed' AND window_ms > 0 AND last_seen < ?1 AND first_seen + window_ms < ` + nowMS + `
+ORDER BY last_seen, key LIMIT ?2`
+
+	ledgerDeleteSQL = `DELETE FROM ledger_interchanges WHERE key = ?1 AND first_seen = ?2 AND state <> 'claimed'`
+)
+
+// ClaimInterchange implements dedup.Ledger. The claim is one INSERT … ON
+// CONFLICT DO UPDATE … WHERE … RETURNING; when it takes nothing over, one
+// UPDATE … RETURNING records a duplicate delivery of an accepted
+// interchange inside the window, and otherwise the row is read to answer
+// InFlight. Should the row change between the statements, the claim is tried
+// again, at most claimAttempts times, then answered InFlight.
+func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) (dedup.Decision, error) {
+	leaseMS, windowMS := ceilMS(s.lease), ceilMS(c.Window)
+	ids, err := json.Marshal(dedup.FirstMessageIDs(c.MessageID))
+	if err != nil {
+		return dedup.Decision{}, fmt.Errorf("sqlitestore: claim interchange: %w", err)
+	}
+	for range claimAttempts {
+		token, err := dedup.NewToken()
+		if err != nil {
+			return dedup.Decision{}, fmt.Errorf("sqlitestore: claim interchange: %w", err)
+		}
+		var (
+			got       string
+			takenFrom sql.NullString
+			firstSeen int64
+		)
+		err = s.db.QueryRowContext(ctx, ledgerClaimSQL, string(c.Key), c.Partner, c.Standard, c.Sender, c.Recipient,
+			c.Reference, c.Date, c.Type, string(token), c.PayloadSHA256, leaseMS, windowMS, string(ids)).
+			Scan(&got, &takenFrom, &firstSeen)
+		if err == nil {
+			return dedup.Decision{
+				Outcome:   dedup.Claimed,
+				Token:     dedup.Token(got),
+				Reused:    takenFrom.String == "accepted",
+				FirstSeen: fromMS(firstSeen),
+			}, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return dedup.Decision{}, wrap("claim interchange", err)
+		}
+		var (
+			hash    string
+			retries int
+		)
+		err = s.db.QueryRowContext(ctx, ledgerDuplicateSQL, string(c.Key), c.MessageID, windowMS, dedup.MaxLedgerMessageIDs).
+			Scan(&firstSeen, &hash, &retries)
+		if err == nil {
+			return dedup.Decision{Outcome: dedup.Duplicate, FirstSeen: fromMS(firstSeen), PayloadSHA256: hash, Retries: retries}, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return dedup.Decision{}, wrap("claim interchange", err)
+		}
+		var (
+			state               string
+			leaseUntil, dbNowMS int64
+		)
+		err = s.db.QueryRowContext(ctx, ledgerReadSQL, string(c.Key)).Scan(&state, &firstSeen, &leaseUntil, &dbNowMS)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // deleted in between: claim again
+		}
+		if err != nil {
+			return dedup.Decision{}, wrap("claim interchange", err)
+		}
+		if state == "claimed" && leaseUntil > dbNowMS {
+			return dedup.Decision{
+				Outcome:    dedup.InFlight,
+				FirstSeen:  fromMS(firstSeen),
+				RetryAfter: dedup.RetryAfter(time.Duration(leaseUntil-dbNowMS) * time.Millisecond),
+			}, nil
+		}
+		// The row became claimable between the statements: try again.
+	}
+	return dedup.Decision{Outcome: dedup.InFlight, RetryAfter: time.Second}, nil
+}
+
+// AcceptInterchange implements dedup.Ledger: a compare-and-set on the token
+// of a row still claimed.
+func (s *Store) AcceptInterchange(ctx context.Context, key dedup.Key, token dedup.Token) error {
+	return s.transition(ctx, "accept interchange", ledgerAcceptSQL, string(key), string(token))
+}
+
+// AbandonInterchange implements dedup.Ledger.
+func (s *Store) AbandonInterchange(ctx context.Context, key dedup.Key, token dedup.Token) error {
+	return s.transition(ctx, "abandon interchange", ledgerAbandonSQL, string(key), string(token))
+}
+
+// Interchange implements dedup.Ledger.
+func (s *Store) Interchange(ctx context.Context, key dedup.Key) (dedup.InterchangeRecord, error) {
+	recs, err := s.queryInterchanges(ctx, "interchange",
+		`SELECT `+ledgerColumns+` FROM ledger_interchanges WHERE key = ?`, string(key))
+	if err != nil {
+		return dedup.InterchangeRecord{}, err
+	}
+	if len(recs) == 0 {
+		return dedup.InterchangeRecord{}, fmt.Errorf("sqlitestore: interchange %.16s…: %w", key, dedup.ErrNotFound)
+	}
+	return recs[0], nil
+}
+
+// FindInterchanges implements dedup.Ledger. From is inclusive, To exclusive
+// (on LastSeen); rows come ordered by FirstSeen, then key, at most q.Limit
+// (dedup.DefaultFindLimit when zero). The message id filter looks inside the
+// JSON array of each row the other filters leave.
+func (s *Store) FindInterchanges(ctx context.Context, q dedup.InterchangeQuery) ([]dedup.InterchangeRecord, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if q.Partner != "" {
+		where, args = append(where, "partner = ?"), append(args, q.Partner)
+	}
+	if q.Reference != "" {
+		where, args = append(where, "reference = ?"), append(args, q.Reference)
+	}
+	if q.MessageID != "" {
+		where = append(where, "EXISTS (SELECT 1 FROM json_each(ledger_interchanges.message_ids) AS m WHERE m.value = ?)")
+		args = append(args, q.MessageID)
+	}
+	if !q.From.IsZero() {
+		where, args = append(where, "last_seen >= ?"), append(args, unixMSCeil(q.From))
+	}
+	if !q.To.IsZero() {
+		where, args = append(where, "last_seen < ?"), append(args, unixMSCeil(q.To))
+	}
+	query := `SELECT ` + ledgerColumns + ` FROM ledger_interchanges`
+	if len(where) > 0 {
+		query += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = dedup.DefaultFindLimit
+	}
+	query += ` ORDER BY first_seen, key LIMIT ?`
+	return s.queryInterchanges(ctx, "find interchanges", query, append(args, limit)...)
+}
+
+// ExpiredInterchanges implements dedup.Ledger: accepted and abandoned rows
+// with a positive window that passed (by SQLite's clock), last seen before
+// before, oldest last seen first, at most limit (dedup.DefaultFindLimit when
+// zero or negative).
+func (s *Store) ExpiredInterchanges(ctx context.Context, before time.Time, limit int) ([]dedup.InterchangeRecord, error) {
+	if limit <= 0 {
+		limit = dedup.DefaultFindLimit
+	}
+	return s.queryInterchanges(ctx, "expired interchanges", ledgerExpiredSQL, unixMSCeil(before), limit)
+}
+
+// DeleteInterchanges implements dedup.Ledger in one transaction: each row
+// goes only if it is not a claim and its first seen still equals the
+// record's.
+func (s *Store) DeleteInterchanges(ctx context.Context, recs []dedup.InterchangeRecord) (int64, error) {
+	if len(recs) == 0 {
+		return 0, nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, wrap("delete interchanges", err)
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, ledgerDeleteSQL)
+	if err != nil {
+		return 0, wrap("delete interchanges", err)
+	}
+	defer stmt.Close()
+	var total int64
+	for _, r := range recs {
+		res, err := stmt.ExecContext(ctx, string(r.Key), r.FirstSeen.UnixMilli())
+		if err != nil {
+			return 0, wrap("delete interchanges", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, wrap("delete interchanges", err)
+		}
+		total += n
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, wrap("delete interchanges", err)
+	}
+	return total, nil
+}
+
+func (s *Store) queryInterchanges(ctx context.Context, op, query string, args ...any) ([]dedup.InterchangeRecord, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	defer rows.Close()
+	var out []dedup.InterchangeRecord
+	for rows.Next() {
+		var (
+			r                     dedup.InterchangeRecord
+			key, ids              string
+			first, last, windowMS int64
+		)
+		if err := rows.Scan(&key, &r.Partner, &r.Standard, &r.Sender, &r.Recipient, &r.Reference, &r.Date, &r.Type,
+			&r.State, &r.PayloadSHA256, &first, &last, &r.Retries, &ids, &windowMS); err != nil {
+			return nil, wrap(op, err)
+		}
+		if err := json.Unmarshal([]byte(ids), &r.MessageIDs); err != nil {
+			return nil, fmt.Errorf("sqlitestore: %s: message ids of %.16s…: %w", op, key, err)
+		}
+		if r.MessageIDs == nil {
+			r.MessageIDs = []string{}
+		}
+		r.Key, r.FirstSeen, r.LastSeen = dedup.Key(key), fromMS(first), fromMS(last)
+		r.Window = time.Duration(windowMS) * time.Millisecond
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(op, err)
+	}
+	return out, nil
+}
+
+// unixMSCeil is t in Unix milliseconds rounded up, so that comparing a
+// stored millisecond with it gives the same answer as comparing the times.
+func unixMSCeil(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.Sub(time.UnixMilli(ms)) > 0 {
+		ms++
+	}
+	return ms
+}
+
+var _ dedup.Ledger = (*Store)(nil)
