@@ -9,7 +9,8 @@
 //
 //  1. Read the MIME/SOAP message (EBMS:0007, EBMS:0009; a body over the
 //     limit is answered 413 without an ebMS signal).
-//  2. Read the unverified eb:From to choose the partner whose certificates
+//  2. Refuse unknown mustUnderstand header blocks addressed to us (EBMS:0008).
+//     Read the unverified eb:From to choose the partner whose certificates
 //     the signature must verify against. Nothing else of the unverified
 //     header is used. No partner → EBMS:0010 (see below).
 //  3. Decrypt with our keys (EBMS:0102 FailedDecryption, EBMS:0103 when the
@@ -314,6 +315,9 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	}
 	msgID := unverified.UserMessage.MessageInfo.MessageID
 	tr.messageID = msgID
+	if err := checkMustUnderstand(env); err != nil {
+		return e.reject(tr, err, msgID)
+	}
 	partner, from, ok := e.partnerFor(unverified.UserMessage.From)
 	if !ok {
 		return e.reject(tr, as4.ProcessingModeMismatch(
@@ -412,6 +416,45 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		Window:  pa.DedupWindow.Std(),
 		OnDrift: onDrift,
 	})
+}
+
+// SOAP roles that address a header block to us.
+const (
+	roleNext12     = "http://www.w3.org/2003/05/soap-envelope/role/next"
+	roleUltimate12 = "http://www.w3.org/2003/05/soap-envelope/role/ultimateReceiver"
+	actorNext11    = "http://schemas.xmlsoap.org/soap/actor/next"
+)
+
+// checkMustUnderstand applies SOAP's processing model: a header block
+// addressed to us and marked mustUnderstand must be one we process
+// (eb:Messaging, wsse:Security); anything else fails with EBMS:0008.
+func checkMustUnderstand(env *as4.Envelope) *as4.Error {
+	h := env.Header()
+	if h == nil {
+		return nil
+	}
+	ns := env.SOAPVersion.Namespace()
+	roleAttr := "role"
+	if env.SOAPVersion == as4.SOAP11 {
+		roleAttr = "actor"
+	}
+	for _, c := range h.ChildElements() {
+		mu, _ := as4.Attr(c, ns, "mustUnderstand")
+		if mu != "true" && mu != "1" {
+			continue
+		}
+		switch role, _ := as4.Attr(c, ns, roleAttr); role {
+		case "", roleNext12, roleUltimate12, actorNext11:
+		default:
+			continue // addressed to another node
+		}
+		if as4.Is(c, as4.NSEbMS, "Messaging") || as4.Is(c, wssec.NamespaceWSSE, "Security") {
+			continue
+		}
+		return as4.FeatureNotSupportedInconsistency(
+			fmt.Sprintf("SOAP header block {%s}%s is marked mustUnderstand but is not supported", c.NamespaceURI(), c.Tag), nil)
+	}
+	return nil
 }
 
 // partnerFor finds the partner of the first eb:From PartyId that names one.

@@ -284,6 +284,22 @@ func TestNegative(t *testing.T) {
 			})
 			return m.join(t, out)
 		}, signedOnly},
+		{"unsupported mustUnderstand header", as4.CodeFeatureNotSupportedInconsistency, "wsrm", func() *client.Outgoing {
+			out := build(signedOnly(), next())
+			m := splitMIME(t, out)
+			m.editSOAP(t, func(doc *etree.Document) {
+				header := find(doc.Root(), as4.NSSOAP12, "Header")
+				// Addressed to another node first: ignored.
+				other := header.CreateElement("x:ForSomeoneElse")
+				other.CreateAttr("xmlns:x", "urn:x")
+				other.CreateAttr("S12:mustUnderstand", "true")
+				other.CreateAttr("S12:role", "urn:other-node")
+				seq := header.CreateElement("wsrm:Sequence")
+				seq.CreateAttr("xmlns:wsrm", "http://docs.oasis-open.org/ws-rx/wsrm/200702")
+				seq.CreateAttr("S12:mustUnderstand", "true")
+			})
+			return m.join(t, out)
+		}, signedOnly},
 		{"P-Mode mismatch", as4.CodeProcessingModeMismatch, "Refund", func() *client.Outgoing {
 			m := next()
 			m.Action = "Refund"

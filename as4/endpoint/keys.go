@@ -83,8 +83,15 @@ func ParseKeyPair(certPEM, keyPEM []byte) (xmlenc.KeyPair, error) {
 	default:
 		return xmlenc.KeyPair{}, fmt.Errorf("unsupported private key type %T", key)
 	}
+	certPub := cert.PublicKey
+	if certPub == nil {
+		// crypto/x509 leaves X25519 certificate keys unparsed.
+		if p, err := x509.ParsePKIXPublicKey(cert.RawSubjectPublicKeyInfo); err == nil {
+			certPub = p
+		}
+	}
 	eq, ok := pub.(interface{ Equal(crypto.PublicKey) bool })
-	if !ok || !eq.Equal(cert.PublicKey) {
+	if !ok || !eq.Equal(certPub) {
 		return xmlenc.KeyPair{}, fmt.Errorf("the private key does not belong to certificate %s", cert.Subject)
 	}
 	return xmlenc.KeyPair{Cert: cert, Key: key}, nil
