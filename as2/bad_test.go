@@ -15,6 +15,7 @@ import (
 
 	"gateway/as2client"
 	"gateway/cms"
+	"gateway/dedup"
 	"gateway/exchange"
 	"gateway/mdn"
 )
@@ -419,4 +420,43 @@ func TestLogsCarryIDsButNoPayload(t *testing.T) {
 func sha256hex(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:])
+}
+
+func TestReplyTexts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{memory: true})
+	p, _ := e.dir.ByAS2("ACME", "GATEWAY", "GATEWAY")
+	x := &inbound{req: &Request{From: "ACME", To: "GATEWAY", MessageID: "<m1@acme>"}, partner: p,
+		mic: "q5tlGIHUBJ9U3gCnv38qq2uhZ3CWr2d3IkOfEpN8ABc=", micAlg: micAlg{digest: "sha256", spelled: "sha256"}}
+	r := &replies{e: e.ep, x: x}
+	parse := func(rep exchange.Reply, err error) *mdn.Parsed {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pm, err := mdn.ParseHTTP(rep.Header, rep.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Disposition != dispositionText(pm.Report.Disposition) || pm.Fields.Get("Received-Content-MIC") != x.mic+", sha256" {
+			t.Fatalf("reply %q, MDN %q, MIC %q", rep.Disposition, pm.Report.Disposition, pm.Fields.Get("Received-Content-MIC"))
+		}
+		return pm
+	}
+	first := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	pm := parse(r.DuplicateInterchange(context.Background(), []exchange.InterchangeDuplicate{{
+		Interchange: dedup.Interchange{Standard: "edifact", Reference: "REF42", Sender: "14:4000001000002"}, FirstSeen: first}}))
+	if pm.Report.Disposition.String() != mdn.DispDuplicateDocument.String() ||
+		!strings.Contains(pm.Report.HumanText, "edifact interchange REF42 from 14:4000001000002 (first received 2026-03-01T10:00:00Z)") {
+		t.Fatalf("duplicate interchange MDN: %q %q", pm.Report.Disposition, pm.Report.HumanText)
+	}
+	pm = parse(r.Failed(context.Background(), &exchange.Failure{Kind: exchange.Damaged, Err: errors.New("payload 1: UNZ count 2, UNB has 1")}))
+	if pm.Report.Disposition.String() != mdn.DispUnexpectedProcessingError.String() || !strings.Contains(pm.Report.HumanText, "UNZ count 2") {
+		t.Fatalf("damaged: %q", pm.Report.HumanText)
+	}
+	pm = parse(r.Failed(context.Background(), &exchange.Failure{Kind: exchange.Quarantined, Err: errors.New("interchange REF42 changed; quarantined"),
+		StoredSHA256: "aaaa", PayloadSHA256: "bbbb"}))
+	if !strings.Contains(pm.Report.HumanText, "<m1@acme>") || !strings.Contains(pm.Report.HumanText, "aaaa") || !strings.Contains(pm.Report.HumanText, "bbbb") {
+		t.Fatalf("quarantined: %q", pm.Report.HumanText)
+	}
 }
