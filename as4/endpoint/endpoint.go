@@ -65,6 +65,7 @@ import (
 	"crypto"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -263,7 +264,7 @@ func (e *Endpoint) tooLarge(w http.ResponseWriter, r *http.Request, start time.T
 // countingReader counts the bytes read from the request body, so that a
 // size-limit failure can be told apart from other limits.
 type countingReader struct {
-	r interface{ Read([]byte) (int, error) }
+	r io.Reader
 	n int64
 }
 
