@@ -1,0 +1,13 @@
+package outbox_test
+
+import (
+	"testing"
+
+	"gateway/dedup/deduptest"
+	"gateway/outbox"
+)
+
+// TestMemoryConformance runs the outbox contract kit against the memory outbox.
+func TestMemoryConformance(t *testing.T) {
+	deduptest.ExerciseOutbox(t, func(testing.TB) outbox.Store { return outbox.NewMemory() })
+}
