@@ -152,8 +152,11 @@ func TestUnknownPartnerIsAnsweredSyncEvenWhenAsyncAsked(t *testing.T) {
 	m := prepare(t, c, "x")
 	resp, body := e.post(t, m.Header, m.Body)
 	p := expectMDN(t, resp, body, mdn.DispUnknownTradingPartner)
-	if p.Signed || len(e.outbox.List()) != 0 {
-		t.Fatalf("signed %v, queued %d", p.Signed, len(e.outbox.List()))
+	if p.Signed {
+		t.Fatal("MDN to an unknown partner is signed")
+	}
+	if got, _ := e.outbox.Lease(context.Background(), 10, time.Millisecond); len(got) != 0 {
+		t.Fatalf("queued %d MDNs for an unknown partner", len(got))
 	}
 }
 
@@ -458,5 +461,48 @@ func TestReplyTexts(t *testing.T) {
 		StoredSHA256: "aaaa", PayloadSHA256: "bbbb"}))
 	if !strings.Contains(pm.Report.HumanText, "<m1@acme>") || !strings.Contains(pm.Report.HumanText, "aaaa") || !strings.Contains(pm.Report.HumanText, "bbbb") {
 		t.Fatalf("quarantined: %q", pm.Report.HumanText)
+	}
+}
+
+// TestInterchangeResentUnderNewMessageID: with business-level dedup, an
+// EDI interchange resent under a new Message-ID gets the duplicate MDN
+// with its own MIC and no second handler run; a changed interchange under
+// the same reference and a damaged envelope get negative MDNs.
+func TestInterchangeResentUnderNewMessageID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{ledger: true})
+	c := e.client()
+	edi := "UNB+UNOC:3+4000001000002:14+4000001000003:14+260101:1200+REF00042'UNH+1+ORDERS:D:96A:UN'BGM+220+4711'UNT+3+1'UNZ+1+REF00042'"
+	m1 := prepare(t, c, edi)
+	resp, body := e.post(t, m1.Header, m1.Body)
+	expectMDN(t, resp, body, mdn.DispProcessed)
+
+	m2 := prepare(t, c, edi)
+	resp, body = e.post(t, m2.Header, m2.Body)
+	p := expectMDN(t, resp, body, mdn.DispDuplicateDocument)
+	if !p.Report.MICEquals(m2.MIC, m2.MICAlg) || !strings.Contains(p.Report.HumanText, "REF00042") {
+		t.Fatalf("MIC %s (want %s), text %q", p.Report.MIC, m2.MIC, p.Report.HumanText)
+	}
+	// The resend's own retransmission is a transport duplicate of it.
+	resp, body = e.post(t, m2.Header, m2.Body)
+	expectMDN(t, resp, body, mdn.DispDuplicateDocument)
+	if n1, n2 := e.handler.count(m1.ID), e.handler.count(m2.ID); n1 != 1 || n2 != 0 {
+		t.Fatalf("handler runs %d, %d", n1, n2)
+	}
+
+	changed := prepare(t, c, strings.Replace(edi, "BGM+220+4711", "BGM+220+4712", 1))
+	resp, body = e.post(t, changed.Header, changed.Body)
+	p = expectMDN(t, resp, body, mdn.DispUnexpectedProcessingError)
+	if !strings.Contains(p.Report.HumanText, sha256hex(edi)) {
+		t.Errorf("drift text %q", p.Report.HumanText)
+	}
+	damaged := prepare(t, c, strings.Replace(edi, "UNZ+1+REF00042", "UNZ+1+REF99999", 1))
+	resp, body = e.post(t, damaged.Header, damaged.Body)
+	p = expectMDN(t, resp, body, mdn.DispUnexpectedProcessingError)
+	if !strings.Contains(p.Report.HumanText, "business envelope is damaged") {
+		t.Errorf("damaged text %q", p.Report.HumanText)
+	}
+	if e.handler.count(changed.ID)+e.handler.count(damaged.ID) != 0 {
+		t.Fatal("handler ran for a refused interchange")
 	}
 }

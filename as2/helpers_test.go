@@ -227,7 +227,7 @@ type env struct {
 	handler *countingInbox
 	audit   audit.Sink
 	store   *sqlitestore.Store
-	outbox  *outbox.Memory
+	outbox  outbox.Store
 	mdns    *mdnReceiver
 	root    string
 	logs    *syncBuffer
@@ -245,8 +245,10 @@ type envOptions struct {
 	files map[string][]byte
 	keys  []cms.KeyPair
 	ourID string
-	// memory uses the memory store and discards logs (fuzzing).
+	// memory uses the memory store and outbox and discards logs (fuzzing).
 	memory bool
+	// ledger turns on business-level (interchange) dedup.
+	ledger bool
 }
 
 type syncBuffer struct {
@@ -298,11 +300,17 @@ func newEnv(t testing.TB, o envOptions) *env {
 	h := &countingInbox{dir: inbox.Dir{Root: filepath.Join(root, "inbox")}, runs: map[string]int{}, got: map[string][][]byte{}}
 	pl := &exchange.Pipeline{Handler: h, Log: log, Lease: time.Minute}
 	var st *sqlitestore.Store
+	var ob outbox.Store
 	if o.memory {
 		log = slog.New(slog.DiscardHandler)
 		pl.Log = log
-		pl.Store = dedup.NewMemoryStore(dedup.Options{Lease: time.Minute})
+		mem := dedup.NewMemoryStore(dedup.Options{Lease: time.Minute})
+		pl.Store = mem
+		if o.ledger {
+			pl.Ledger = mem
+		}
 		pl.Audit = &audit.Memory{}
+		ob = outbox.NewMemory()
 	} else {
 		var err error
 		st, err = sqlitestore.Open(context.Background(), filepath.Join(root, "gateway.db"), dedup.Options{Lease: time.Minute})
@@ -311,8 +319,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 		}
 		t.Cleanup(func() { st.Close() })
 		pl.Store, pl.Audit = st, st.AuditSink()
+		if o.ledger {
+			pl.Ledger = st
+		}
+		ob = st.Outbox() // the durable outbox in the same database
 	}
-	ob := outbox.NewMemory()
 	disp := &outbox.Dispatcher{Store: ob, Log: log, PollInterval: 50 * time.Millisecond, BaseBackoff: 50 * time.Millisecond, Timeout: 10 * time.Second}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
