@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -36,6 +37,10 @@ type Config struct {
 	AS2           Endpoint      `mapstructure:"as2"`
 	AS4           Endpoint      `mapstructure:"as4"`
 	Limits        Limits        `mapstructure:"limits"`
+	// QuarantineDir keeps payloads refused under on_drift: quarantine.
+	QuarantineDir string `mapstructure:"quarantine_dir"`
+	// ArchiveDir receives the gzipped JSON lines of purged ledger rows.
+	ArchiveDir string `mapstructure:"archive_dir"`
 	// SpoolDir holds large payloads while they are processed (default: the
 	// system temp directory).
 	SpoolDir string `mapstructure:"spool_dir"`
@@ -124,6 +129,8 @@ var defaults = map[string]any{
 	"limits.write_timeout":       5 * time.Minute,
 	"limits.idle_timeout":        2 * time.Minute,
 	"spool_dir":                  "",
+	"quarantine_dir":             "var/quarantine",
+	"archive_dir":                "var/archive",
 	"shutdown_timeout":           30 * time.Second,
 	"log_level":                  "info",
 }
@@ -156,15 +163,23 @@ func Load(path string) (*Config, error) {
 		c.Store = "memory:"
 	}
 	if path != "" {
+		// Paths written in the file are relative to the file; defaults and
+		// environment values stay relative to the working directory.
 		base := filepath.Dir(path)
-		for _, p := range []*string{&c.TLS.Cert, &c.TLS.Key, &c.Partners, &c.Handler.Inbox, &c.Audit.File, &c.SpoolDir} {
-			*p = resolve(base, *p)
+		for key, p := range map[string]*string{"tls.cert": &c.TLS.Cert, "tls.key": &c.TLS.Key, "partners": &c.Partners,
+			"handler.inbox": &c.Handler.Inbox, "audit.file": &c.Audit.File, "spool_dir": &c.SpoolDir,
+			"quarantine_dir": &c.QuarantineDir, "archive_dir": &c.ArchiveDir} {
+			if fromFile(v, key) {
+				*p = resolve(base, *p)
+			}
 		}
-		for i := range c.Identity.Keys {
-			c.Identity.Keys[i].Cert = resolve(base, c.Identity.Keys[i].Cert)
-			c.Identity.Keys[i].Key = resolve(base, c.Identity.Keys[i].Key)
+		if fromFile(v, "identity.keys") {
+			for i := range c.Identity.Keys {
+				c.Identity.Keys[i].Cert = resolve(base, c.Identity.Keys[i].Cert)
+				c.Identity.Keys[i].Key = resolve(base, c.Identity.Keys[i].Key)
+			}
 		}
-		if rest, ok := strings.CutPrefix(c.Store, "sqlite:"); ok && rest != "" {
+		if rest, ok := strings.CutPrefix(c.Store, "sqlite:"); ok && rest != "" && fromFile(v, "store") && !strings.HasPrefix(rest, "//") {
 			c.Store = "sqlite:" + resolve(base, rest)
 		}
 	}
@@ -172,6 +187,15 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("config: %s: %w", displayName(path), err)
 	}
 	return &c, nil
+}
+
+// fromFile reports whether key's value comes from the configuration file
+// rather than a default or the environment.
+func fromFile(v *viper.Viper, key string) bool {
+	if _, env := os.LookupEnv("GATEWAY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))); env {
+		return false
+	}
+	return v.InConfig(key)
 }
 
 func displayName(path string) string {

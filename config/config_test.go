@@ -85,3 +85,18 @@ func TestUnknownKeysAndBadValuesAreErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestDefaultsAndEnvironmentStayRelativeToWorkingDirectory(t *testing.T) {
+	p := write(t, "handler:\n  inbox: in\n")
+	t.Setenv("GATEWAY_AUDIT_FILE", "var/audit.jsonl")
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Handler.Inbox != filepath.Join(filepath.Dir(p), "in") {
+		t.Errorf("file value not resolved: %q", c.Handler.Inbox)
+	}
+	if c.QuarantineDir != "var/quarantine" || c.Audit.File != "var/audit.jsonl" || c.Store != "sqlite:var/gateway.db" {
+		t.Errorf("default/env paths moved: %q %q %q", c.QuarantineDir, c.Audit.File, c.Store)
+	}
+}

@@ -21,8 +21,13 @@ import (
 	"gateway/exchange"
 	"gateway/inbox"
 	"gateway/partners"
+	"gateway/retention"
 	"gateway/store"
 )
+
+// Version is reported by the protocols (Reporting-UA, User-Agent); the
+// command sets it from its build information.
+var Version = "dev"
 
 // Server is a configured gateway.
 type Server struct {
@@ -34,6 +39,8 @@ type Server struct {
 
 	mux     *http.ServeMux
 	closers []func() error
+	// background workers (the async MDN dispatcher) run while serving.
+	background []func(context.Context) error
 	// base is the context of every exchange; cancelled when shutdown runs
 	// out of time so that handlers stop and claims are abandoned.
 	base       context.Context
@@ -87,7 +94,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 		s.Close()
 		return nil, fmt.Errorf("server: unknown handler type %q", cfg.Handler.Type)
 	}
-	s.Pipeline = &exchange.Pipeline{Store: be, Audit: sink, Handler: handler, Log: log, Lease: cfg.Lease}
+	s.Pipeline = &exchange.Pipeline{Store: be, Audit: sink, Handler: handler, Log: log, Lease: cfg.Lease, Quarantine: cfg.QuarantineDir}
+	if err := s.checkWindows(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	publishStats(&s.Pipeline.Stats)
 
 	s.mux.HandleFunc("GET /healthz", s.healthz)
@@ -169,22 +180,43 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// startPurge removes accepted keys past retention every PurgeInterval.
+// Purger returns the retention purger over this server's store.
+func (s *Server) Purger() *retention.Purger {
+	p := &retention.Purger{Store: s.Backend, ArchiveDir: s.Config.ArchiveDir, Retention: s.Config.Retention}
+	if l, ok := s.Backend.(dedup.Ledger); ok {
+		p.Ledger = l
+	}
+	return p
+}
+
+// startPurge runs the retention purge every PurgeInterval, and the
+// background workers, until stop is called.
 func (s *Server) startPurge(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	for _, run := range s.background {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil && ctx.Err() == nil {
+				s.Log.Error("background worker stopped", "err", err)
+			}
+		}()
+	}
+	purger := s.Purger()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		t := time.NewTicker(s.Config.PurgeInterval)
 		defer t.Stop()
 		for {
-			if n, err := s.Backend.Expire(ctx, time.Now().Add(-s.Config.Retention)); err != nil {
+			if rep, err := purger.Run(ctx); err != nil {
 				if ctx.Err() == nil {
 					s.Log.Error("purge failed", "err", err)
 				}
-			} else if n > 0 {
-				s.Log.Info("purged keys past retention", "removed", n)
+			} else if rep.TransportKeys > 0 || rep.Interchanges > 0 {
+				s.Log.Info("purged dedup state past retention", "transport_keys", rep.TransportKeys,
+					"interchanges", rep.Interchanges, "archives", rep.Archives)
 			}
 			select {
 			case <-ctx.Done():

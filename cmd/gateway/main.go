@@ -138,6 +138,7 @@ func serve(args []string, stderr io.Writer) error {
 	}
 	log := newLogger(cfg.LogLevel, stderr)
 	slog.SetDefault(log)
+	server.Version = versionString()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv, err := server.New(ctx, cfg, log)
