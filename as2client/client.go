@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -202,10 +203,13 @@ func (c *Client) micAlg() string {
 // Result is the outcome of one send.
 type Result struct {
 	Message *Message
-	// Status is the HTTP status of the response.
-	Status    int
-	BytesSent int64
-	Elapsed   time.Duration
+	// Status is the HTTP status of the response; RetryAfter is its
+	// Retry-After in seconds (503: the message is being processed, or the
+	// receiver is unavailable), zero when absent.
+	Status     int
+	RetryAfter time.Duration
+	BytesSent  int64
+	Elapsed    time.Duration
 	// MDN is the check of the sync MDN; nil when none was asked for or the
 	// MDN is asynchronous.
 	MDN *MDNCheck
@@ -245,6 +249,9 @@ func (c *Client) Send(ctx context.Context, m *Message) (*Result, error) {
 	res.Status = resp.StatusCode
 	if err != nil {
 		return res, fmt.Errorf("as2client: read response to %s: %w", m.ID, err)
+	}
+	if secs, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && secs > 0 {
+		res.RetryAfter = time.Duration(secs) * time.Second
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		res.Problems = append(res.Problems, fmt.Sprintf("HTTP %s: %s", resp.Status, strings.TrimSpace(truncate(string(rb), 300))))

@@ -198,7 +198,7 @@ func TestHTTPErrorIsAProblem(t *testing.T) {
 		t.Fatalf("headers %v", m.Header)
 	}
 	res, err := c.Send(context.Background(), m)
-	if err != nil || res.OK() || res.Status != 503 || !strings.Contains(res.Problems[0], "busy") {
+	if err != nil || res.OK() || res.Status != 503 || res.RetryAfter != 3*time.Second || !strings.Contains(res.Problems[0], "busy") {
 		t.Fatalf("%v %+v", err, res)
 	}
 	if _, err := (&Client{From: "A", To: "B", MDN: MDNAsync}).Prepare([]byte("x"), "", ""); err == nil {

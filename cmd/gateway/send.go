@@ -80,6 +80,7 @@ func sendAS2(args []string, stdout, stderr io.Writer) error {
 	subject := fs.String("subject", "", "Subject header")
 	repeat := fs.Int("repeat", 1, "send the identical bytes this many times (duplicates after the first)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "HTTP timeout per send")
+	retryFor := fs.Duration("retry-for", 0, "on HTTP 503 (message in flight, store unavailable) resend after Retry-After for up to this long")
 	quiet := fs.Bool("quiet", false, "no progress output")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -222,7 +223,14 @@ func sendAS2(args []string, stdout, stderr io.Writer) error {
 		if *repeat > 1 {
 			fmt.Fprintf(stdout, "send %d of %d\n", i, *repeat)
 		}
+		deadline := time.Now().Add(*retryFor)
 		res, err := c.Send(ctx, msg)
+		for err == nil && res.Status == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+			pause := min(max(res.RetryAfter, time.Second), time.Until(deadline))
+			fmt.Fprintf(stdout, "busy:         HTTP 503 (%s); resending in %s\n", strings.Join(res.Problems, "; "), pause.Round(time.Second))
+			time.Sleep(pause)
+			res, err = c.Send(ctx, msg)
+		}
 		if err != nil {
 			return fmt.Errorf("send: %w", err)
 		}

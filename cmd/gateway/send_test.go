@@ -5,11 +5,13 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,8 +29,11 @@ import (
 // it.
 type demoGateway struct {
 	url, config string
-	mu          sync.Mutex
-	runs        map[string]int
+	// busy is how many requests get 503 Retry-After: 1 before the endpoint
+	// answers.
+	busy atomic.Int32
+	mu   sync.Mutex
+	runs map[string]int
 }
 
 func (g *demoGateway) Handle(ctx context.Context, m *exchange.Message) error {
@@ -82,7 +87,14 @@ func startDemoGateway(t *testing.T) *demoGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(ep)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.busy.Add(-1) >= 0 {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "in flight", http.StatusServiceUnavailable)
+			return
+		}
+		ep.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	g.url = srv.URL + "/as2"
 	tmp := t.TempDir()
@@ -160,6 +172,24 @@ func TestSendAsPartnerFromConfig(t *testing.T) {
 	}
 	if g.total() != 1 {
 		t.Fatalf("handler runs %d", g.total())
+	}
+}
+
+func TestSendRetriesWhileInFlight(t *testing.T) {
+	g := startDemoGateway(t)
+	g.busy.Store(1)
+	file := writePayload(t, "x.edi", []byte("UNB'"))
+	var out, errb bytes.Buffer
+	code := run([]string{"send", "-config", g.config, "-partner", "demo", "-key", demoPath(t, "keys/demo-partner.key"),
+		"-file", file, "-retry-for", "30s"}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), "busy:         HTTP 503") || !strings.Contains(out.String(), "result:       OK") {
+		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	g.busy.Store(1)
+	out.Reset()
+	code = run([]string{"send", "-config", g.config, "-partner", "demo", "-key", demoPath(t, "keys/demo-partner.key"), "-file", file}, &out, &errb)
+	if code != 1 || !strings.Contains(out.String(), "HTTP 503") {
+		t.Fatalf("without -retry-for: exit %d\n%s", code, out.String())
 	}
 }
 
