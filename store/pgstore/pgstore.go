@@ -15,7 +15,10 @@
 // the database's now(), so the gateways of a fleet agree on leases whatever
 // their own clocks say.
 //
-// The audit sink of the same database is AuditSink.
+// The same schema holds the business interchange ledger (Store implements
+// dedup.Ledger with the same one-statement claim, see ClaimInterchange), the
+// outbox of replies to post (Outbox, leased with FOR UPDATE SKIP LOCKED) and
+// the audit records (AuditSink), each with its own migrations component.
 package pgstore
 
 import (
@@ -100,7 +103,9 @@ type Store struct {
 	schema string
 	lease  time.Duration
 	q      queries
+	lq     ledgerQueries
 	audit  *AuditSink
+	outbox *Outbox
 
 	closeOnce sync.Once
 }
@@ -136,16 +141,28 @@ func Open(ctx context.Context, dsn string, opts dedup.Options, options ...Option
 	if err != nil {
 		return nil, wrap("open", err)
 	}
-	s := &Store{pool: pool, schema: cfg.schema, lease: opts.WithDefaults().Lease, q: buildQueries(cfg.schema)}
+	s := &Store{pool: pool, schema: cfg.schema, lease: opts.WithDefaults().Lease, q: buildQueries(cfg.schema),
+		lq: buildLedgerQueries(cfg.schema)}
 	s.audit = newAuditSink(pool, cfg.schema)
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("pgstore: migrations: %w", err)
-	}
-	if err := Migrate(ctx, pool, cfg.schema, Component, sub); err != nil {
-		pool.Close()
-		return nil, err
+	s.outbox = &Outbox{pool: pool, q: buildOutboxQueries(cfg.schema)}
+	for _, m := range []struct {
+		component string
+		fsys      fs.FS
+		dir       string
+	}{
+		{Component, migrations, "migrations"},
+		{LedgerComponent, ledgerMigrations, "migrations/ledger"},
+		{OutboxComponent, outboxMigrations, "migrations/outbox"},
+	} {
+		sub, err := fs.Sub(m.fsys, m.dir)
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("pgstore: migrations: %w", err)
+		}
+		if err := Migrate(ctx, pool, cfg.schema, m.component, sub); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	return s, nil
 }

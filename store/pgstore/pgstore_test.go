@@ -139,13 +139,13 @@ func TestMigrations(t *testing.T) {
 		t.Fatalf("%d migrations recorded, %v; want 2", n, err)
 	}
 	// Another component shares the schema.
-	fsys := fstest.MapFS{"0001_ledger.sql": {Data: []byte("CREATE TABLE ledger (id bigint PRIMARY KEY);")}}
+	fsys := fstest.MapFS{"0001_example.sql": {Data: []byte("CREATE TABLE example (id bigint PRIMARY KEY);")}}
 	for range 2 {
-		if err := pgstore.Migrate(ctx, s.Pool(), schema, "ledger", fsys); err != nil {
+		if err := pgstore.Migrate(ctx, s.Pool(), schema, "example", fsys); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Pool().Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "ledger"}.Sanitize()+` VALUES (1)`); err != nil {
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "example"}.Sanitize()+` VALUES (1)`); err != nil {
 		t.Fatal(err)
 	}
 	// A schema migrated by a newer gateway is refused.
