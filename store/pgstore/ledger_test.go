@@ -239,7 +239,7 @@ FROM generate_series(1, 20000) i`); err != nil {
 	for q, index := range map[string]string{
 		`SELECT key FROM ` + table + ` WHERE state <> 'claimed' AND window_us > 0 AND last_seen < now() - interval '39 days'
 			AND first_seen + window_us * interval '1 microsecond' < now() ORDER BY last_seen, key LIMIT 100`: "ledger_interchanges_expire",
-		`SELECT key FROM ` + table + ` WHERE reference = '00000000001234' ORDER BY first_seen LIMIT 10`: "ledger_interchanges_reference",
+		`SELECT key FROM ` + table + ` WHERE reference = '00000000001234' ORDER BY first_seen LIMIT 10`:              "ledger_interchanges_reference",
 		`SELECT key FROM ` + table + ` WHERE message_ids @> ARRAY['<m77@bench>'::text] ORDER BY first_seen LIMIT 10`: "ledger_interchanges_message_ids",
 		`SELECT key FROM ` + table + ` WHERE partner = 'partner7' AND last_seen >= now() - interval '39 days 23 hours'
 			ORDER BY first_seen LIMIT 10`: "ledger_interchanges_partner",
