@@ -444,7 +444,7 @@ func (e *Endpoint) send(ctx context.Context, w http.ResponseWriter, x *inbound, 
 		if err == nil {
 			err = e.cfg.Outbox.Enqueue(context.WithoutCancel(ctx), outbox.Delivery{
 				ID: id, Partner: x.partner.ID, MessageID: dedup.NormalizeMessageID(x.req.MessageID),
-				URL: x.asyncURL, Header: reply.Header, Body: reply.Body, Created: e.now(),
+				URL: x.asyncURL, Header: reply.Header, Body: reply.Body,
 			})
 		}
 		if err != nil {
