@@ -1,5 +1,6 @@
-// Package store opens the dedup store (and the audit sink kept beside it)
-// named by the gateway's store URL:
+// Package store opens the backend (dedup store, business ledger, reply
+// outbox and audit sink, all in one database) named by the gateway's store
+// URL:
 //
 //	memory:                       in process memory; NOT durable (tests, demos)
 //	sqlite:PATH                   SQLite database file PATH (created with its directory)
@@ -18,26 +19,43 @@ import (
 
 	"gateway/audit"
 	"gateway/dedup"
+	"gateway/outbox"
 	"gateway/store/pgstore"
 	"gateway/store/sqlitestore"
 )
 
-// Backend is a dedup store together with the audit sink of the same
-// database. For the SQL backends the sink is durable: its Write fails when
-// the record cannot be stored.
+// Backend is everything the gateway keeps in its database: the transport
+// dedup store, the business interchange ledger, the outbox of replies to
+// post (AS2 asynchronous MDNs) and the audit sink. For the SQL backends all
+// four share one database and the sink is durable: its Write fails when the
+// record cannot be stored.
 type Backend interface {
 	dedup.Store
+	dedup.Ledger
+	Outbox() outbox.Store
 	AuditSink() audit.Sink
 }
 
-// Memory is the memory: backend. Its audit records stay in Audit.
+// Memory is the memory: backend: its dedup store is also its ledger, its
+// queued replies stay in Queue and its audit records in Audit. None of it
+// survives the process.
 type Memory struct {
 	*dedup.MemoryStore
+	Queue *outbox.Memory
 	Audit *audit.Memory
 }
 
+// Outbox returns m.Queue.
+func (m *Memory) Outbox() outbox.Store { return m.Queue }
+
 // AuditSink returns m.Audit.
 func (m *Memory) AuditSink() audit.Sink { return m.Audit }
+
+var (
+	_ Backend = (*Memory)(nil)
+	_ Backend = (*sqlitestore.Store)(nil)
+	_ Backend = (*pgstore.Store)(nil)
+)
 
 // ErrUnsupportedURL is returned for a store URL of no known form.
 var ErrUnsupportedURL = errors.New("store: unsupported store URL (want memory:, sqlite:PATH or postgres://…)")
@@ -52,7 +70,7 @@ func Open(ctx context.Context, storeURL string, opts dedup.Options) (Backend, er
 		if rest != "" {
 			return nil, fmt.Errorf("store: memory: takes no path: %w", ErrUnsupportedURL)
 		}
-		return &Memory{MemoryStore: dedup.NewMemoryStore(opts), Audit: &audit.Memory{}}, nil
+		return &Memory{MemoryStore: dedup.NewMemoryStore(opts), Queue: outbox.NewMemory(), Audit: &audit.Memory{}}, nil
 	case "sqlite":
 		path := rest
 		if strings.HasPrefix(path, "//") {

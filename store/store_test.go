@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"gateway/audit"
 	"gateway/dedup"
 	"gateway/dedup/deduptest"
+	"gateway/outbox"
 	"gateway/store"
 	"gateway/store/pgstore"
 	"gateway/store/pgstore/pgtest"
@@ -29,10 +31,54 @@ func TestMemoryBackendContract(t *testing.T) {
 	})
 }
 
-// roundTrip claims, accepts, sees the duplicate and writes an audit record.
+func TestMemoryBackendLedgerContract(t *testing.T) {
+	t.Parallel()
+	deduptest.ExerciseLedger(t, func(t testing.TB, opts dedup.Options) dedup.Ledger {
+		b, err := store.Open(context.Background(), "memory:", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	})
+}
+
+func TestMemoryBackendOutboxContract(t *testing.T) {
+	t.Parallel()
+	deduptest.ExerciseOutbox(t, func(t testing.TB) outbox.Store {
+		b, err := store.Open(context.Background(), "memory:", dedup.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.Outbox()
+	})
+}
+
+// roundTrip claims, accepts, sees the duplicate, does the same for an
+// interchange in the ledger, queues and leases a reply and writes an audit
+// record: every part of the backend in one database.
 func roundTrip(t *testing.T, b store.Backend) {
 	t.Helper()
 	ctx := context.Background()
+	ic := deduptest.NewInterchange(t)
+	li, err := b.ClaimInterchange(ctx, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: "h", MessageID: "m1", Window: time.Hour})
+	if err != nil || li.Outcome != dedup.Claimed {
+		t.Fatalf("claim interchange: %+v %v", li, err)
+	}
+	if err := b.AcceptInterchange(ctx, ic.Key, li.Token); err != nil {
+		t.Fatal(err)
+	}
+	li, err = b.ClaimInterchange(ctx, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: "h", MessageID: "m2", Window: time.Hour})
+	if err != nil || li.Outcome != dedup.Duplicate || li.Retries != 1 {
+		t.Fatalf("duplicate interchange: %+v %v", li, err)
+	}
+	del := deduptest.NewDelivery(t)
+	if err := b.Outbox().Enqueue(ctx, del); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Outbox().Lease(ctx, 10, time.Minute); err != nil || len(got) != 1 || got[0].ID != del.ID {
+		t.Fatalf("outbox lease: %+v %v", got, err)
+	}
 	key := deduptest.NewKey(t)
 	d, err := b.Claim(ctx, dedup.ClaimRequest{Key: key, PayloadSHA256: "h"})
 	if err != nil || d.Outcome != dedup.Claimed {
