@@ -56,6 +56,9 @@ func usage(w io.Writer) {
   gateway serve [-config FILE]             run the gateway
   gateway partners check [-config FILE]    validate the partner directory
   gateway version                          print the version
+  gateway dedup purge [-config FILE]       archive and remove dedup state past its windows
+  gateway audit export [-config FILE] [-partner ID] [-message-id ID] [-reference REF] [-from T] [-to T]
+                                           print the evidence of what was decided, as JSON
   gateway send -file PATH [-url URL] ...   send an AS2 message and verify its MDN (-h for flags)
   gateway send-as4 -url URL ... FILE...    send an AS4 message and verify its receipt (-h for flags)
 Every setting can be overridden by GATEWAY_* environment variables (see README).
@@ -74,6 +77,16 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%w: partners takes: check", errUsage)
 		}
 		return partnersCheck(args[2:], stdout)
+	case "dedup":
+		if len(args) < 2 || args[1] != "purge" {
+			return fmt.Errorf("%w: dedup takes: purge", errUsage)
+		}
+		return dedupPurge(args[2:], stdout)
+	case "audit":
+		if len(args) < 2 || args[1] != "export" {
+			return fmt.Errorf("%w: audit takes: export", errUsage)
+		}
+		return auditExport(args[2:], stdout)
 	case "send":
 		return sendAS2(args[1:], stdout, stderr)
 	case "send-as4":
