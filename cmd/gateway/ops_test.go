@@ -32,7 +32,7 @@ func TestAuditExportAndPurgeOnSQLite(t *testing.T) {
 	}
 	ic := dedup.Interchange{Key: dedup.HashFields("t", "REF1"), Partner: "acme", Standard: "edifact", Reference: "REF1"}
 	for _, id := range []string{"m1", "m2"} {
-		d, err := l.ClaimInterchange(ctx, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: "h", MessageID: id, Window: time.Millisecond})
+		d, err := l.ClaimInterchange(ctx, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: "h", MessageID: id, Window: 500 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestAuditExportAndPurgeOnSQLite(t *testing.T) {
 		t.Fatalf("evidence %+v", ev)
 	}
 
-	time.Sleep(20 * time.Millisecond) // the 1 ms window passes
+	time.Sleep(600 * time.Millisecond) // the window passes
 	out.Reset()
 	if code := run([]string{"dedup", "purge", "-config", cfgPath}, &out, &errb); code != 0 {
 		t.Fatalf("purge exit %d: %s", code, errb.String())
