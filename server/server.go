@@ -94,6 +94,22 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 		s.Close()
 		return nil, fmt.Errorf("server: unknown handler type %q", cfg.Handler.Type)
 	}
+	if d, err := time.ParseDuration(os.Getenv("GATEWAY_FAULT_HANDLER_DELAY")); err == nil && d > 0 {
+		// Fault injection for crash tests: the handler's side effect is
+		// done, the accept is not, for d.
+		log.Warn("fault injection: handler delay after side effect", "delay", d)
+		inner := handler
+		handler = exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error {
+			if err := inner.Handle(ctx, m); err != nil {
+				return err
+			}
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}
 	s.Pipeline = &exchange.Pipeline{Store: be, Audit: sink, Handler: handler, Log: log, Lease: cfg.Lease, Quarantine: cfg.QuarantineDir}
 	if err := s.checkWindows(); err != nil {
 		s.Close()
