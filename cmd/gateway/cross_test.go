@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gateway/as2client"
+	"gateway/audit"
+	"gateway/config"
+	"gateway/dedup"
+	"gateway/server"
+)
+
+// TestSameInterchangeViaAS2AndAS4 sends one EDIFACT interchange through AS2
+// and then, under another transport id, through AS4 to one gateway: the
+// handler runs once, both partners get positive replies, and the ledger
+// shows both transport ids.
+func TestSameInterchangeViaAS2AndAS4(t *testing.T) {
+	demo := filepath.Dir(demoConfig(t))
+	cfg, err := config.Load(demoConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg.Store = "sqlite:" + filepath.Join(dir, "gw.db")
+	cfg.Handler.Inbox = filepath.Join(dir, "inbox")
+	cfg.Audit.File = ""
+	s, err := server.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+
+	edi := []byte("UNA:+.? 'UNB+UNOA:2+DEMO:14+GATEWAY:14+261130:1200+XPROTO1'UNH+1+INVOIC:D:96A:UN'BGM+380+INV-77+9'UNT+3+1'UNZ+1+XPROTO1'")
+	partner := readKeyPair(t, filepath.Join(demo, "partners", "demo-partner.pem"), filepath.Join(demo, "keys", "demo-partner.key"))
+	gw := readKeyPair(t, filepath.Join(demo, "keys", "gateway.pem"), filepath.Join(demo, "keys", "gateway.key"))
+	c := &as2client.Client{URL: srv.URL + "/as2", From: "DEMO", To: "GATEWAY", SignCert: partner.Cert, SignKey: partner.Key,
+		SignDigest: "sha256", RecipientCerts: []*x509.Certificate{gw.Cert}, Cipher: "aes128-cbc", MDN: as2client.MDNSync, SignedMDN: true}
+	msg, err := c.Prepare(edi, "application/edifact", "invoice.edi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Send(context.Background(), msg)
+	if err != nil || !res.OK() || res.MDN.Disposition.IsWarning() {
+		t.Fatalf("AS2: %v %+v", err, res)
+	}
+
+	payload := filepath.Join(t.TempDir(), "invoice.edi")
+	os.WriteFile(payload, edi, 0o600)
+	var out, errb bytes.Buffer
+	code := run([]string{"send-as4", "-url", srv.URL + "/as4",
+		"-key", filepath.Join(demo, "keys", "demo-partner.key"), "-cert", filepath.Join(demo, "partners", "demo-partner.pem"),
+		"-receipt-cert", filepath.Join(demo, "keys", "gateway.pem"), "-encrypt-cert", filepath.Join(demo, "keys", "gateway.pem"),
+		"-from", "urn:demo:partner", "-from-type", "urn:oasis:names:tc:ebcore:partyid-type:unregistered",
+		"-to", "urn:demo:gateway", "-to-type", "urn:oasis:names:tc:ebcore:partyid-type:unregistered",
+		"-service", "urn:demo:invoicing", "-action", "Deliver", "-message-id", "as4-xproto@demo", payload}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("AS4 send exit %d: %s %s", code, out.String(), errb.String())
+	}
+	if !strings.Contains(out.String(), "signature valid") {
+		t.Fatalf("AS4 receipt: %s", out.String())
+	}
+
+	files, _ := os.ReadDir(filepath.Join(dir, "inbox", "demo"))
+	if len(files) != 1 {
+		t.Fatalf("inbox holds %d files, want 1", len(files))
+	}
+	recs, err := s.Backend.(dedup.Ledger).FindInterchanges(context.Background(), dedup.InterchangeQuery{Reference: "XPROTO1"})
+	if err != nil || len(recs) != 1 || recs[0].Retries != 1 || len(recs[0].MessageIDs) != 2 || recs[0].MessageIDs[1] != "as4-xproto@demo" {
+		t.Fatalf("ledger: %v %+v", err, recs)
+	}
+	ev, err := s.Backend.AuditSink().(audit.Reader).Query(context.Background(), audit.Query{MessageID: "as4-xproto@demo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dup bool
+	for _, r := range ev {
+		dup = dup || (r.Decision == "duplicate-interchange" && r.Protocol == "as4")
+	}
+	if !dup {
+		t.Fatalf("no duplicate-interchange audit record for the AS4 delivery: %+v", ev)
+	}
+}
