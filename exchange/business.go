@@ -170,7 +170,7 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 				return nil, nil, &reply
 			}
 			p.Stats.Duplicates.Add(1)
-			lg.Info("interchange already accepted under another transport id; not processed again", "decision", "duplicate-interchange",
+			lg.Debug("interchange already accepted under another transport id; not processed again", "decision", "duplicate-interchange",
 				"reference", pic.ic.Reference, "standard", pic.ic.Standard, "first_seen", d.FirstSeen, "retries", d.Retries)
 			p.auditBestEffort(ctx, r, audit.StepDecision, "duplicate-interchange", "", nil)
 			dupPayload[pic.payload] = true

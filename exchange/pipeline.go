@@ -347,6 +347,9 @@ func (p *Pipeline) accept(ctx context.Context, m *Message, token dedup.Token, he
 		}
 		return p.unavailable(ctx, rec, err)
 	}
+	if rec.Reference != "" {
+		lg = lg.With("reference", rec.Reference)
+	}
 	lg.Info("message accepted", "decision", decision, "disposition", reply.Disposition)
 	p.auditBestEffort(ctx, rec, audit.StepReply, decision, reply.Disposition, nil)
 	return reply
