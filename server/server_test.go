@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -68,5 +69,41 @@ func TestNewFailsOnBadPartnerDirectory(t *testing.T) {
 	cfg.Partners = filepath.Join(t.TempDir(), "missing")
 	if _, err := New(context.Background(), cfg, nil); err == nil {
 		t.Fatal("missing partner directory accepted")
+	}
+}
+
+func TestSlowClientsAreCutOff(t *testing.T) {
+	cfg := demoConfig(t)
+	cfg.Limits.ReadHeaderTimeout = 200 * time.Millisecond
+	cfg.Limits.ReadTimeout = 400 * time.Millisecond
+	s, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Serve(ctx, ln)
+
+	for name, partial := range map[string]string{
+		"header": "POST /as2 HTTP/1.1\r\nHost: x\r\nAS2-From: DEMO\r\n",
+		"body":   "POST /as2 HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nabc",
+	} {
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		conn.Write([]byte(partial))
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(conn)
+		conn.Close()
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("%s: slow client held the connection for %s", name, took)
+		}
+		if name == "header" && len(b) > 0 && !bytes.Contains(b, []byte("408")) && !bytes.Contains(b, []byte("400")) {
+			t.Errorf("%s: unexpected answer %q", name, b)
+		}
 	}
 }
