@@ -9,7 +9,6 @@ import (
 	"gateway/as4"
 	"gateway/as4/endpoint"
 	"gateway/cms"
-	"gateway/dedup"
 	"gateway/outbox"
 	"gateway/xmlenc"
 )
@@ -39,19 +38,11 @@ func (s *Server) mountProtocols() error {
 		as4Keys = append(as4Keys, kp4)
 	}
 
-	if l, ok := s.Backend.(dedup.Ledger); ok {
-		s.Pipeline.Ledger = l
-	}
-	var ob outbox.Store
-	if o, ok := s.Backend.(interface{ Outbox() outbox.Store }); ok {
-		ob = o.Outbox()
-	}
-	var notify func()
-	if ob != nil {
-		d := &outbox.Dispatcher{Store: ob, Log: s.Log, UserAgent: "gateway/" + Version}
-		notify = d.Notify
-		s.background = append(s.background, d.Run)
-	}
+	s.Pipeline.Ledger = s.Backend
+	ob := s.Backend.Outbox()
+	d := &outbox.Dispatcher{Store: ob, Log: s.Log, UserAgent: "gateway/" + Version}
+	notify := d.Notify
+	s.background = append(s.background, d.Run)
 	if cfg.Identity.AS2ID != "" {
 		ep, err := as2.NewEndpoint(as2.Config{
 			Partners: s.Partners, OurID: cfg.Identity.AS2ID, Keys: as2Keys, Pipeline: s.Pipeline,

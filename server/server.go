@@ -198,11 +198,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // Purger returns the retention purger over this server's store.
 func (s *Server) Purger() *retention.Purger {
-	p := &retention.Purger{Store: s.Backend, ArchiveDir: s.Config.ArchiveDir, Retention: s.Config.Retention}
-	if l, ok := s.Backend.(dedup.Ledger); ok {
-		p.Ledger = l
-	}
-	return p
+	return &retention.Purger{Store: s.Backend, Ledger: s.Backend, ArchiveDir: s.Config.ArchiveDir, Retention: s.Config.Retention}
 }
 
 // startPurge runs the retention purge every PurgeInterval, and the

@@ -74,7 +74,7 @@ func TestSameInterchangeViaAS2AndAS4(t *testing.T) {
 	if len(files) != 1 {
 		t.Fatalf("inbox holds %d files, want 1", len(files))
 	}
-	recs, err := s.Backend.(dedup.Ledger).FindInterchanges(context.Background(), dedup.InterchangeQuery{Reference: "XPROTO1"})
+	recs, err := s.Backend.FindInterchanges(context.Background(), dedup.InterchangeQuery{Reference: "XPROTO1"})
 	if err != nil || len(recs) != 1 || recs[0].Retries != 1 || len(recs[0].MessageIDs) != 2 || recs[0].MessageIDs[1] != "as4-xproto@demo" {
 		t.Fatalf("ledger: %v %+v", err, recs)
 	}

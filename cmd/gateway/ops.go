@@ -45,12 +45,9 @@ func dedupPurge(args []string, stdout io.Writer) error {
 		return err
 	}
 	defer be.Close()
-	p := &retention.Purger{Store: be, ArchiveDir: cfg.ArchiveDir, Retention: cfg.Retention}
+	p := &retention.Purger{Store: be, Ledger: be, ArchiveDir: cfg.ArchiveDir, Retention: cfg.Retention}
 	if *archive != "" {
 		p.ArchiveDir = *archive
-	}
-	if l, ok := be.(dedup.Ledger); ok {
-		p.Ledger = l
 	}
 	rep, err := p.Run(ctx)
 	if err != nil {
@@ -102,8 +99,7 @@ func auditExport(args []string, stdout io.Writer) error {
 	if !ok {
 		return errors.New("this store's audit sink cannot be read back")
 	}
-	ledger, _ := be.(dedup.Ledger)
-	ev, err := retention.Export(ctx, ledger, reader, q)
+	ev, err := retention.Export(ctx, be, reader, q)
 	if err != nil {
 		return err
 	}

@@ -26,10 +26,7 @@ func TestAuditExportAndPurgeOnSQLite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, ok := be.(dedup.Ledger)
-	if !ok {
-		t.Fatal("sqlite backend has no ledger")
-	}
+	l := be
 	ic := dedup.Interchange{Key: dedup.HashFields("t", "REF1"), Partner: "acme", Standard: "edifact", Reference: "REF1"}
 	for _, id := range []string{"m1", "m2"} {
 		d, err := l.ClaimInterchange(ctx, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: "h", MessageID: id, Window: 500 * time.Millisecond})
