@@ -1,0 +1,375 @@
+package main
+
+import (
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"math"
+	mrand "math/rand/v2"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"gateway/cms"
+)
+
+// answer is what the gateway replied to one transmission, once verified.
+type answer struct {
+	// body is the reply as received (AS4: the receipt, compared byte for
+	// byte with a retransmission's).
+	body []byte
+	// duplicate: the reply says the message was seen before (AS2
+	// processed/warning: duplicate-document).
+	duplicate bool
+}
+
+// driver builds and sends one protocol's messages.
+type driver interface {
+	// build makes message number i around payload.
+	build(i int, payload []byte) (any, error)
+	// send posts a built message and verifies the reply; an error is a
+	// failure (transport, HTTP status, negative or unverifiable reply).
+	send(ctx context.Context, m any) (answer, error)
+	// sameReply reports whether a retransmission's reply answers it as the
+	// first reply did.
+	sameReply(first, again answer) bool
+}
+
+// job is one transmission: message idx, first or again.
+type job struct {
+	idx int
+	dup bool
+}
+
+// outcome is a job's result.
+type outcome struct {
+	latency time.Duration
+	err     error
+}
+
+// summary is the run's result line.
+type summary struct {
+	protocol              string
+	messages, unique      int
+	duplicates            int
+	elapsed               time.Duration
+	p50, p95, p99         time.Duration
+	failures              int
+	duplicatesAnswered    int
+	opBits                int
+	opsPerSec, msgsPerSec float64
+}
+
+func (s *summary) ratio() float64 {
+	if s.opsPerSec == 0 {
+		return 0
+	}
+	return s.msgsPerSec / (s.opsPerSec / 2)
+}
+
+// String is the one-line summary (see the package comment).
+func (s *summary) String() string {
+	return fmt.Sprintf("gateway-load %s: messages=%d unique=%d duplicates=%d elapsed=%.3fs msgs/s=%.1f p50=%s p95=%s p99=%s failures=%d duplicates_answered=%d/%d rsa%d_ops/s=%.1f ratio=%.3f",
+		s.protocol, s.messages, s.unique, s.duplicates, s.elapsed.Seconds(), s.msgsPerSec,
+		ms(s.p50), ms(s.p95), ms(s.p99), s.failures, s.duplicatesAnswered, s.duplicates, s.opBits, s.opsPerSec, s.ratio())
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond)) }
+
+// load runs the whole test: build, measure the RSA rate, send, summarise.
+func load(ctx context.Context, o *options, progress io.Writer) (*summary, error) {
+	tr := &http.Transport{
+		Proxy:               nil, // loopback only: never through a proxy
+		MaxIdleConnsPerHost: o.c,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: o.requestTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	var d driver
+	var err error
+	switch o.protocol {
+	case "as2":
+		d, err = newAS2Driver(o, hc)
+	case "as4":
+		d, err = newAS4Driver(o, hc)
+	}
+	if err != nil {
+		return nil, err
+	}
+	opKey, err := readRSAKey(o.opKeyFile)
+	if err != nil {
+		return nil, err
+	}
+
+	run, err := runID()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	msgs, err := buildAll(ctx, d, o, run)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(progress, "gateway-load: built %d %s messages of %d payload bytes in %.1fs (run %s)\n",
+		len(msgs), o.protocol, o.size, time.Since(start).Seconds(), run)
+
+	ops, err := privateOpRate(ctx, opKey, o.opTime)
+	if err != nil {
+		return nil, err
+	}
+	jobs := schedule(o.n, o.duplicates, o.c)
+	outcomes, elapsed := send(ctx, d, msgs, jobs, o.c)
+
+	s := &summary{protocol: o.protocol, messages: len(jobs), unique: o.n, duplicates: len(jobs) - o.n,
+		elapsed: elapsed, opBits: opKey.N.BitLen(), opsPerSec: ops}
+	lat := make([]time.Duration, 0, len(outcomes))
+	reported := 0
+	for i, oc := range outcomes {
+		if oc.latency > 0 { // sent
+			lat = append(lat, oc.latency)
+		}
+		if oc.err != nil {
+			s.failures++
+			if reported < 5 {
+				fmt.Fprintf(progress, "gateway-load: message %d (%s): %v\n", jobs[i].idx, map[bool]string{false: "first", true: "again"}[jobs[i].dup], oc.err)
+				reported++
+			}
+		} else if jobs[i].dup {
+			s.duplicatesAnswered++
+		}
+	}
+	if s.failures > reported {
+		fmt.Fprintf(progress, "gateway-load: … and %d more failures\n", s.failures-reported)
+	}
+	s.p50, s.p95, s.p99 = percentile(lat, 50), percentile(lat, 95), percentile(lat, 99)
+	if elapsed > 0 {
+		s.msgsPerSec = float64(len(jobs)) / elapsed.Seconds()
+	}
+	return s, nil
+}
+
+// runID is a random base-36 token of six characters that keeps this run's
+// interchange references apart from every other run's.
+func runID() (string, error) {
+	const digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("gateway-load: random: %w", err)
+	}
+	for i := range b {
+		b[i] = digits[int(b[i])%len(digits)]
+	}
+	return string(b[:]), nil
+}
+
+// buildAll builds the n messages on every CPU.
+func buildAll(ctx context.Context, d driver, o *options, run string) ([]any, error) {
+	msgs := make([]any, o.n)
+	workers := min(runtime.GOMAXPROCS(0), o.n)
+	next := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				m, err := d.build(i, interchange(o.unbSender, o.unbRecipient, reference(run, i), o.size))
+				if err != nil {
+					errs <- fmt.Errorf("gateway-load: building message %d: %w", i, err)
+					return
+				}
+				msgs[i] = m
+			}
+		}()
+	}
+	var err error
+feed:
+	for i := range o.n {
+		select {
+		case next <- i:
+		case err = <-errs:
+			break feed
+		case <-ctx.Done():
+			err = fmt.Errorf("gateway-load: building messages: %w", ctx.Err())
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err == nil {
+		select {
+		case err = <-errs:
+		default:
+		}
+	}
+	return msgs, err
+}
+
+// schedule lists the transmissions: every message once, in order, and
+// round(fraction × n) randomly chosen ones again, each queued c positions
+// after its first transmission (so that it is usually answered by then; the
+// sender waits for the answer anyway: an overlapping retransmission would
+// get 503 in-flight, which is not what this measures).
+func schedule(n int, fraction float64, c int) []job {
+	d := int(math.Round(fraction * float64(n)))
+	again := map[int][]int{} // position → messages resent after it
+	for _, i := range mrand.Perm(n)[:d] {
+		at := min(i+c, n-1)
+		again[at] = append(again[at], i)
+	}
+	jobs := make([]job, 0, n+d)
+	for i := range n {
+		jobs = append(jobs, job{idx: i})
+		slices.Sort(again[i])
+		for _, j := range again[i] {
+			jobs = append(jobs, job{idx: j, dup: true})
+		}
+	}
+	return jobs
+}
+
+// send runs the jobs on c senders and returns every job's outcome and the
+// wall time. Jobs not run before ctx ends fail with its error.
+func send(ctx context.Context, d driver, msgs []any, jobs []job, c int) ([]outcome, time.Duration) {
+	outcomes := make([]outcome, len(jobs))
+	first := make([]answer, len(msgs))
+	firstErr := make([]error, len(msgs))
+	done := make([]chan struct{}, len(msgs))
+	for i := range done {
+		done[i] = make(chan struct{})
+	}
+	queue := make(chan int)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range queue {
+				j := jobs[k]
+				if j.dup {
+					select {
+					case <-done[j.idx]:
+					case <-ctx.Done():
+						outcomes[k].err = ctx.Err()
+						continue
+					}
+				}
+				t0 := time.Now()
+				a, err := d.send(ctx, msgs[j.idx])
+				outcomes[k].latency = time.Since(t0)
+				switch {
+				case !j.dup:
+					if err == nil && a.duplicate {
+						err = fmt.Errorf("first transmission answered as a duplicate")
+					}
+					first[j.idx], firstErr[j.idx] = a, err
+					close(done[j.idx])
+				case err == nil && firstErr[j.idx] != nil:
+					err = fmt.Errorf("retransmission answered, the first transmission was not: %w", firstErr[j.idx])
+				case err == nil && !d.sameReply(first[j.idx], a):
+					err = fmt.Errorf("retransmission answered differently from the first transmission")
+				}
+				outcomes[k].err = err
+			}
+		}()
+	}
+	for k := range jobs {
+		if ctx.Err() != nil {
+			outcomes[k].err = ctx.Err()
+			if !jobs[k].dup {
+				close(done[jobs[k].idx])
+				firstErr[jobs[k].idx] = ctx.Err()
+			}
+			continue
+		}
+		queue <- k
+	}
+	close(queue)
+	wg.Wait()
+	return outcomes, time.Since(start)
+}
+
+// percentile is the p-th percentile (nearest rank) of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	rank := int(math.Ceil(p / 100 * float64(len(s))))
+	return s[max(rank, 1)-1]
+}
+
+// privateOpRate signs SHA-256 digests with key on one goroutine for about
+// d and returns the rate.
+func privateOpRate(ctx context.Context, key *rsa.PrivateKey, d time.Duration) (float64, error) {
+	digest := sha256.Sum256([]byte("gateway-load"))
+	n := 0
+	start := time.Now()
+	for time.Since(start) < d {
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("gateway-load: measuring RSA: %w", err)
+		}
+		if _, err := key.Sign(rand.Reader, digest[:], crypto.SHA256); err != nil {
+			return 0, fmt.Errorf("gateway-load: RSA signature: %w", err)
+		}
+		n++
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+func readRSAKey(path string) (*rsa.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("gateway-load: -op-key: %w", err)
+	}
+	k, err := cms.ParsePrivateKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("gateway-load: -op-key %s: %w", path, err)
+	}
+	rk, ok := k.(*rsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("gateway-load: -op-key %s is a %T, not an RSA key", path, k)
+	}
+	return rk, nil
+}
+
+// reference is message i's UNB 0020 interchange control reference: the
+// run's token and the message number, 14 characters (the element's maximum).
+func reference(run string, i int) string {
+	return fmt.Sprintf("L%s%07d", run, i%10_000_000)
+}
+
+// interchange is an EDIFACT INVOIC interchange of exactly size bytes (or
+// the envelope's length, when size is smaller) with control reference ref.
+func interchange(sender, recipient, ref string, size int) []byte {
+	head := "UNA:+.? 'UNB+UNOA:2+" + sender + ":14+" + recipient + ":14+240315:0930+" + ref + "'UNH+1+INVOIC:D:96A:UN'BGM+380+" + ref + "+9'"
+	const line = "LIN+1++9783898307529:EN'QTY+47:5'PRI+AAA:27.5'"
+	const ftx = "FTX+AAI+++'"
+	tail := func(segments int) string { return fmt.Sprintf("UNT+%d+1'UNZ+1+%s'", segments, ref) }
+	var sb strings.Builder
+	sb.WriteString(head)
+	segments := 2 // UNH, BGM
+	for sb.Len()+len(line)+len(ftx)+len(tail(segments+5)) <= size {
+		sb.WriteString(line)
+		segments += 3
+	}
+	if fill := size - sb.Len() - len(ftx) - len(tail(segments+2)); fill >= 0 {
+		sb.WriteString(ftx[:len(ftx)-1] + strings.Repeat("X", fill) + "'")
+		segments++
+	}
+	sb.WriteString(tail(segments + 1)) // + UNT itself
+	return []byte(sb.String())
+}

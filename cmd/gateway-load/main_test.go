@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gateway/config"
+	"gateway/dedup"
+	"gateway/envelope"
+	"gateway/server"
+)
+
+// demoDir is testdata/demo of the repository.
+func demoDir(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "demo")
+}
+
+// demoGateway is the gateway as `serve` builds it from the demo
+// configuration, on a temporary SQLite store and inbox, behind an HTTP
+// test server. It returns the server's base URL, the inbox and the server.
+func demoGateway(t *testing.T) (string, string, *server.Server) {
+	t.Helper()
+	cfg, err := config.Load(filepath.Join(demoDir(t), "gateway.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg.Store = "sqlite:" + filepath.Join(dir, "gw.db")
+	cfg.Handler.Inbox = filepath.Join(dir, "inbox")
+	cfg.Audit.File = filepath.Join(dir, "audit.jsonl")
+	cfg.SpoolDir = dir
+	s, err := server.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	return srv.URL, cfg.Handler.Inbox, s
+}
+
+func demoFlags(t *testing.T) []string {
+	d := demoDir(t)
+	return []string{
+		"-key", filepath.Join(d, "keys", "demo-partner.key"), "-cert", filepath.Join(d, "partners", "demo-partner.pem"),
+		"-gateway-cert", filepath.Join(d, "keys", "gateway.pem"), "-op-key", filepath.Join(d, "keys", "gateway.key"),
+		"-op-time", "100ms", "-timeout", "2m",
+	}
+}
+
+var summaryLine = regexp.MustCompile(`^gateway-load (as2|as4): messages=(\d+) unique=(\d+) duplicates=(\d+) elapsed=\d+\.\d{3}s ` +
+	`msgs/s=(\d+\.\d) p50=\d+\.\dms p95=\d+\.\dms p99=\d+\.\dms failures=(\d+) duplicates_answered=(\d+)/(\d+) ` +
+	`rsa2048_ops/s=(\d+\.\d) ratio=(\d+\.\d{3})\n$`)
+
+// TestLoadAgainstDemoGateway runs the tool against the demo gateway for
+// both protocols, with a quarter of the messages resent: every message and
+// every retransmission is answered correctly, the summary line has its
+// format and consistent numbers, the handler ran once per message, and the
+// ledger saw each interchange once.
+func TestLoadAgainstDemoGateway(t *testing.T) {
+	for _, protocol := range []string{"as2", "as4"} {
+		t.Run(protocol, func(t *testing.T) {
+			base, inbox, s := demoGateway(t)
+			audit := filepath.Join(filepath.Dir(inbox), "audit.jsonl")
+			var out, errb bytes.Buffer
+			args := append(demoFlags(t), "-protocol", protocol, "-url", base+"/"+protocol,
+				"-n", "16", "-c", "4", "-size", "2048", "-duplicates", "0.25")
+			if code := run(args, &out, &errb); code != 0 {
+				t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
+			}
+			m := summaryLine.FindStringSubmatch(out.String())
+			if m == nil {
+				t.Fatalf("summary line format:\n%s", out.String())
+			}
+			want := map[int]string{1: protocol, 2: "20", 3: "16", 4: "4", 6: "0", 7: "4", 8: "4"}
+			for i, w := range want {
+				if m[i] != w {
+					t.Errorf("summary field %d = %q, want %q\n%s", i, m[i], w, out.String())
+				}
+			}
+			msgs, _ := strconv.ParseFloat(m[5], 64)
+			ops, _ := strconv.ParseFloat(m[9], 64)
+			ratio, _ := strconv.ParseFloat(m[10], 64)
+			// msgs/s and ops/s are printed rounded: allow for it.
+			if msgs <= 0 || ops <= 0 || abs(ratio-msgs/(ops/2)) > 0.001+0.01*ratio {
+				t.Errorf("ratio %s is not msgs/s ÷ (ops/s ÷ 2) = %s ÷ (%s ÷ 2)", m[10], m[5], m[9])
+			}
+			if !strings.Contains(errb.String(), "built 16 "+protocol+" messages of 2048 payload bytes") {
+				t.Errorf("progress: %s", errb.String())
+			}
+			// The gateway's audit trail: 16 new messages holding 16 new
+			// interchanges, each handled once, and 4 transport duplicates.
+			decisions := map[string]int{}
+			handled := 0
+			for _, line := range strings.Split(strings.TrimSpace(readFile(t, audit)), "\n") {
+				var r struct{ Step, Decision string }
+				if err := json.Unmarshal([]byte(line), &r); err != nil {
+					t.Fatal(err)
+				}
+				switch r.Step {
+				case "decision":
+					decisions[r.Decision]++
+				case "handler":
+					handled++
+				}
+			}
+			if decisions["new"] != 16 || decisions["new-interchange"] != 16 || decisions["duplicate"] != 4 || len(decisions) != 3 || handled != 16 {
+				t.Errorf("audit: decisions %v, %d handler runs", decisions, handled)
+			}
+			files, err := os.ReadDir(filepath.Join(inbox, "demo"))
+			if err != nil || len(files) != 16 {
+				t.Fatalf("inbox holds %d files (%v), want 16", len(files), err)
+			}
+			for _, f := range files {
+				b, err := os.ReadFile(filepath.Join(inbox, "demo", f.Name()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ic, err := envelope.Extract(b)
+				if err != nil || len(b) != 2048 {
+					t.Fatalf("%s: %d bytes, %v", f.Name(), len(b), err)
+				}
+				recs, err := s.Backend.(dedup.Ledger).FindInterchanges(context.Background(), dedup.InterchangeQuery{Reference: ic.Reference})
+				if err != nil || len(recs) != 1 || recs[0].Retries != 0 {
+					t.Fatalf("ledger for %s: %v %+v", ic.Reference, err, recs)
+				}
+			}
+		})
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func abs(f float64) float64 {
+	if f < 0 {
+		return -f
+	}
+	return f
+}
+
+// TestLoadCountsFailures encrypts for and expects answers from the wrong
+// certificate: the gateway cannot decrypt, its MDNs do not verify, every
+// message is a failure and the exit status is 1 after the summary.
+func TestLoadCountsFailures(t *testing.T) {
+	base, _, _ := demoGateway(t)
+	d := demoDir(t)
+	var out, errb bytes.Buffer
+	args := append(demoFlags(t), "-url", base+"/as2", "-n", "3", "-c", "2", "-size", "500",
+		"-gateway-cert", filepath.Join(d, "partners", "demo-partner.pem"))
+	if code := run(args, &out, &errb); code != 1 {
+		t.Fatalf("exit %d, want 1\n%s%s", code, out.String(), errb.String())
+	}
+	m := summaryLine.FindStringSubmatch(out.String())
+	if m == nil || m[6] != "3" {
+		t.Fatalf("summary:\n%s", out.String())
+	}
+	if !strings.Contains(errb.String(), "gateway-load: message 0 (first): ") || !strings.Contains(errb.String(), "some messages failed") {
+		t.Fatalf("stderr:\n%s", errb.String())
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"-url", "http://192.0.2.1:8080/as2"},
+		{"-url", "http://gateway.example/as2"},
+		{"-url", "ftp://127.0.0.1/as2"},
+		{"-protocol", "as3"},
+		{"-n", "0"},
+		{"-n", "2000000"},
+		{"-c", "1000"},
+		{"-size", "0"},
+		{"-n", "1000", "-size", "16000000"},
+		{"-duplicates", "1.5"},
+		{"-duplicates", "NaN"},
+		{"-timeout", "2h"},
+		{"-op-time", "0s"},
+		{"extra"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 2 || out.Len() != 0 {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out.String(), errb.String())
+		}
+	}
+	for _, u := range []string{"http://127.0.0.1:8080/as2", "http://127.9.9.9/as4", "http://[::1]:1/as2", "https://localhost/as2"} {
+		if err := checkLoopback(u); err != nil {
+			t.Errorf("%s: %v", u, err)
+		}
+	}
+}
+
+func TestInterchange(t *testing.T) {
+	for _, size := range []int{1, 150, 200, 2048, 10240, 10000, 99999} {
+		b := interchange("DEMO", "GATEWAY", "LABCDEF0000042", size)
+		if len(b) != size && size >= 200 {
+			t.Errorf("size %d: %d bytes", size, len(b))
+		}
+		ic, err := envelope.Extract(b)
+		if err != nil {
+			t.Fatalf("size %d: %v\n%s", size, err, b)
+		}
+		if ic.Reference != "LABCDEF0000042" || ic.Sender != "DEMO" || ic.Recipient != "GATEWAY" || ic.Type != "INVOIC" {
+			t.Errorf("size %d: %+v", size, ic)
+		}
+		s := string(b)
+		body := s[strings.Index(s, "UNH+"):strings.LastIndex(s, "UNZ+")]
+		if !strings.HasSuffix(body, fmt.Sprintf("UNT+%d+1'", strings.Count(body, "'"))) {
+			t.Errorf("size %d: UNT does not count the segments: %s", size, body[max(0, len(body)-40):])
+		}
+	}
+	if r := reference("ABC123", 42); r != "LABC1230000042" || len(r) != 14 {
+		t.Errorf("reference = %q", r)
+	}
+}
+
+func TestSchedule(t *testing.T) {
+	jobs := schedule(100, 0.1, 8)
+	if len(jobs) != 110 {
+		t.Fatalf("%d jobs", len(jobs))
+	}
+	firstAt := map[int]int{}
+	again := 0
+	for k, j := range jobs {
+		if !j.dup {
+			if _, seen := firstAt[j.idx]; seen {
+				t.Fatalf("message %d scheduled twice as first", j.idx)
+			}
+			firstAt[j.idx] = k
+			continue
+		}
+		again++
+		at, ok := firstAt[j.idx]
+		if !ok || k-at < min(8, 99-j.idx) {
+			t.Errorf("retransmission of %d at %d, first at %d", j.idx, k, at)
+		}
+	}
+	if len(firstAt) != 100 || again != 10 {
+		t.Fatalf("%d first, %d again", len(firstAt), again)
+	}
+	if n := len(schedule(5, 1, 3)); n != 10 {
+		t.Errorf("all resent: %d jobs", n)
+	}
+	if n := len(schedule(5, 0, 3)); n != 5 {
+		t.Errorf("none resent: %d jobs", n)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	for p, want := range map[float64]time.Duration{50: 50 * time.Millisecond, 95: 95 * time.Millisecond, 99: 99 * time.Millisecond, 100: 100 * time.Millisecond} {
+		if got := percentile(ds, p); got != want {
+			t.Errorf("p%v = %v, want %v", p, got, want)
+		}
+	}
+	if percentile(nil, 50) != 0 || percentile([]time.Duration{7}, 99) != 7 {
+		t.Error("edge cases")
+	}
+	if ds[0] != 100*time.Millisecond {
+		t.Error("percentile sorted its input")
+	}
+}
