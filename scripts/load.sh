@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Load test of the real gateway binary on loopback.
+#
+# Builds bin/gateway and bin/gateway-load, starts `bin/gateway serve` on a
+# temporary copy of the demo configuration (its own SQLite store, inbox,
+# audit file and a free port chosen by the kernel), waits for /healthz, runs
+# gateway-load for AS2 and then AS4, stops the server and prints both
+# summary lines (msgs/s, latency percentiles, failures, the RSA-2048
+# private-op rate measured in the load tool's process and the ratio
+# msgs/s ÷ (ops/s ÷ 2)).
+#
+# Settings (environment): AS2_N (2000), AS4_N (1000), CONCURRENCY (8),
+# SIZE (10240 bytes), DUPLICATES (0: fraction resent with identical bytes),
+# KEEP=1 keeps the temporary directory (store, inbox, logs).
+# Exit status: 0 when both runs had no failures.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+AS2_N=${AS2_N:-2000}
+AS4_N=${AS4_N:-1000}
+CONCURRENCY=${CONCURRENCY:-8}
+SIZE=${SIZE:-10240}
+DUPLICATES=${DUPLICATES:-0}
+
+echo "building bin/gateway and bin/gateway-load" >&2
+mkdir -p bin
+go build -o bin/gateway ./cmd/gateway
+go build -o bin/gateway-load ./cmd/gateway-load
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/gateway-load.XXXXXX")
+server_pid=""
+cleanup() {
+	if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+		kill -TERM "$server_pid" 2>/dev/null || true
+		wait "$server_pid" 2>/dev/null || true
+	fi
+	if [[ "${KEEP:-0}" == 1 ]]; then
+		echo "kept $tmp" >&2
+	else
+		rm -rf "$tmp"
+	fi
+}
+trap cleanup EXIT
+
+# The demo configuration with every path of run data inside $tmp; relative
+# paths in the file resolve against the file's directory.
+cp -R testdata/demo "$tmp/demo"
+cat >"$tmp/demo/gateway.yaml" <<'EOF'
+listen: 127.0.0.1:0
+store: sqlite:../var/gateway.db
+lease: 5m
+retention: 2160h
+partners: partners
+identity:
+  as2_id: GATEWAY
+  party_id: urn:demo:gateway
+  party_type: urn:oasis:names:tc:ebcore:partyid-type:unregistered
+  keys:
+    - cert: keys/gateway.pem
+      key: keys/gateway.key
+handler:
+  type: dir
+  inbox: ../var/inbox
+audit:
+  file: ../var/audit.jsonl
+spool_dir: ../var/spool
+quarantine_dir: ../var/quarantine
+archive_dir: ../var/archive
+shutdown_timeout: 10s
+EOF
+mkdir -p "$tmp/var/spool"
+
+log="$tmp/gateway.log"
+bin/gateway serve -config "$tmp/demo/gateway.yaml" 2>"$log" &
+server_pid=$!
+
+# The kernel chose the port: read it from the "gateway listening" log line.
+addr=""
+for _ in $(seq 1 100); do
+	if ! kill -0 "$server_pid" 2>/dev/null; then
+		echo "gateway exited:" >&2
+		cat "$log" >&2
+		exit 1
+	fi
+	addr=$(sed -n 's/.*"msg":"gateway listening","addr":"\([^"]*\)".*/\1/p' "$log" | head -n 1)
+	if [[ -n "$addr" ]] && curl -fsS "http://$addr/healthz" >/dev/null 2>&1; then
+		break
+	fi
+	addr=""
+	sleep 0.1
+done
+if [[ -z "$addr" ]]; then
+	echo "gateway did not become healthy in 10 s:" >&2
+	cat "$log" >&2
+	exit 1
+fi
+echo "gateway pid $server_pid listening on $addr (run data in $tmp)" >&2
+
+status=0
+summaries=()
+for run in "as2 $AS2_N" "as4 $AS4_N"; do
+	set -- $run
+	line=$(bin/gateway-load -protocol "$1" -url "http://$addr/$1" -n "$2" -c "$CONCURRENCY" -size "$SIZE" \
+		-duplicates "$DUPLICATES" -timeout 10m) || status=1
+	summaries+=("$line")
+done
+
+kill -TERM "$server_pid"
+wait "$server_pid" || true
+server_pid=""
+echo "gateway stopped; inbox holds $(find "$tmp/var/inbox" -type f | wc -l) payloads" >&2
+
+printf '%s\n' "${summaries[@]}"
+exit $status
