@@ -2,115 +2,39 @@ package mdn
 
 import (
 	"bytes"
-	"encoding/base64"
 	"errors"
-	"fmt"
-	"io"
 	"mime"
-	"mime/quotedprintable"
-	"net/textproto"
 	"strings"
+
+	"gateway/smime"
 )
 
-// This file holds a minimal MIME reader for MDNs as partners send them. It
-// keeps the exact bytes of every body part, which signature verification of
-// multipart/signed needs, and it is tolerant of what real AS2 products emit:
-// LF-only line ends, folded header lines with a TAB, preambles, transport
-// padding after boundaries and a missing close delimiter.
+// This file holds what MDN parsing needs beyond package smime, whose
+// parser (smime.ParseEntity, Entity.DecodedBody) reads every header block
+// and transfer encoding here. smime's Entity.Parts requires a boundary
+// parameter and a close delimiter and rejects a part without a header block;
+// MDNs as partners send them may lack any of these, so the multipart
+// framing and boundary sniffing stay here. The media type fallback stays too: smime's
+// splits parameters at every ';', also inside a quoted boundary.
 
-// entity is one MIME entity: its header fields and its body bytes (not yet
-// content-transfer-decoded).
-type entity struct {
-	header textproto.MIMEHeader
-	body   []byte
+// parsePart parses one body part with smime.ParseEntity. A part smime
+// rejects (a line of its header block is not a field, or no empty line ends
+// the block) is taken to have no header block:
+// all of it is the body (RFC 2046 §5.1.1: a part without headers is
+// text/plain).
+func parsePart(raw []byte) *smime.Entity {
+	e, err := smime.ParseEntity(raw)
+	if err != nil {
+		return &smime.Entity{Body: raw, Raw: raw}
+	}
+	return e
 }
 
-// parseHeaderBlock parses header lines up to the first empty line. It returns
-// the fields and the offset of the body (after the empty line). A block
-// without an empty line ends at the end of b. Lines that are not header
-// fields are skipped; continuation lines (leading SP or HTAB) are unfolded.
-func parseHeaderBlock(b []byte) (textproto.MIMEHeader, int) {
-	h := textproto.MIMEHeader{}
-	var lastKey string
-	pos := 0
-	for pos < len(b) {
-		end := bytes.IndexByte(b[pos:], '\n')
-		var line []byte
-		next := len(b)
-		if end >= 0 {
-			line = b[pos : pos+end]
-			next = pos + end + 1
-		} else {
-			line = b[pos:]
-		}
-		line = bytes.TrimSuffix(line, []byte{'\r'})
-		if len(line) == 0 {
-			return h, next
-		}
-		pos = next
-		if line[0] == ' ' || line[0] == '\t' {
-			if lastKey != "" {
-				vals := h[lastKey]
-				cont := strings.TrimSpace(string(line))
-				if cont != "" {
-					if vals[len(vals)-1] == "" {
-						vals[len(vals)-1] = cont
-					} else {
-						vals[len(vals)-1] += " " + cont
-					}
-				}
-			}
-			continue
-		}
-		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 || !validFieldName(line[:colon]) {
-			lastKey = ""
-			continue
-		}
-		key := textproto.CanonicalMIMEHeaderKey(string(bytes.TrimRight(line[:colon], " \t")))
-		h[key] = append(h[key], strings.TrimSpace(string(line[colon+1:])))
-		lastKey = key
-	}
-	return h, len(b)
-}
-
-// validFieldName reports whether name is a header field name (RFC 5322
-// printable ASCII except colon), allowing trailing white space before the
-// colon as some products write it.
-func validFieldName(name []byte) bool {
-	name = bytes.TrimRight(name, " \t")
-	if len(name) == 0 {
-		return false
-	}
-	for _, c := range name {
-		if c <= ' ' || c >= 0x7f || c == ':' {
-			return false
-		}
-	}
-	return true
-}
-
-// parseEntity splits b into header fields and body. A part that does not
-// start with a header field has no header block: all of it is the body
-// (RFC 2046 §5.1.1: a part without headers is text/plain).
-func parseEntity(b []byte) entity {
-	if len(b) == 0 {
-		return entity{header: textproto.MIMEHeader{}}
-	}
-	if b[0] == '\n' || (b[0] == '\r' && len(b) > 1 && b[1] == '\n') {
-		_, off := parseHeaderBlock(b)
-		return entity{header: textproto.MIMEHeader{}, body: b[off:]}
-	}
-	first := b
-	if i := bytes.IndexByte(b, '\n'); i >= 0 {
-		first = b[:i]
-	}
-	colon := bytes.IndexByte(first, ':')
-	if colon <= 0 || !validFieldName(first[:colon]) {
-		return entity{header: textproto.MIMEHeader{}, body: b}
-	}
-	h, off := parseHeaderBlock(b)
-	return entity{header: h, body: b[off:]}
+// unfold normalises an unfolded field value from smime: each run of SP and
+// HTAB (a fold keeps the white space that followed the line break) becomes
+// one SP.
+func unfold(v string) string {
+	return strings.Join(strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == '\t' }), " ")
 }
 
 // mediaType parses a Content-Type value: the lower-case media type and its
@@ -299,42 +223,9 @@ func sniffBoundary(body []byte) string {
 	return ""
 }
 
-// decodeBody undoes a Content-Transfer-Encoding. 7bit, 8bit, binary and an
-// absent header leave the bytes unchanged; base64 ignores line breaks and
-// white space; quoted-printable is decoded leniently.
-func decodeBody(cte string, body []byte) ([]byte, error) {
-	switch strings.ToLower(strings.TrimSpace(cte)) {
-	case "", "7bit", "8bit", "binary":
-		return body, nil
-	case "base64":
-		return decodeBase64(body)
-	case "quoted-printable":
-		out, err := io.ReadAll(quotedprintable.NewReader(bytes.NewReader(body)))
-		if err != nil {
-			return nil, fmt.Errorf("quoted-printable: %w", err)
-		}
-		return out, nil
-	default:
-		return nil, fmt.Errorf("unsupported Content-Transfer-Encoding %q", cte)
-	}
-}
-
 // decodeBase64 decodes base64 text with any white space in it, with or
-// without padding.
+// without padding, using smime's transfer decoding.
 func decodeBase64(b []byte) ([]byte, error) {
-	clean := make([]byte, 0, len(b))
-	for _, c := range b {
-		switch c {
-		case ' ', '\t', '\r', '\n':
-			continue
-		}
-		clean = append(clean, c)
-	}
-	clean = bytes.TrimRight(clean, "=")
-	out := make([]byte, base64.RawStdEncoding.DecodedLen(len(clean)))
-	n, err := base64.RawStdEncoding.Decode(out, clean)
-	if err != nil {
-		return nil, fmt.Errorf("base64: %w", err)
-	}
-	return out[:n], nil
+	e := smime.Entity{Header: smime.Header{{Name: "Content-Transfer-Encoding", Value: "base64"}}, Body: b}
+	return e.DecodedBody()
 }

@@ -1,11 +1,14 @@
 package mdn
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/textproto"
 	"strings"
+
+	"gateway/smime"
 )
 
 // Errors callers branch on. Parse errors wrap ErrMalformed; Verify errors
@@ -23,7 +26,8 @@ type Parsed struct {
 	// Report.MICAlg is canonical (CanonicalMICAlg); Fields keeps it raw.
 	Report Report
 	// Fields holds every field of the message/disposition-notification part,
-	// unfolded, keyed case-insensitively (use Fields.Get).
+	// unfolded with each run of SP and HTAB made one SP, keyed
+	// case-insensitively (use Fields.Get).
 	Fields textproto.MIMEHeader
 	// Signed is true for a multipart/signed MDN.
 	Signed bool
@@ -82,12 +86,15 @@ func Parse(contentType string, body []byte) (*Parsed, error) {
 			return nil, fmt.Errorf("%w: signature part: %w", ErrMalformed, err)
 		}
 		p.Signature = sig
-		inner := parseEntity(parts[0])
-		imt, iparams := mediaType(inner.header.Get("Content-Type"))
+		inner, err := smime.ParseEntity(parts[0])
+		if err != nil {
+			return nil, fmt.Errorf("%w: signed content: %w", ErrMalformed, err)
+		}
+		imt, iparams := mediaType(inner.Header.Get("Content-Type"))
 		if imt != "multipart/report" {
 			return nil, fmt.Errorf("%w: signed content is %q, want multipart/report", ErrMalformed, imt)
 		}
-		body, err := decodeBody(inner.header.Get("Content-Transfer-Encoding"), inner.body)
+		body, err := inner.DecodedBody()
 		if err != nil {
 			return nil, fmt.Errorf("%w: signed content: %w", ErrMalformed, err)
 		}
@@ -113,11 +120,15 @@ func ParseMessage(raw []byte) (*Parsed, error) {
 	if len(raw) > maxMDNSize {
 		return nil, fmt.Errorf("%w: %d bytes exceeds the %d byte limit", ErrMalformed, len(raw), maxMDNSize)
 	}
-	h, off := parseHeaderBlock(raw)
+	e, err := smime.ParseEntity(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: header block: %w", ErrMalformed, err)
+	}
+	h := e.Header
 	if h.Get("Content-Type") == "" {
 		return nil, fmt.Errorf("%w: no Content-Type header", ErrMalformed)
 	}
-	p, err := Parse(h.Get("Content-Type"), raw[off:])
+	p, err := Parse(h.Get("Content-Type"), e.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -159,18 +170,20 @@ func splitParts(body []byte, params map[string]string) ([][]byte, error) {
 // part. Without a Content-Transfer-Encoding header a body that is not DER
 // (does not start with a SEQUENCE tag) is taken to be base64.
 func signaturePart(raw []byte) ([]byte, error) {
-	e := parseEntity(raw)
-	mt, _ := mediaType(e.header.Get("Content-Type"))
+	e := parsePart(raw)
+	mt, _ := mediaType(e.Header.Get("Content-Type"))
 	switch mt {
 	case "application/pkcs7-signature", "application/x-pkcs7-signature", "":
 	default:
 		return nil, fmt.Errorf("Content-Type %q is not application/pkcs7-signature", mt)
 	}
-	cte := e.header.Get("Content-Transfer-Encoding")
-	if cte == "" && (len(e.body) == 0 || e.body[0] != 0x30) {
-		cte = "base64"
+	var sig []byte
+	var err error
+	if e.Header.Get("Content-Transfer-Encoding") == "" && (len(e.Body) == 0 || e.Body[0] != 0x30) {
+		sig, err = decodeBase64(e.Body)
+	} else {
+		sig, err = e.DecodedBody()
 	}
-	sig, err := decodeBody(cte, e.body)
 	if err != nil {
 		return nil, err
 	}
@@ -198,17 +211,17 @@ func (p *Parsed) parseReport(body []byte, params map[string]string) error {
 	var notification []byte
 	found, haveText := false, false
 	for _, raw := range parts {
-		e := parseEntity(raw)
-		mt, _ := mediaType(e.header.Get("Content-Type"))
+		e := parsePart(raw)
+		mt, _ := mediaType(e.Header.Get("Content-Type"))
 		switch {
 		case mt == "message/disposition-notification" && !found:
-			dec, err := decodeBody(e.header.Get("Content-Transfer-Encoding"), e.body)
+			dec, err := e.DecodedBody()
 			if err != nil {
 				return fmt.Errorf("%w: disposition-notification part: %w", ErrMalformed, err)
 			}
 			notification, found = dec, true
 		case (mt == "text/plain" || mt == "") && !haveText:
-			dec, err := decodeBody(e.header.Get("Content-Transfer-Encoding"), e.body)
+			dec, err := e.DecodedBody()
 			if err != nil {
 				return fmt.Errorf("%w: text part: %w", ErrMalformed, err)
 			}
@@ -224,17 +237,20 @@ func (p *Parsed) parseReport(body []byte, params map[string]string) error {
 
 // parseNotification reads the disposition-notification fields. Blank lines
 // between field groups (RFC 3798 per-message and per-recipient fields) are
-// skipped.
+// skipped; the last group need not end with one.
 func (p *Parsed) parseNotification(b []byte) error {
+	// A copy (full slice expression), as b may alias the partner's body.
+	b = bytes.TrimRight(b, "\r\n")
+	b = append(b[:len(b):len(b)], "\r\n\r\n"...)
 	for len(b) > 0 {
-		h, off := parseHeaderBlock(b)
-		for k, v := range h {
-			p.Fields[k] = append(p.Fields[k], v...)
+		e, err := smime.ParseEntity(b)
+		if err != nil {
+			return fmt.Errorf("%w: disposition-notification fields: %w", ErrMalformed, err)
 		}
-		if off <= 0 {
-			break
+		for _, f := range e.Header {
+			p.Fields.Add(f.Name, unfold(f.Value))
 		}
-		b = b[off:]
+		b = e.Body
 	}
 	r := &p.Report
 	r.ReportingUA = collapseSpace(p.Fields.Get("Reporting-Ua"))
