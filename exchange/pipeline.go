@@ -304,6 +304,11 @@ func (p *Pipeline) claimed(ctx context.Context, in Inbound, ics []payloadInterch
 		p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
 		return reply
 	}
+	// The handler's side effect is done: from here on the outcome must be
+	// recorded even if the partner hung up (which cancels ctx), or its
+	// retransmission would run the handler a second time.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	if err := p.audit(ctx, rec, audit.StepHandler, "ok", "", nil); err != nil {
 		releaseInterchanges()
 		p.abandon(ctx, m, token, lg)

@@ -1,0 +1,61 @@
+package exchange
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"gateway/dedup"
+)
+
+// ctxStore behaves like the SQL stores: a cancelled context fails every
+// statement.
+type ctxStore struct{ *dedup.MemoryStore }
+
+func (s ctxStore) Accept(ctx context.Context, k dedup.Key, t dedup.Token, reply []byte) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ctxstore: accept: %w", err)
+	}
+	return s.MemoryStore.Accept(ctx, k, t, reply)
+}
+
+func (s ctxStore) AcceptInterchange(ctx context.Context, k dedup.Key, t dedup.Token) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ctxstore: accept interchange: %w", err)
+	}
+	return s.MemoryStore.AcceptInterchange(ctx, k, t)
+}
+
+// A partner that hangs up while the handler runs must not cause a second
+// handler run: once the handler succeeded, its claim is accepted whatever
+// happened to the request, and the retransmission is a duplicate.
+func TestClientDisconnectAfterHandlerSuccessStillAccepts(t *testing.T) {
+	for _, ledger := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ledger=%v", ledger), func(t *testing.T) {
+			f := newLedgerFixture(t)
+			st := ctxStore{f.st}
+			f.p.Store = st
+			if ledger {
+				f.p.Ledger = st
+			} else {
+				f.p.Ledger = nil
+			}
+			ctx, hangUp := context.WithCancel(context.Background())
+			f.p.Handler = HandlerFunc(func(context.Context, *Message) error {
+				f.h.Handle(ctx, nil)
+				hangUp() // the side effect is done; the client disconnects now
+				return nil
+			})
+			in := f.proto.inbound("acme", "m1", invoic("REF1", "A"))
+			f.p.Process(ctx, in)
+
+			r := f.send("m1", 0, DriftReject, invoic("REF1", "A"))
+			if f.h.n() != 1 {
+				t.Fatalf("handler ran %d times after a disconnect and a retransmission, want 1", f.h.n())
+			}
+			if r.Status != 200 || r.Disposition != "processed/warning: duplicate-document" {
+				t.Fatalf("retransmission answered %d %q %q, want the duplicate reply", r.Status, r.Disposition, r.Body)
+			}
+		})
+	}
+}
