@@ -506,3 +506,23 @@ func TestInterchangeResentUnderNewMessageID(t *testing.T) {
 		t.Fatal("handler ran for a refused interchange")
 	}
 }
+
+// Without an MDN the HTTP status is the partner's only signal: a message the
+// handler failed on must not be answered 200, or the partner never resends it.
+func TestNoMDNRequestedHandlerErrorIsNotOK(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	e.handler.setFail(func(*exchange.Message) error { return errors.New("ERP unreachable") })
+	c := e.client()
+	c.MDN = as2client.MDNNone
+	m := prepare(t, c, "fire and forget")
+	resp, body := e.post(t, m.Header, m.Body)
+	if resp.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("handler failure without MDN answered %d %q, want 500", resp.StatusCode, body)
+	}
+	e.handler.setFail(nil)
+	resp, body = e.post(t, m.Header, m.Body)
+	if resp.StatusCode != 200 || len(body) != 0 || e.handler.count(m.ID) != 2 {
+		t.Fatalf("retransmission: %d %q, handler ran %d times", resp.StatusCode, body, e.handler.count(m.ID))
+	}
+}

@@ -438,6 +438,14 @@ func (e *Endpoint) send(ctx context.Context, w http.ResponseWriter, x *inbound, 
 	case deliverSync:
 		reply.Write(w)
 	case deliverNone:
+		if !positive(reply.Disposition) {
+			// No MDN was asked for: the status is the partner's only
+			// signal that the message was not processed.
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, "the message was not processed ("+reply.Disposition+")\n")
+			return
+		}
 		w.WriteHeader(http.StatusOK)
 	case deliverAsync:
 		id, err := randomHex(16)
@@ -466,6 +474,12 @@ func retryLater(w http.ResponseWriter, why string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = io.WriteString(w, "message not processed ("+why+"); retry later\n")
+}
+
+// positive reports whether an MDN disposition (as dispositionText writes
+// it) says the message was processed: "processed" or a processed/warning.
+func positive(disposition string) bool {
+	return disposition == "processed" || strings.HasPrefix(disposition, "processed/warning")
 }
 
 func isMDN(contentType string) bool {
