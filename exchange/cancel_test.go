@@ -59,3 +59,42 @@ func TestClientDisconnectAfterHandlerSuccessStillAccepts(t *testing.T) {
 		})
 	}
 }
+
+// failFirstInterchangeAccept fails the accept of one interchange key.
+type failInterchangeAccept struct {
+	*dedup.MemoryStore
+	fail dedup.Key
+}
+
+func (s failInterchangeAccept) AcceptInterchange(ctx context.Context, k dedup.Key, t dedup.Token) error {
+	if k == s.fail {
+		return fmt.Errorf("connection reset: %w", dedup.ErrUnavailable)
+	}
+	return s.MemoryStore.AcceptInterchange(ctx, k, t)
+}
+
+// When one interchange accept fails after the handler ran, the other
+// interchanges of the message must not stay claimed (which answers every
+// retransmission 503 until the lease runs out): they are accepted, since the
+// handler processed them, and the retransmission reprocesses only the one
+// whose accept failed.
+func TestInterchangeAcceptFailureLeavesNoClaimHeld(t *testing.T) {
+	f := newLedgerFixture(t)
+	in := f.proto.inbound("acme", "m1", invoic("REF1", "A"))
+	ics, err := f.p.extractInterchanges(in.Message)
+	if err != nil || len(ics) != 1 {
+		t.Fatalf("extract: %v %d", err, len(ics))
+	}
+	f.p.Ledger = failInterchangeAccept{f.st, ics[0].ic.Key}
+	r := f.send("m1", 0, DriftReject, invoic("REF1", "A"), invoic("REF2", "B"))
+	if r.Status != 503 || f.h.n() != 1 {
+		t.Fatalf("first delivery: %d %q, handler %d", r.Status, r.Body, f.h.n())
+	}
+	f.p.Ledger = f.st
+	var got int
+	f.h.fn = func(m *Message) error { got = len(m.Payloads); return nil }
+	r = f.send("m1", 0, DriftReject, invoic("REF1", "A"), invoic("REF2", "B"))
+	if r.Status != 200 || f.h.n() != 2 || got != 1 {
+		t.Fatalf("retransmission: %d %q, handler runs %d, payloads %d (want 200, 2, 1)", r.Status, r.Body, f.h.n(), got)
+	}
+}

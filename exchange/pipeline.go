@@ -328,7 +328,11 @@ func (p *Pipeline) claimed(ctx context.Context, in Inbound, ics []payloadInterch
 // accept then fails, the partner's retransmission finds the interchange
 // accepted and gets a duplicate reply instead of a second handler run.
 func (p *Pipeline) accept(ctx context.Context, m *Message, token dedup.Token, held []heldInterchange, reply Reply, rec audit.Record, lg *slog.Logger, decision string) Reply {
+	var ierr error
 	for _, h := range held {
+		// The handler processed every held interchange: each is accepted
+		// even when another one's accept failed, so that no claim is left
+		// held and the retransmission reprocesses only what failed.
 		if err := p.Ledger.AcceptInterchange(ctx, h.key, h.token); err != nil {
 			lg.Error("accept interchange failed; no positive reply sent", "interchange_key", string(h.key), "err", err)
 			if !errors.Is(err, dedup.ErrStaleClaim) {
@@ -336,9 +340,14 @@ func (p *Pipeline) accept(ctx context.Context, m *Message, token dedup.Token, he
 				_ = p.Ledger.AbandonInterchange(actx, h.key, h.token)
 				cancel()
 			}
-			p.abandon(ctx, m, token, lg)
-			return p.unavailable(ctx, rec, err)
+			if ierr == nil {
+				ierr = err
+			}
 		}
+	}
+	if ierr != nil {
+		p.abandon(ctx, m, token, lg)
+		return p.unavailable(ctx, rec, ierr)
 	}
 	stored, err := EncodeReply(reply)
 	if err != nil {
