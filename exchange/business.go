@@ -116,9 +116,30 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 		}
 	}
 	dupPayload := map[int]bool{}
+	seen := map[dedup.Key]string{} // interchange key → payload hash, in this message
 	for _, pic := range ics {
 		r := rec
 		r.InterchangeKey, r.Reference, r.PayloadSHA256 = string(pic.ic.Key), pic.ic.Reference, pic.hash
+		if first, ok := seen[pic.ic.Key]; ok {
+			// The message carries this interchange twice. Claiming it again
+			// would find this delivery's own claim in flight.
+			if first == pic.hash {
+				dupPayload[pic.payload] = true
+				continue
+			}
+			release()
+			derr := fmt.Errorf("payload %d: %s interchange %s appears twice in the message with different content", pic.payload+1, pic.ic.Standard, pic.ic.Reference)
+			lg.Warn("damaged business envelope; message refused", "decision", "rejected", "err", derr)
+			p.auditBestEffort(ctx, r, audit.StepDecision, "rejected", "", derr)
+			reply, err := in.Replies.Failed(ctx, &Failure{Kind: Damaged, Err: derr, Reference: pic.ic.Reference})
+			if err != nil {
+				reply = p.internalError(ctx, r, lg, err)
+			} else {
+				p.auditBestEffort(ctx, r, audit.StepReply, "", reply.Disposition, nil)
+			}
+			return nil, nil, &reply
+		}
+		seen[pic.ic.Key] = pic.hash
 		window := in.Window
 		if pic.ic.Standard == envelope.StandardPeppolSBDH {
 			window = 0 // PEPPOL instance identifiers are unique forever

@@ -3,6 +3,7 @@ package exchange
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"gateway/dedup"
@@ -96,5 +97,28 @@ func TestInterchangeAcceptFailureLeavesNoClaimHeld(t *testing.T) {
 	r = f.send("m1", 0, DriftReject, invoic("REF1", "A"), invoic("REF2", "B"))
 	if r.Status != 200 || f.h.n() != 2 || got != 1 {
 		t.Fatalf("retransmission: %d %q, handler runs %d, payloads %d (want 200, 2, 1)", r.Status, r.Body, f.h.n(), got)
+	}
+}
+
+// A message carrying one interchange twice claimed it twice, found its own
+// claim in flight and answered 503 to every retransmission, for ever. The
+// copy is a duplicate payload: one handler run, one interchange; a copy with
+// other content under the same reference is refused as damaged.
+func TestSameInterchangeTwiceInOneMessage(t *testing.T) {
+	f := newLedgerFixture(t)
+	var got, dups int
+	f.h.fn = func(m *Message) error { got, dups = len(m.Payloads), len(m.DuplicatePayloads); return nil }
+	r := f.send("m1", 0, DriftReject, invoic("REF1", "A"), invoic("REF1", "A"))
+	if r.Status != 200 || !strings.HasPrefix(string(r.Body), "receipt") || f.h.n() != 1 || got != 1 || dups != 1 {
+		t.Fatalf("reply %d %q, handler %d, payloads %d, duplicate payloads %d", r.Status, r.Body, f.h.n(), got, dups)
+	}
+	r = f.send("m2", 0, DriftReject, invoic("REF2", "A"), invoic("REF2", "B"))
+	if r.Status != 200 || !strings.HasPrefix(string(r.Body), "failed kind=4") || f.h.n() != 1 {
+		t.Fatalf("conflicting copies: %d %q, handler %d", r.Status, r.Body, f.h.n())
+	}
+	// Nothing stays claimed: the corrected message is processed.
+	r = f.send("m3", 0, DriftReject, invoic("REF2", "A"))
+	if r.Status != 200 || f.h.n() != 2 {
+		t.Fatalf("after refusal: %d %q, handler %d", r.Status, r.Body, f.h.n())
 	}
 }
