@@ -155,8 +155,16 @@ func (s *Server) Close() error {
 // their claims are abandoned.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	c := s.Config
+	// inflight counts running requests, so that after a cancelling shutdown
+	// Serve still waits for their claims to be abandoned or accepted: the
+	// caller closes the store when Serve returns.
+	var inflight sync.WaitGroup
 	hs := &http.Server{
-		Handler:           s.mux,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			inflight.Add(1)
+			defer inflight.Done()
+			s.mux.ServeHTTP(w, r)
+		}),
 		ReadHeaderTimeout: c.Limits.ReadHeaderTimeout,
 		ReadTimeout:       c.Limits.ReadTimeout,
 		WriteTimeout:      c.Limits.WriteTimeout,
@@ -188,6 +196,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.Log.Warn("shutdown timeout: cancelling in-flight exchanges; their claims are abandoned")
 		s.cancelBase()
 		_ = hs.Close()
+		finished := make(chan struct{})
+		go func() { inflight.Wait(); close(finished) }()
+		select {
+		case <-finished:
+		case <-time.After(cancelGrace):
+			s.Log.Error("cancelled exchanges did not finish; their claims are released when their leases run out", "grace", cancelGrace)
+		}
 	}
 	purgeDone()
 	if err2 := <-errc; err2 != nil && !errors.Is(err2, http.ErrServerClosed) {
@@ -195,6 +210,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	return nil
 }
+
+// cancelGrace bounds how long Serve waits, after cancelling the exchanges
+// that outlived the shutdown timeout, for them to abandon or accept their
+// claims (the pipeline gives each store call at most 30 seconds).
+const cancelGrace = 45 * time.Second
 
 // Purger returns the retention purger over this server's store.
 func (s *Server) Purger() *retention.Purger {
