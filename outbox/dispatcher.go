@@ -38,7 +38,8 @@ const maxErrorBody = 256
 // a stopped one left.
 type Dispatcher struct {
 	Store Store
-	// Client posts the deliveries; nil means a client with Timeout.
+	// Client posts the deliveries; nil means a client with Timeout that
+	// does not follow redirects.
 	Client *http.Client
 	Log    *slog.Logger
 	// Timeout bounds one attempt (default 60s) when Client is nil.
@@ -108,7 +109,12 @@ func (d *Dispatcher) client() *http.Client {
 	if d.Client != nil {
 		return d.Client
 	}
-	return &http.Client{Timeout: orDefault(d.Timeout, DefaultTimeout)}
+	return &http.Client{
+		Timeout: orDefault(d.Timeout, DefaultTimeout),
+		// A redirected POST becomes a GET without the body, whose 2xx would
+		// count as delivered: a redirect is a failed attempt instead.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 // Backoff is the delay before attempt n+1 after n failed attempts (n >= 1):
