@@ -70,6 +70,7 @@ import (
 	"mime"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strings"
 	"time"
 
@@ -135,7 +136,12 @@ type Config struct {
 	SpoolDir       string
 	SpoolThreshold int64
 	// AllowedAlgorithms, when set, lists every encryption algorithm URI a
-	// message may use (see xmlenc.Options.AllowedAlgorithms).
+	// message may use (see xmlenc.Options.AllowedAlgorithms). AES-CBC
+	// content encryption is refused with EBMS:0103 before anything is
+	// decrypted unless it is listed here: a CBC padding check that fails
+	// (EBMS:0102) or passes (EBMS:0101 digest mismatch) would make the
+	// endpoint a padding oracle on captured messages. The AS4 profiles
+	// prescribe AES-GCM.
 	AllowedAlgorithms []string
 	// Host is the domain part of the eb:MessageId of our signals (default
 	// "gateway").
@@ -327,6 +333,9 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	tr.partner = partner.ID
 	pa := partner.AS4
 
+	if ae := e.refuseCBC(env.Doc); ae != nil {
+		return e.reject(tr, ae, msgID)
+	}
 	// Decrypt first: AS4 senders sign, then encrypt, so the signature
 	// covers the plaintext (still compressed) attachments.
 	atts := make([]xmlenc.Attachment, len(env.Attachments))
@@ -417,6 +426,36 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		Window:  pa.DedupWindow.Std(),
 		OnDrift: onDrift,
 	})
+}
+
+// cbcAlgorithms are the AES-CBC content encryption algorithms.
+var cbcAlgorithms = map[string]bool{xmlenc.AlgAES128CBC: true, xmlenc.AlgAES192CBC: true, xmlenc.AlgAES256CBC: true}
+
+// refuseCBC fails with EBMS:0103 when an xenc:EncryptionMethod of the
+// envelope names AES-CBC and the configuration does not list it. It runs
+// before decryption, so that the answer never depends on a CBC padding.
+func (e *Endpoint) refuseCBC(doc *etree.Document) *as4.Error {
+	var found string
+	var walk func(el *etree.Element)
+	walk = func(el *etree.Element) {
+		for _, c := range el.ChildElements() {
+			if found != "" {
+				return
+			}
+			if as4.Is(c, xmlenc.NSXEnc, "EncryptionMethod") {
+				if alg, _ := as4.Attr(c, "", "Algorithm"); cbcAlgorithms[alg] && !slices.Contains(e.cfg.AllowedAlgorithms, alg) {
+					found = alg
+					return
+				}
+			}
+			walk(c)
+		}
+	}
+	walk(doc.Root())
+	if found == "" {
+		return nil
+	}
+	return as4.PolicyNoncompliance(fmt.Sprintf("content encryption %s is not accepted; use AES-GCM", found), nil)
 }
 
 // SOAP roles that address a header block to us.
