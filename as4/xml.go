@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/beevik/etree"
+
+	"gateway/wssec"
 )
 
 // Namespace URIs used by AS4 messages.
@@ -51,6 +53,9 @@ func ParseXML(data []byte, maxDepth int) (*etree.Document, error) {
 	if maxDepth <= 0 {
 		maxDepth = DefaultMaxXMLDepth
 	}
+	// encoding/xml leaves literal tabs and line breaks in attribute values;
+	// every conformant parser (and so every signer) turns them into spaces.
+	data = wssec.NormalizeAttributeWhitespace(data)
 	if err := prescanXML(data, maxDepth); err != nil {
 		return nil, InvalidHeader("XML not accepted", err)
 	}

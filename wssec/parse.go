@@ -160,6 +160,13 @@ func prescan(b []byte, limits Limits) error {
 	return nil
 }
 
+// NormalizeAttributeWhitespace returns b with the attribute-value
+// normalization of XML 1.0 §3.3.3 applied (see normalizeAttributeWhitespace).
+// Callers that parse a document to be verified with a parser other than
+// ParseEnvelope must apply it to the bytes first, or digests of partner XML
+// with line breaks inside attribute values will not match.
+func NormalizeAttributeWhitespace(b []byte) []byte { return normalizeAttributeWhitespace(b) }
+
 // normalizeAttributeWhitespace applies XML 1.0 §3.3.3 attribute-value
 // normalization, which encoding/xml leaves out: a literal tab, line feed,
 // carriage return or CR LF pair inside a quoted attribute value of a tag
