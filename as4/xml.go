@@ -53,9 +53,10 @@ func ParseXML(data []byte, maxDepth int) (*etree.Document, error) {
 	if maxDepth <= 0 {
 		maxDepth = DefaultMaxXMLDepth
 	}
+	// A UTF-8 byte order mark may open the document (.NET writes one).
 	// encoding/xml leaves literal tabs and line breaks in attribute values;
 	// every conformant parser (and so every signer) turns them into spaces.
-	data = wssec.NormalizeAttributeWhitespace(data)
+	data = wssec.NormalizeAttributeWhitespace(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")))
 	if err := prescanXML(data, maxDepth); err != nil {
 		return nil, InvalidHeader("XML not accepted", err)
 	}
