@@ -49,7 +49,8 @@ type Dispatcher struct {
 	Batch       int
 	Concurrency int
 	// Lease holds leased deliveries from other dispatchers; default
-	// Timeout + 30s so that a lease outlives its attempt.
+	// Timeout·⌈Batch/Concurrency⌉ + 30s so that a lease outlives the
+	// attempts of its whole batch.
 	Lease time.Duration
 	// PollInterval is the pause between rounds when the queue had nothing
 	// due (default 5s); Notify ends a pause early.
@@ -166,12 +167,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 func (d *Dispatcher) RunOnce(ctx context.Context) (int, error) {
 	d.init()
 	timeout := orDefault(d.Timeout, DefaultTimeout)
-	lease := orDefault(d.Lease, timeout+30*time.Second)
-	batch, err := d.Store.Lease(ctx, orDefault(d.Batch, DefaultBatch), lease)
+	size, conc := orDefault(d.Batch, DefaultBatch), orDefault(d.Concurrency, DefaultConcurrency)
+	// The batch is posted conc at a time: its last delivery may start only
+	// after (rounds-1) timeouts, and its lease must still hold then.
+	rounds := (size + conc - 1) / conc
+	lease := orDefault(d.Lease, time.Duration(rounds)*timeout+30*time.Second)
+	batch, err := d.Store.Lease(ctx, size, lease)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: lease: %w", err)
 	}
-	sem := make(chan struct{}, orDefault(d.Concurrency, DefaultConcurrency))
+	sem := make(chan struct{}, conc)
 	var wg sync.WaitGroup
 	for _, del := range batch {
 		sem <- struct{}{}

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // An MDN URL answering with a redirect must not count as delivered: Go's
@@ -41,5 +42,30 @@ func TestDispatcherRedirectIsNotDelivered(t *testing.T) {
 	got, s, _ := st.Get(ctx, "a")
 	if s != Pending || got.Attempts != 1 || gets.Load() != 0 {
 		t.Fatalf("state %s, attempts %d, GETs followed %d; want pending, 1, 0 (last error %q)", s, got.Attempts, gets.Load(), got.LastError)
+	}
+}
+
+type leaseRecorder struct {
+	*Memory
+	lease time.Duration
+}
+
+func (l *leaseRecorder) Lease(ctx context.Context, limit int, lease time.Duration) ([]Delivery, error) {
+	l.lease = lease
+	return l.Memory.Lease(ctx, limit, lease)
+}
+
+// A leased batch is posted Concurrency at a time, so its last delivery may
+// start only after (Batch/Concurrency - 1) timeouts; the default lease must
+// cover that, or another gateway sharing the queue leases it again and the
+// MDN is posted twice.
+func TestDispatcherDefaultLeaseCoversTheWholeBatch(t *testing.T) {
+	st := &leaseRecorder{Memory: NewMemory()}
+	d := &Dispatcher{Store: st, Timeout: 10 * time.Second, Batch: 16, Concurrency: 4}
+	if _, err := d.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := 4*10*time.Second + 30*time.Second; st.lease != want {
+		t.Fatalf("lease %s, want %s", st.lease, want)
 	}
 }
