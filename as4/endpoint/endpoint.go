@@ -73,6 +73,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/beevik/etree"
 
@@ -701,7 +702,11 @@ func securityError(err error) *as4.Error {
 func truncate(s string) string {
 	const max = 400
 	if len(s) > max {
-		return s[:max] + "…"
+		n := max
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n-- // never cut a character in half: the signal must stay UTF-8
+		}
+		return s[:n] + "…"
 	}
 	return s
 }
