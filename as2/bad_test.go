@@ -160,6 +160,31 @@ func TestUnknownPartnerIsAnsweredSyncEvenWhenAsyncAsked(t *testing.T) {
 	}
 }
 
+func TestUnauthenticatedFailureIsAnsweredSyncEvenWhenAsyncAsked(t *testing.T) {
+	t.Parallel()
+	k := getKeys(t)
+	e := newEnv(t, envOptions{partnerYAML: "  require_signature: true\n"})
+	for name, tweak := range map[string]func(c *as2client.Client){
+		"wrong signer": func(c *as2client.Client) { c.SignCert, c.SignKey = k.gw2.Cert, k.gw2.Key },
+		"unsigned":     func(c *as2client.Client) { c.SignDigest = "" },
+	} {
+		c := e.client()
+		c.MDN = as2client.MDNAsync
+		tweak(c)
+		m := prepare(t, c, "x")
+		resp, body := e.post(t, m.Header, m.Body)
+		if resp.StatusCode != 200 || len(body) == 0 {
+			t.Fatalf("%s: HTTP %d with %d bytes, want the MDN on the response", name, resp.StatusCode, len(body))
+		}
+		if _, err := mdn.ParseHTTP(resp.Header, body); err != nil {
+			t.Fatalf("%s: no MDN on the response: %v", name, err)
+		}
+		if got, _ := e.outbox.Lease(context.Background(), 10, time.Millisecond); len(got) != 0 {
+			t.Fatalf("%s: queued %d MDNs to an unauthenticated address", name, len(got))
+		}
+	}
+}
+
 func TestBadRequests(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{maxBody: 4096})

@@ -203,10 +203,12 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		d, why := classify(res, err, req.From)
+		answerOnResponse(x)
 		e.reject(r.Context(), w, x, d, why, err)
 		return
 	}
 	if why := policyViolation(p.AS2, res); why != "" {
+		answerOnResponse(x)
 		e.reject(r.Context(), w, x, mdn.DispInsufficientMessageSecurity, why, nil)
 		return
 	}
@@ -242,6 +244,17 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Message: msg, Replies: &replies{e: e, x: x}, Window: p.AS2.DedupWindow.Std(), OnDrift: onDrift,
 	})
 	e.send(r.Context(), w, x, reply)
+}
+
+// answerOnResponse turns an asynchronous MDN into a synchronous one for a
+// message that failed decryption, verification or the partner's security
+// policy: its Receipt-Delivery-Option is not authenticated, and following it
+// would let anyone who knows a partner's AS2-From make the gateway post to
+// any address.
+func answerOnResponse(x *inbound) {
+	if x.mode == deliverAsync {
+		x.mode, x.asyncURL = deliverSync, ""
+	}
 }
 
 func (d delivery) String() string {
