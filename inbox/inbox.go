@@ -43,7 +43,11 @@ func (d Dir) Handle(ctx context.Context, m *exchange.Message) error {
 }
 
 // FileName is the name payload i of m gets: the first 16 hex digits of the
-// transport key, the payload's position, and a sanitised sender file name.
+// transport key, the first 12 of the payload's SHA-256, and a sanitised
+// sender file name. It does not depend on the payload's position, which
+// shifts when business dedup leaves out payloads of interchanges accepted
+// before; a repeated run for the same message therefore always finds its
+// own files.
 func FileName(m *exchange.Message, i int) string {
 	p := m.Payloads[i]
 	base := p.Filename
@@ -54,7 +58,7 @@ func FileName(m *exchange.Message, i int) string {
 	if base == "" {
 		base = "payload" + extension(p.ContentType)
 	}
-	return fmt.Sprintf("%s-%d-%s", string(m.TransportKey)[:min(16, len(m.TransportKey))], i+1, base)
+	return fmt.Sprintf("%s-%s-%s", string(m.TransportKey)[:min(16, len(m.TransportKey))], p.SHA256[:min(12, len(p.SHA256))], base)
 }
 
 func extension(ct string) string {

@@ -2,6 +2,8 @@ package inbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,7 +19,9 @@ func msg(payloads ...exchange.Payload) *exchange.Message {
 }
 
 func payload(name, body string) exchange.Payload {
-	return exchange.NewPayload(exchange.Payload{Filename: name, ContentType: "application/edifact"}, exchange.MemoryBody(body))
+	sum := sha256.Sum256([]byte(body))
+	return exchange.NewPayload(exchange.Payload{Filename: name, ContentType: "application/edifact", SHA256: hex.EncodeToString(sum[:])},
+		exchange.MemoryBody(body))
 }
 
 func TestWritesEachPayloadUnderPartner(t *testing.T) {
@@ -31,13 +35,13 @@ func TestWritesEachPayloadUnderPartner(t *testing.T) {
 		t.Fatalf("files = %v", entries)
 	}
 	first := filepath.Join(root, "acme", FileName(m, 0))
-	if !strings.HasSuffix(first, "-1-passwd") {
+	if !strings.HasSuffix(first, "-"+m.Payloads[0].SHA256[:12]+"-passwd") {
 		t.Errorf("name %q not sanitised", first)
 	}
 	if b, _ := os.ReadFile(first); string(b) != "UNB+1'" {
 		t.Errorf("content %q", b)
 	}
-	if !strings.HasSuffix(FileName(m, 1), "-2-payload.edi") {
+	if !strings.HasSuffix(FileName(m, 1), "-payload.edi") || FileName(m, 1) == FileName(m, 0) {
 		t.Errorf("second name %q", FileName(m, 1))
 	}
 }
@@ -52,17 +56,29 @@ func TestRepeatedRunIsIdempotentAndNeverOverwrites(t *testing.T) {
 	if err := h.Handle(context.Background(), m); err != nil {
 		t.Fatalf("same message again: %v", err)
 	}
-	changed := msg(payload("a.edi", "two"))
-	err := h.Handle(context.Background(), changed)
+	// The same name holding other content (written by someone else) is
+	// never overwritten.
+	target := filepath.Join(root, "acme", FileName(m, 0))
+	if err := os.WriteFile(target, []byte("tampered"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := h.Handle(context.Background(), m)
 	if err == nil || !strings.Contains(err.Error(), "refusing to overwrite") {
 		t.Fatalf("err = %v", err)
 	}
-	b, _ := os.ReadFile(filepath.Join(root, "acme", FileName(m, 0)))
-	if string(b) != "one" {
+	if b, _ := os.ReadFile(target); string(b) != "tampered" {
 		t.Fatalf("overwritten: %q", b)
 	}
 	entries, _ := os.ReadDir(filepath.Join(root, "acme"))
 	if len(entries) != 1 {
 		t.Fatalf("temp files left: %v", entries)
+	}
+}
+
+func TestNameDoesNotDependOnPosition(t *testing.T) {
+	a, b := payload("a.edi", "one"), payload("b.edi", "two")
+	both, onlyB := msg(a, b), msg(b)
+	if FileName(both, 1) != FileName(onlyB, 0) {
+		t.Fatalf("%s != %s: a run without the duplicate payload would write a second copy", FileName(both, 1), FileName(onlyB, 0))
 	}
 }
