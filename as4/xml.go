@@ -32,6 +32,11 @@ const DefaultMaxXMLDepth = 64
 // scan the attributes of every ancestor.
 const MaxXMLAttrs = 128
 
+// MaxXMLElements is the most elements one document may hold. A parsed
+// element costs about 140 bytes of heap, so without a bound a large body of
+// empty elements would take gigabytes before any signature is checked.
+const MaxXMLElements = 250000
+
 // Sentinel causes, reachable with errors.Is through the *Error values that
 // wrap them.
 var (
@@ -45,9 +50,10 @@ var (
 
 // ParseXML parses partner XML into an etree document. It refuses DTDs and
 // every other <!...> directive, undeclared namespace prefixes, duplicate
-// attributes, more than MaxXMLAttrs attributes on an element, character sets
-// other than UTF-8 (and its subset US-ASCII) and nesting deeper than
-// maxDepth (DefaultMaxXMLDepth when maxDepth <= 0).
+// attributes, more than MaxXMLAttrs attributes on an element, more than
+// MaxXMLElements elements, character sets other than UTF-8 (and its subset
+// US-ASCII) and nesting deeper than maxDepth (DefaultMaxXMLDepth when
+// maxDepth <= 0).
 // Errors are EBMS:0009 InvalidHeader.
 func ParseXML(data []byte, maxDepth int) (*etree.Document, error) {
 	if maxDepth <= 0 {
@@ -104,6 +110,7 @@ func prescanXML(data []byte, maxDepth int) error {
 		return "", prefix == ""
 	}
 	seenRoot := false
+	elements := 0
 	for {
 		tok, err := dec.RawToken()
 		if err == io.EOF {
@@ -121,6 +128,9 @@ func prescanXML(data []byte, maxDepth int) error {
 					return errors.New("more than one root element")
 				}
 				seenRoot = true
+			}
+			if elements++; elements > MaxXMLElements {
+				return fmt.Errorf("%w: more than %d elements", ErrLimit, MaxXMLElements)
 			}
 			if len(stack) >= maxDepth {
 				return fmt.Errorf("%w: more than %d levels", ErrXMLDepth, maxDepth)

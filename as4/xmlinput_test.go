@@ -1,6 +1,7 @@
 package as4
 
 import (
+	"errors"
 	"testing"
 )
 
@@ -36,5 +37,29 @@ func TestParseXMLAttributeWhitespace(t *testing.T) {
 	}
 	if got := doc.Root().SelectAttrValue("c", ""); got != "\n" {
 		t.Errorf("c = %q", got)
+	}
+}
+
+// TestParseXMLElementLimit: parsed XML costs about 140 bytes of heap per
+// element, so a 100 MB body of "<a/>" would take gigabytes before any
+// signature is checked; the element count is bounded.
+func TestParseXMLElementLimit(t *testing.T) {
+	doc := func(n int) []byte {
+		b := []byte("<r>")
+		for i := 1; i < n; i++ {
+			b = append(b, "<a/>"...)
+		}
+		return append(b, "</r>"...)
+	}
+	if _, err := ParseXML(doc(MaxXMLElements), 0); err != nil {
+		t.Fatalf("%d elements: %v", MaxXMLElements, err)
+	}
+	_, err := ParseXML(doc(MaxXMLElements+1), 0)
+	if !errors.Is(err, ErrLimit) {
+		t.Fatalf("%d elements: %v, want ErrLimit", MaxXMLElements+1, err)
+	}
+	var ae *Error
+	if !errors.As(err, &ae) || ae.Code != CodeInvalidHeader {
+		t.Fatalf("error %v is not EBMS:0009", err)
 	}
 }
