@@ -273,8 +273,14 @@ func (p *Pipeline) quarantine(m *Message, pl Payload, info driftInfo) (string, e
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return "", fmt.Errorf("exchange: quarantine: %w", err)
 	}
-	base := fmt.Sprintf("%s-%s", p.now().UTC().Format("20060102T150405.000000000Z"), string(m.TransportKey)[:min(16, len(m.TransportKey))])
+	// One file per transport key and payload: a retransmission of the same
+	// drifted message finds its payload already kept.
+	base := fmt.Sprintf("%s-%s", string(m.TransportKey)[:min(16, len(m.TransportKey))], info.got[:min(16, len(info.got))])
 	path := filepath.Join(dir, base+".payload")
+	if _, err := os.Stat(base2json(path)); err == nil {
+		return path, nil
+	}
+	os.Remove(path) // a payload without its description is a write cut short
 	r, err := pl.Open()
 	if err != nil {
 		return "", fmt.Errorf("exchange: quarantine: %w", err)
@@ -286,7 +292,7 @@ func (p *Pipeline) quarantine(m *Message, pl Payload, info driftInfo) (string, e
 	meta, _ := json.MarshalIndent(map[string]any{
 		"partner": m.Partner, "protocol": m.Protocol, "message_id": m.MessageID, "what": info.what,
 		"reference": info.reference, "stored_sha256": info.stored, "payload_sha256": info.got,
-		"first_seen": info.firstSeen.UTC(), "content_type": pl.ContentType, "filename": pl.Filename,
+		"first_seen": info.firstSeen.UTC(), "quarantined": p.now().UTC(), "content_type": pl.ContentType, "filename": pl.Filename,
 	}, "", "  ")
 	if err := writeFileSync(base2json(path), bytes.NewReader(meta)); err != nil {
 		return "", fmt.Errorf("exchange: quarantine: %w", err)

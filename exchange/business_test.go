@@ -161,6 +161,13 @@ func TestInterchangeDriftPolicies(t *testing.T) {
 		if !strings.Contains(decisions(f.a), "quarantined") {
 			t.Errorf("decisions %s", decisions(f.a))
 		}
+		// The partner retransmits the same message: still refused, kept once.
+		if r := f.send("m2", 0, DriftQuarantine, invoic("REF1", "INV-CHANGED")); !strings.HasPrefix(string(r.Body), "failed kind=3") {
+			t.Fatalf("retransmission: %q", r.Body)
+		}
+		if files, _ := filepath.Glob(filepath.Join(f.p.Quarantine, "acme", "*")); len(files) != 2 {
+			t.Fatalf("quarantine holds %v after a retransmission, want one payload and its description", files)
+		}
 	})
 	t.Run("accept", func(t *testing.T) {
 		f := newLedgerFixture(t)

@@ -30,6 +30,10 @@ func (s *Server) mountProtocols() error {
 		}
 		if kp, err := cms.ParseKeyPair(certPEM, keyPEM); err == nil {
 			as2Keys = append(as2Keys, kp)
+		} else if cfg.Identity.AS2ID != "" {
+			// AS2 (S/MIME) keys are RSA; an Ed25519 or X25519 key is for AS4 only.
+			s.Log.Warn("identity key not usable for AS2; AS2 will not use it to decrypt or sign MDNs",
+				"key", k.Cert, "err", err)
 		}
 		kp4, err := endpoint.ParseKeyPair(certPEM, keyPEM)
 		if err != nil {
