@@ -3,6 +3,7 @@ package xmlenc
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/xml"
 	"strings"
 
 	"github.com/beevik/etree"
@@ -169,6 +170,11 @@ func inScopeNamespaces(e *etree.Element) map[string]string {
 
 const fragmentWrapper = "xmlencFragmentWrapper"
 
+// maxFragmentElements bounds the elements of decrypted XML: a parsed element
+// costs about 140 bytes of heap, and decryption runs before the signature
+// check (the as4 package bounds the envelope the same way).
+const maxFragmentElements = 250000
+
 // parseFragment parses decrypted XML (an element or element content) in the
 // namespace context of parent and returns the parsed tokens, detached. DTDs,
 // entity declarations and references to undeclared entities are refused; the
@@ -205,6 +211,23 @@ func parseFragment(parent *etree.Element, plaintext []byte, maxSize, maxDepth in
 	buf.Write(pt)
 	buf.WriteString("</" + fragmentWrapper + ">")
 
+	if n := bytes.Count(pt, []byte("<")); n > maxFragmentElements {
+		// Every element needs a '<', so fewer cannot exceed the limit; count
+		// exactly only then.
+		dec := xml.NewDecoder(bytes.NewReader(pt))
+		elements := 0
+		for {
+			tok, err := dec.RawToken()
+			if err != nil {
+				break // malformed XML fails in the parse below
+			}
+			if _, ok := tok.(xml.StartElement); ok {
+				if elements++; elements > maxFragmentElements {
+					return nil, fail(ErrLimit, "decrypted XML holds more than %d elements", maxFragmentElements)
+				}
+			}
+		}
+	}
 	d := etree.NewDocument()
 	d.ReadSettings = etree.ReadSettings{MaxDepth: maxDepth + 1}
 	if err := d.ReadFromBytes(buf.Bytes()); err != nil {
@@ -221,8 +244,10 @@ func parseFragment(parent *etree.Element, plaintext []byte, maxSize, maxDepth in
 		return nil, err
 	}
 	toks := append([]etree.Token(nil), w.Child...)
-	for _, t := range toks {
-		w.RemoveChild(t)
+	// Detach from the end: RemoveChildAt re-indexes every later sibling, so
+	// removing from the front is quadratic in the number of tokens.
+	for i := len(w.Child) - 1; i >= 0; i-- {
+		w.RemoveChildAt(i)
 	}
 	return toks, nil
 }
