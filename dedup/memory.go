@@ -52,13 +52,56 @@ const (
 	stateAbandoned
 )
 
-type memoryRow struct {
+// claimRow is what the claim rules read and write. Both kinds of memory row
+// embed it, so that transport keys and ledger interchanges follow one set of
+// rules: decideClaim for a claim, heldBy for Accept and Abandon.
+type claimRow struct {
 	state      rowState
 	token      Token
 	payload    string
 	firstSeen  time.Time
 	leaseUntil time.Time
-	reply      []byte
+}
+
+// decideClaim applies the Store's claim rules at now to the row held for a
+// key (nil when there is none):
+//   - a claim still within its lease answers InFlight;
+//   - an accepted row answers Duplicate while inside window (always when
+//     window is not positive); the caller adds what its kind of row records
+//     (a reply, retries);
+//   - otherwise (new key, abandoned claim, lease ran out, window passed) the
+//     answer is Claimed with token, Reused when an accepted row's window
+//     passed, and next is the fresh claim row the caller stores.
+func decideClaim(held *claimRow, now time.Time, window, lease time.Duration, token Token, payload string) (d Decision, next claimRow) {
+	if held != nil {
+		switch {
+		case held.state == stateClaimed && now.Before(held.leaseUntil):
+			return Decision{
+				Outcome:    InFlight,
+				FirstSeen:  held.firstSeen,
+				RetryAfter: RetryAfter(held.leaseUntil.Sub(now)),
+			}, claimRow{}
+		case held.state == stateAccepted && (window <= 0 || !held.firstSeen.Before(now.Add(-window))):
+			return Decision{
+				Outcome:       Duplicate,
+				FirstSeen:     held.firstSeen,
+				PayloadSHA256: held.payload,
+			}, claimRow{}
+		}
+	}
+	return Decision{Outcome: Claimed, Token: token, Reused: held != nil && held.state == stateAccepted, FirstSeen: now},
+		claimRow{state: stateClaimed, token: token, payload: payload, firstSeen: now, leaseUntil: now.Add(lease)}
+}
+
+// heldBy reports whether token still holds the row's claim: the
+// compare-and-set that Accept and Abandon make before moving the row on.
+func (r *claimRow) heldBy(token Token) bool {
+	return r.state == stateClaimed && r.token == token
+}
+
+type memoryRow struct {
+	claimRow
+	reply []byte
 }
 
 // MemoryOption configures a MemoryStore.
@@ -98,35 +141,19 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (Decision, er
 	if s.closed {
 		return Decision{}, errClosed
 	}
-	now := s.now()
+	var held *claimRow
 	r, ok := s.rows[req.Key]
 	if ok {
-		switch {
-		case r.state == stateClaimed && now.Before(r.leaseUntil):
-			return Decision{
-				Outcome:    InFlight,
-				FirstSeen:  r.firstSeen,
-				RetryAfter: RetryAfter(r.leaseUntil.Sub(now)),
-			}, nil
-		case r.state == stateAccepted && (req.Window <= 0 || !r.firstSeen.Before(now.Add(-req.Window))):
-			return Decision{
-				Outcome:       Duplicate,
-				FirstSeen:     r.firstSeen,
-				PayloadSHA256: r.payload,
-				Reply:         append([]byte{}, r.reply...),
-			}, nil
-		}
+		held = &r.claimRow
 	}
-	// New key, abandoned claim, lease ran out, or window passed.
-	reused := ok && r.state == stateAccepted
-	s.rows[req.Key] = &memoryRow{
-		state:      stateClaimed,
-		token:      token,
-		payload:    req.PayloadSHA256,
-		firstSeen:  now,
-		leaseUntil: now.Add(s.lease),
+	d, next := decideClaim(held, s.now(), req.Window, s.lease, token, req.PayloadSHA256)
+	switch d.Outcome {
+	case Duplicate:
+		d.Reply = append([]byte{}, r.reply...)
+	case Claimed:
+		s.rows[req.Key] = &memoryRow{claimRow: next}
 	}
-	return Decision{Outcome: Claimed, Token: token, Reused: reused, FirstSeen: now}, nil
+	return d, nil
 }
 
 // Accept implements Store. The holder of the current token may accept even
@@ -138,7 +165,7 @@ func (s *MemoryStore) Accept(ctx context.Context, key Key, token Token, reply []
 		return errClosed
 	}
 	r, ok := s.rows[key]
-	if !ok || r.state != stateClaimed || r.token != token {
+	if !ok || !r.heldBy(token) {
 		return fmt.Errorf("dedup: accept: %w", ErrStaleClaim)
 	}
 	r.state = stateAccepted
@@ -154,7 +181,7 @@ func (s *MemoryStore) Abandon(ctx context.Context, key Key, token Token) error {
 		return errClosed
 	}
 	r, ok := s.rows[key]
-	if !ok || r.state != stateClaimed || r.token != token {
+	if !ok || !r.heldBy(token) {
 		return fmt.Errorf("dedup: abandon: %w", ErrStaleClaim)
 	}
 	r.state = stateAbandoned

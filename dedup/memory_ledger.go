@@ -14,13 +14,9 @@ const DefaultFindLimit = 1000
 
 // ledgerRow is one interchange of the memory ledger.
 type ledgerRow struct {
+	claimRow
 	ic         Interchange
-	state      rowState
-	token      Token
-	payload    string
-	firstSeen  time.Time
 	lastSeen   time.Time
-	leaseUntil time.Time
 	retries    int
 	messageIDs []string
 	window     time.Duration
@@ -87,44 +83,28 @@ func (s *MemoryStore) ClaimInterchange(ctx context.Context, c InterchangeClaim) 
 		return Decision{}, errClosed
 	}
 	now := s.now()
+	var held *claimRow
 	r, ok := s.ledger[c.Key]
 	if ok {
-		switch {
-		case r.state == stateClaimed && now.Before(r.leaseUntil):
-			return Decision{
-				Outcome:    InFlight,
-				FirstSeen:  r.firstSeen,
-				RetryAfter: RetryAfter(r.leaseUntil.Sub(now)),
-			}, nil
-		case r.state == stateAccepted && (c.Window <= 0 || !r.firstSeen.Before(now.Add(-c.Window))):
-			r.lastSeen = now
-			r.retries++
-			r.messageIDs = AppendMessageID(r.messageIDs, c.MessageID)
-			return Decision{
-				Outcome:       Duplicate,
-				FirstSeen:     r.firstSeen,
-				PayloadSHA256: r.payload,
-				Retries:       r.retries,
-			}, nil
+		held = &r.claimRow
+	}
+	d, next := decideClaim(held, now, c.Window, s.lease, token, c.PayloadSHA256)
+	switch d.Outcome {
+	case Duplicate:
+		r.lastSeen = now
+		r.retries++
+		r.messageIDs = AppendMessageID(r.messageIDs, c.MessageID)
+		d.Retries = r.retries
+	case Claimed:
+		s.ledger[c.Key] = &ledgerRow{
+			claimRow:   next,
+			ic:         c.Interchange,
+			lastSeen:   now,
+			messageIDs: FirstMessageIDs(c.MessageID),
+			window:     max(c.Window, 0),
 		}
 	}
-	reused := ok && r.state == stateAccepted
-	window := c.Window
-	if window < 0 {
-		window = 0
-	}
-	s.ledger[c.Key] = &ledgerRow{
-		ic:         c.Interchange,
-		state:      stateClaimed,
-		token:      token,
-		payload:    c.PayloadSHA256,
-		firstSeen:  now,
-		lastSeen:   now,
-		leaseUntil: now.Add(s.lease),
-		messageIDs: FirstMessageIDs(c.MessageID),
-		window:     window,
-	}
-	return Decision{Outcome: Claimed, Token: token, Reused: reused, FirstSeen: now}, nil
+	return d, nil
 }
 
 // AcceptInterchange implements Ledger.
@@ -144,7 +124,7 @@ func (s *MemoryStore) ledgerTransition(op string, key Key, token Token, to rowSt
 		return errClosed
 	}
 	r, ok := s.ledger[key]
-	if !ok || r.state != stateClaimed || r.token != token {
+	if !ok || !r.heldBy(token) {
 		return fmt.Errorf("dedup: %s: %w", op, ErrStaleClaim)
 	}
 	r.state = to
