@@ -127,20 +127,32 @@ func NewMemoryStore(opts Options, mopts ...MemoryOption) *MemoryStore {
 // errClosed is returned by every call after Close.
 var errClosed = fmt.Errorf("dedup: memory store closed: %w", ErrUnavailable)
 
-// Claim implements Store.
-func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (Decision, error) {
+// lockForClaim starts every memory claim: it checks ctx, draws a fresh token
+// and takes the store's lock. When it returns no error the caller holds s.mu
+// and must release it.
+func (s *MemoryStore) lockForClaim(ctx context.Context, op string) (Token, error) {
 	if err := ctx.Err(); err != nil {
-		return Decision{}, fmt.Errorf("dedup: claim: %w", err)
+		return "", fmt.Errorf("dedup: %s: %w", op, err)
 	}
 	token, err := NewToken()
 	if err != nil {
-		return Decision{}, err
+		return "", err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
-		return Decision{}, errClosed
+		s.mu.Unlock()
+		return "", errClosed
 	}
+	return token, nil
+}
+
+// Claim implements Store.
+func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (Decision, error) {
+	token, err := s.lockForClaim(ctx, "claim")
+	if err != nil {
+		return Decision{}, err
+	}
+	defer s.mu.Unlock()
 	var held *claimRow
 	r, ok := s.rows[req.Key]
 	if ok {
@@ -159,22 +171,17 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (Decision, er
 // Accept implements Store. The holder of the current token may accept even
 // after its lease ran out, as long as no other delivery took the key over.
 func (s *MemoryStore) Accept(ctx context.Context, key Key, token Token, reply []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errClosed
-	}
-	r, ok := s.rows[key]
-	if !ok || !r.heldBy(token) {
-		return fmt.Errorf("dedup: accept: %w", ErrStaleClaim)
-	}
-	r.state = stateAccepted
-	r.reply = append([]byte{}, reply...)
-	return nil
+	return s.transition("accept", key, token, stateAccepted, reply)
 }
 
 // Abandon implements Store.
 func (s *MemoryStore) Abandon(ctx context.Context, key Key, token Token) error {
+	return s.transition("abandon", key, token, stateAbandoned, nil)
+}
+
+// transition moves a transport row held by token to state to; an accepted
+// row keeps a copy of reply.
+func (s *MemoryStore) transition(op string, key Key, token Token, to rowState, reply []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -182,9 +189,12 @@ func (s *MemoryStore) Abandon(ctx context.Context, key Key, token Token) error {
 	}
 	r, ok := s.rows[key]
 	if !ok || !r.heldBy(token) {
-		return fmt.Errorf("dedup: abandon: %w", ErrStaleClaim)
+		return fmt.Errorf("dedup: %s: %w", op, ErrStaleClaim)
 	}
-	r.state = stateAbandoned
+	r.state = to
+	if to == stateAccepted {
+		r.reply = append([]byte{}, reply...)
+	}
 	return nil
 }
 

@@ -70,18 +70,11 @@ func AppendMessageID(ids []string, messageID string) []string {
 // ledger's own rows; a Duplicate answer records the delivery (LastSeen, one
 // more retry, the message id) under the same lock that decided it.
 func (s *MemoryStore) ClaimInterchange(ctx context.Context, c InterchangeClaim) (Decision, error) {
-	if err := ctx.Err(); err != nil {
-		return Decision{}, fmt.Errorf("dedup: claim interchange: %w", err)
-	}
-	token, err := NewToken()
+	token, err := s.lockForClaim(ctx, "claim interchange")
 	if err != nil {
 		return Decision{}, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return Decision{}, errClosed
-	}
 	now := s.now()
 	var held *claimRow
 	r, ok := s.ledger[c.Key]
