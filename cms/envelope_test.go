@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/smallstep/pkcs7"
+
+	"gateway/internal/testpki"
 )
 
 // testContent is binary on purpose: CR, LF, NUL and high bytes must survive
@@ -37,7 +39,7 @@ var opensslCiphers = []struct{ openssl, ours string }{
 func TestDecryptOpenSSL(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := newCert(t, "receiver", 0, certOpts{})
-	certPath, _ := writePEM(t, dir, "receiver", cert, key)
+	certPath, _ := testpki.WriteKeyPair(t, dir, "receiver", cert, key)
 	old, oldKey := newCert(t, "receiver-old", 1, certOpts{})
 	keys := []KeyPair{{Cert: old, Key: oldKey}, {Cert: cert, Key: key}}
 	content := testContent(3000)
@@ -99,7 +101,7 @@ func TestDecryptOpenSSL(t *testing.T) {
 func TestEncryptOpenSSLDecrypts(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := newCert(t, "partner", 0, certOpts{})
-	certPath, keyPath := writePEM(t, dir, "partner", cert, key)
+	certPath, keyPath := testpki.WriteKeyPair(t, dir, "partner", cert, key)
 	second, secondKey := newCert(t, "partner-2", 1, certOpts{})
 	content := testContent(5000)
 	for _, c := range opensslCiphers {

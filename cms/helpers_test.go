@@ -2,47 +2,17 @@ package cms
 
 import (
 	"bytes"
-	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha1"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/asn1"
 	"encoding/base64"
-	"encoding/pem"
-	"math/big"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"gateway/internal/interop"
+	"gateway/internal/testpki"
 )
-
-// testKeys are generated once per test binary and index: RSA key
-// generation is the slow part of these tests.
-var (
-	testKeysMu sync.Mutex
-	testKeys   = map[int]*rsa.PrivateKey{}
-)
-
-func rsaKey(t testing.TB, i int) *rsa.PrivateKey {
-	t.Helper()
-	testKeysMu.Lock()
-	defer testKeysMu.Unlock()
-	if k, ok := testKeys[i]; ok {
-		return k
-	}
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testKeys[i] = k
-	return k
-}
 
 type certOpts struct {
 	serial    int64
@@ -54,56 +24,19 @@ type certOpts struct {
 // newCert makes a self-signed certificate for key i.
 func newCert(t testing.TB, cn string, keyIndex int, o certOpts) (*x509.Certificate, *rsa.PrivateKey) {
 	t.Helper()
-	key := rsaKey(t, keyIndex)
 	if o.serial == 0 {
 		o.serial = int64(1000 + keyIndex)
 	}
-	if o.notBefore.IsZero() {
-		o.notBefore = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
-	}
-	if o.notAfter.IsZero() {
-		o.notAfter = time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(o.serial),
-		Subject:      pkix.Name{CommonName: cn, Organization: []string{"gateway test"}},
+	key := testpki.RSAKey(t, keyIndex)
+	return testpki.SelfSigned(t, key, testpki.Cert{
+		CommonName:   cn,
+		Organization: []string{"gateway test"},
+		Serial:       o.serial,
 		NotBefore:    o.notBefore,
 		NotAfter:     o.notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageEmailProtection},
-	}
-	if !o.noSKI {
-		pub, _ := asn1.Marshal(key.PublicKey)
-		sum := sha1.Sum(pub)
-		tmpl.SubjectKeyId = sum[:]
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, key
-}
-
-// writePEM writes cert and key PEM files into dir and returns their paths.
-func writePEM(t testing.TB, dir, name string, cert *x509.Certificate, key *rsa.PrivateKey) (string, string) {
-	t.Helper()
-	cp := filepath.Join(dir, name+".crt")
-	kp := filepath.Join(dir, name+".key")
-	if err := os.WriteFile(cp, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	k8, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(kp, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: k8}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return cp, kp
+		SubjectKeyID: !o.noSKI,
+	}), key
 }
 
 // openssl runs the openssl CLI, skipping the test when it is not installed.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/smallstep/pkcs7"
+
+	"gateway/internal/testpki"
 )
 
 var testNow = time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -18,7 +20,7 @@ var testNow = time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 func TestVerifyOpenSSLSignatures(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := newCert(t, "sender", 0, certOpts{})
-	certPath, keyPath := writePEM(t, dir, "sender", cert, key)
+	certPath, keyPath := testpki.WriteKeyPair(t, dir, "sender", cert, key)
 	rolled, _ := newCert(t, "sender-next", 1, certOpts{})
 	trusted := []*x509.Certificate{rolled, cert}
 	content := testContent(2500)
@@ -81,7 +83,7 @@ func TestVerifyOpenSSLSignatures(t *testing.T) {
 func TestVerifyAttachedOpenSSL(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := newCert(t, "sender", 0, certOpts{})
-	certPath, keyPath := writePEM(t, dir, "sender", cert, key)
+	certPath, keyPath := testpki.WriteKeyPair(t, dir, "sender", cert, key)
 	content := testContent(1500)
 	in := filepath.Join(dir, "content.bin")
 	if err := os.WriteFile(in, content, 0o600); err != nil {
@@ -117,7 +119,7 @@ func TestVerifyAttachedOpenSSL(t *testing.T) {
 func TestSignOpenSSLVerifies(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := newCert(t, "gateway", 0, certOpts{})
-	certPath, _ := writePEM(t, dir, "gateway", cert, key)
+	certPath, _ := testpki.WriteKeyPair(t, dir, "gateway", cert, key)
 	content := testContent(4000)
 	in := filepath.Join(dir, "content.bin")
 	if err := os.WriteFile(in, content, 0o600); err != nil {

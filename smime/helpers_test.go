@@ -2,82 +2,26 @@ package smime
 
 import (
 	"bytes"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
-	"math/big"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
-	"time"
 
 	"gateway/cms"
 	"gateway/internal/interop"
+	"gateway/internal/testpki"
 )
-
-var (
-	testKeysMu sync.Mutex
-	testKeys   = map[int]*rsa.PrivateKey{}
-)
-
-// rsaKey returns test RSA key i, generated once per test binary.
-func rsaKey(t testing.TB, i int) *rsa.PrivateKey {
-	t.Helper()
-	testKeysMu.Lock()
-	defer testKeysMu.Unlock()
-	if k, ok := testKeys[i]; ok {
-		return k
-	}
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testKeys[i] = k
-	return k
-}
 
 // newKeyPair makes a self-signed certificate for test key i.
 func newKeyPair(t testing.TB, cn string, i int) cms.KeyPair {
 	t.Helper()
-	key := rsaKey(t, i)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(int64(4000 + i)),
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC),
-		NotAfter:     time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cms.KeyPair{Cert: cert, Key: key}
+	key := testpki.RSAKey(t, i)
+	return cms.KeyPair{Cert: testpki.SelfSigned(t, key, testpki.Cert{CommonName: cn, Serial: int64(4000 + i)}), Key: key}
 }
 
 func writeKeyPair(t testing.TB, dir, name string, kp cms.KeyPair) (certPath, keyPath string) {
 	t.Helper()
-	certPath = filepath.Join(dir, name+".crt")
-	keyPath = filepath.Join(dir, name+".key")
-	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: kp.Cert.Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	k8, err := x509.MarshalPKCS8PrivateKey(kp.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: k8}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certPath, keyPath
+	return testpki.WriteKeyPair(t, dir, name, kp.Cert, kp.Key)
 }
 
 func openssl(t testing.TB, args ...string) []byte {
