@@ -51,7 +51,7 @@ func c14nMethodFor(alg string) (c14nMethod, bool) {
 // document; the tests cross-check this implementation against goxmldsig where
 // goxmldsig is right.
 func canonicalize(el *etree.Element, m c14nMethod, prefixList string, skip *etree.Element) ([]byte, error) {
-	c := &canonicalizer{m: m, skip: skip}
+	c := &canonicalizer{m: m, skip: skip, scope: nsStack{}, rendered: nsStack{}}
 	if m.exclusive {
 		c.inclusive = map[string]bool{}
 		for _, p := range strings.Fields(prefixList) {
@@ -61,12 +61,14 @@ func canonicalize(el *etree.Element, m c14nMethod, prefixList string, skip *etre
 			c.inclusive[p] = true
 		}
 	}
-	scope := ancestorScope(el)
+	for p, uri := range ancestorScope(el) {
+		c.scope.push(p, uri)
+	}
 	var inherited []etree.Attr
 	if !m.exclusive {
 		inherited = inheritedXMLAttrs(el, m.v11)
 	}
-	if err := c.element(el, scope, nsMap{}, inherited); err != nil {
+	if err := c.element(el, true, inherited); err != nil {
 		return nil, err
 	}
 	return c.buf.Bytes(), nil
@@ -75,7 +77,7 @@ func canonicalize(el *etree.Element, m c14nMethod, prefixList string, skip *etre
 // canonicalizeDocument serialises a whole document in canonical form (used
 // for XML attachment content).
 func canonicalizeDocument(doc *etree.Document, m c14nMethod) ([]byte, error) {
-	c := &canonicalizer{m: m}
+	c := &canonicalizer{m: m, scope: nsStack{}, rendered: nsStack{}}
 	if m.exclusive {
 		c.inclusive = map[string]bool{}
 	}
@@ -87,7 +89,7 @@ func canonicalizeDocument(doc *etree.Document, m c14nMethod) ([]byte, error) {
 				return nil, xmlErr("more than one document element")
 			}
 			seenRoot = true
-			if err := c.element(t, nsMap{}, nsMap{}, nil); err != nil {
+			if err := c.element(t, true, nil); err != nil {
 				return nil, err
 			}
 		case *etree.ProcInst:
@@ -125,35 +127,21 @@ func canonicalizeDocument(doc *etree.Document, m c14nMethod) ([]byte, error) {
 // nsMap maps a prefix ("" for the default namespace) to a namespace URI.
 type nsMap map[string]string
 
-// with returns the scope extended by el's namespace declarations (a copy if
-// el declares any, m itself otherwise).
-func (m nsMap) with(el *etree.Element) nsMap {
-	var out nsMap
-	for _, a := range el.Attr {
-		var p string
-		switch {
-		case a.Space == "xmlns":
-			p = a.Key
-		case a.Space == "" && a.Key == "xmlns":
-			p = ""
-		default:
-			continue
-		}
-		if out == nil {
-			out = make(nsMap, len(m)+4)
-			for k, v := range m {
-				out[k] = v
-			}
-		}
-		out[p] = a.Value
+// nsDeclPrefix reports whether a is a namespace declaration and the prefix
+// it declares ("" for the default namespace).
+func nsDeclPrefix(a etree.Attr) (string, bool) {
+	switch {
+	case a.Space == "xmlns":
+		return a.Key, true
+	case a.Space == "" && a.Key == "xmlns":
+		return "", true
 	}
-	if out == nil {
-		return m
-	}
-	return out
+	return "", false
 }
 
 // ancestorScope returns the namespace declarations in scope at el's parent.
+// It fills one map from the root down (nearer declarations overwrite
+// farther ones), never copying it.
 func ancestorScope(el *etree.Element) nsMap {
 	var chain []*etree.Element
 	for p := el.Parent(); p != nil; p = p.Parent() {
@@ -161,9 +149,47 @@ func ancestorScope(el *etree.Element) nsMap {
 	}
 	scope := nsMap{}
 	for i := len(chain) - 1; i >= 0; i-- {
-		scope = scope.with(chain[i])
+		for _, a := range chain[i].Attr {
+			if p, ok := nsDeclPrefix(a); ok {
+				scope[p] = a.Value
+			}
+		}
 	}
 	return scope
+}
+
+// nsStack is a namespace scope kept as one stack of URIs per prefix, pushed
+// and popped while walking a tree: copying a map at every declaring element
+// is quadratic on hostile documents (many declarations in scope times many
+// declaring descendants).
+type nsStack map[string][]string
+
+// lookup returns the innermost URI bound to prefix and whether any binding
+// (possibly to "") is in scope.
+func (s nsStack) lookup(prefix string) (string, bool) {
+	if st := s[prefix]; len(st) > 0 {
+		return st[len(st)-1], true
+	}
+	return "", false
+}
+
+// get returns the innermost URI bound to prefix, "" if none.
+func (s nsStack) get(prefix string) string {
+	uri, _ := s.lookup(prefix)
+	return uri
+}
+
+func (s nsStack) push(prefix, uri string) { s[prefix] = append(s[prefix], uri) }
+
+// pop removes the innermost binding of each prefix (in reverse order).
+func (s nsStack) pop(prefixes []string) {
+	for i := len(prefixes) - 1; i >= 0; i-- {
+		p := prefixes[i]
+		s[p] = s[p][:len(s[p])-1]
+		if len(s[p]) == 0 {
+			delete(s, p)
+		}
+	}
 }
 
 // inheritedXMLAttrs returns the xml:* attributes of el's ancestors that
@@ -198,6 +224,9 @@ type canonicalizer struct {
 	m         c14nMethod
 	inclusive map[string]bool // exclusive c14n InclusiveNamespaces prefixes
 	skip      *etree.Element
+	// scope holds the namespace declarations in scope, rendered those
+	// output by the ancestors in the canonical form.
+	scope, rendered nsStack
 }
 
 type nsDecl struct{ prefix, uri string }
@@ -207,17 +236,31 @@ type sortAttr struct {
 	attr etree.Attr
 }
 
-func (c *canonicalizer) element(e *etree.Element, parentScope, rendered nsMap, extra []etree.Attr) error {
-	scope := parentScope.with(e)
+// element writes e and its subtree. apex marks the first element output
+// (the subtree root or the document element).
+func (c *canonicalizer) element(e *etree.Element, apex bool, extra []etree.Attr) error {
+	var declared []string
+	for _, a := range e.Attr {
+		if p, ok := nsDeclPrefix(a); ok {
+			c.scope.push(p, a.Value)
+			declared = append(declared, p)
+		}
+	}
+	defer c.scope.pop(declared)
 
 	// Namespace declarations to render.
 	var decls []nsDecl
+	considered := map[string]bool{}
 	consider := func(p string) {
-		uri := scope[p]
+		if considered[p] {
+			return
+		}
+		considered[p] = true
+		uri := c.scope.get(p)
 		if p != "" && uri == "" {
 			return
 		}
-		if rendered[p] == uri {
+		if c.rendered.get(p) == uri {
 			return
 		}
 		decls = append(decls, nsDecl{p, uri})
@@ -234,38 +277,43 @@ func (c *canonicalizer) element(e *etree.Element, parentScope, rendered nsMap, e
 			used[a.Space] = true
 		}
 		for p := range c.inclusive {
-			if _, inScope := scope[p]; inScope || p == "" {
+			if _, inScope := c.scope.lookup(p); inScope || p == "" {
 				used[p] = true
 			}
 		}
 		for p := range used {
-			if p != "" && scope[p] == "" && !c.inclusive[p] {
+			if p != "" && c.scope.get(p) == "" && !c.inclusive[p] {
 				return fmt.Errorf("c14n: undeclared namespace prefix %q on <%s>", p, qname(e.Space, e.Tag))
 			}
 			consider(p)
 		}
 	} else {
-		if e.Space != "" && e.Space != "xml" && scope[e.Space] == "" {
+		if e.Space != "" && e.Space != "xml" && c.scope.get(e.Space) == "" {
 			return fmt.Errorf("c14n: undeclared namespace prefix %q on <%s>", e.Space, qname(e.Space, e.Tag))
 		}
 		consider("")
-		for p := range scope {
+		// Below the apex the ancestors have rendered every binding in
+		// scope at the parent, so only e's own declarations can differ.
+		prefixes := declared
+		if apex {
+			prefixes = make([]string, 0, len(c.scope))
+			for p := range c.scope {
+				prefixes = append(prefixes, p)
+			}
+		}
+		for _, p := range prefixes {
 			if p != "" && p != "xml" {
 				consider(p)
 			}
 		}
 	}
 	sort.Slice(decls, func(i, j int) bool { return decls[i].prefix < decls[j].prefix })
-	if len(decls) > 0 {
-		nr := make(nsMap, len(rendered)+len(decls))
-		for k, v := range rendered {
-			nr[k] = v
-		}
-		for _, d := range decls {
-			nr[d.prefix] = d.uri
-		}
-		rendered = nr
+	renderedHere := make([]string, 0, len(decls))
+	for _, d := range decls {
+		c.rendered.push(d.prefix, d.uri)
+		renderedHere = append(renderedHere, d.prefix)
 	}
+	defer c.rendered.pop(renderedHere)
 
 	// Attributes, sorted by (namespace URI, local name).
 	attrs := make([]sortAttr, 0, len(e.Attr)+len(extra))
@@ -279,7 +327,7 @@ func (c *canonicalizer) element(e *etree.Element, parentScope, rendered nsMap, e
 		case "xml":
 			uri = namespaceXML
 		default:
-			uri = scope[a.Space]
+			uri = c.scope.get(a.Space)
 			if uri == "" {
 				return fmt.Errorf("c14n: undeclared namespace prefix %q on attribute %s", a.Space, a.Key)
 			}
@@ -322,7 +370,7 @@ func (c *canonicalizer) element(e *etree.Element, parentScope, rendered nsMap, e
 			if t == c.skip {
 				continue
 			}
-			if err := c.element(t, scope, rendered, nil); err != nil {
+			if err := c.element(t, false, nil); err != nil {
 				return err
 			}
 		case *etree.CharData:

@@ -131,6 +131,9 @@ func (s *Signature) parseSignedInfo(maxRefs int) error {
 		return policyErr("no ds:SignedInfo")
 	}
 	s.SignedInfo = si
+	if err := checkSignedInfoChildren(si); err != nil {
+		return err
+	}
 	cm, err := childElement(si, NamespaceDSig, "CanonicalizationMethod")
 	if err != nil {
 		return err
@@ -174,6 +177,27 @@ func (s *Signature) parseSignedInfo(maxRefs int) error {
 	return nil
 }
 
+// checkSignedInfoChildren admits only the children XML-DSig §4.4 gives
+// ds:SignedInfo: ds:CanonicalizationMethod, ds:SignatureMethod and
+// ds:Reference. Anything else would be canonicalised (and its namespace
+// declarations processed) before the signature is authenticated.
+func checkSignedInfoChildren(si *etree.Element) error {
+	for _, c := range si.ChildElements() {
+		if elementNS(c) == NamespaceDSig {
+			switch c.Tag {
+			case "CanonicalizationMethod", "SignatureMethod", "Reference":
+				continue
+			}
+		}
+		return policyErr("unexpected <%s> in ds:SignedInfo", qname(c.Space, c.Tag))
+	}
+	return nil
+}
+
+// maxInclusivePrefixes bounds an InclusiveNamespaces PrefixList: every
+// prefix is looked at for every canonicalised element.
+const maxInclusivePrefixes = 64
+
 // inclusivePrefixes returns the PrefixList of the ec:InclusiveNamespaces
 // child of a CanonicalizationMethod/Transform element.
 func inclusivePrefixes(el *etree.Element, m c14nMethod) (string, error) {
@@ -185,7 +209,11 @@ func inclusivePrefixes(el *etree.Element, m c14nMethod) (string, error) {
 		return "", policyErr("InclusiveNamespaces with an inclusive canonicalization method")
 	}
 	pl, _ := attrValue(in, "", "PrefixList")
-	return strings.Join(strings.Fields(pl), " "), nil
+	prefixes := strings.Fields(pl)
+	if len(prefixes) > maxInclusivePrefixes {
+		return "", policyErr("InclusiveNamespaces PrefixList has %d prefixes, at most %d allowed", len(prefixes), maxInclusivePrefixes)
+	}
+	return strings.Join(prefixes, " "), nil
 }
 
 func (s *Signature) parseReference(re *etree.Element) (Reference, error) {
