@@ -2,14 +2,9 @@ package as2
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
 	"log/slog"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -25,6 +20,7 @@ import (
 	"gateway/dedup"
 	"gateway/exchange"
 	"gateway/inbox"
+	"gateway/internal/testpki"
 	"gateway/mdn"
 	"gateway/outbox"
 	"gateway/partners"
@@ -38,70 +34,35 @@ type testKeys struct {
 }
 
 var (
-	keysOnce sync.Once
-	keys     testKeys
-	keysErr  error
+	keysMu sync.Mutex
+	keysOK bool
+	keys   testKeys
 )
-
-func newTestKeyPair(cn string, serial int64) (cms.KeyPair, error) {
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return cms.KeyPair{}, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: cn, Organization: []string{"gateway as2 tests"}},
-		NotBefore:    time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC),
-		NotAfter:     time.Date(2045, 1, 1, 0, 0, 0, 0, time.UTC),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return cms.KeyPair{}, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return cms.KeyPair{}, err
-	}
-	return cms.KeyPair{Cert: cert, Key: key}, nil
-}
 
 func getKeys(t testing.TB) testKeys {
 	t.Helper()
-	keysOnce.Do(func() {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
+	keysMu.Lock()
+	defer keysMu.Unlock()
+	if !keysOK {
+		rsaKeys := testpki.RSAKeys(t, 4)
 		out := []*cms.KeyPair{&keys.gw1, &keys.gw2, &keys.p1, &keys.p2}
 		names := []string{"gateway 1", "gateway 2", "partner 1", "partner 2"}
-		for i := range out {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				kp, err := newTestKeyPair(names[i], int64(7000+i))
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					keysErr = err
-					return
-				}
-				*out[i] = kp
-			}()
+		for i, kp := range out {
+			*kp = cms.KeyPair{Key: rsaKeys[i], Cert: testpki.SelfSigned(t, rsaKeys[i], testpki.Cert{
+				CommonName:   names[i],
+				Organization: []string{"gateway as2 tests"},
+				Serial:       int64(7000 + i),
+				NotAfter:     time.Date(2045, 1, 1, 0, 0, 0, 0, time.UTC),
+			})}
 		}
-		wg.Wait()
-	})
-	if keysErr != nil {
-		t.Fatal(keysErr)
+		keysOK = true
 	}
 	return keys
 }
 
 func writeCertPEM(t testing.TB, path string, certs ...*x509.Certificate) {
 	t.Helper()
-	var b []byte
-	for _, c := range certs {
-		b = append(b, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
+	if err := os.WriteFile(path, testpki.CertPEM(certs...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
