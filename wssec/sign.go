@@ -192,7 +192,7 @@ func Sign(doc *etree.Document, atts []Attachment, opts SignOptions) error {
 		if err != nil {
 			return fmt.Errorf("wssec: sign: attachment %s: %w", cid, err)
 		}
-		parts = append(parts, signedPart{"cid:" + cid, AlgAttachmentContentSignature, o})
+		parts = append(parts, signedPart{cidURL(cid), AlgAttachmentContentSignature, o})
 	}
 
 	sigID, err := newID("SIG-")

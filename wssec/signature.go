@@ -3,6 +3,7 @@ package wssec
 import (
 	"crypto/x509"
 	"encoding/base64"
+	"fmt"
 	"net/url"
 	"strings"
 
@@ -304,7 +305,11 @@ func (s *Signature) VerifyReference(i int, atts []Attachment) (*etree.Element, e
 			return nil, err
 		}
 	case strings.HasPrefix(strings.ToLower(r.URI), "cid:"):
-		att, err := findAttachment(atts, r.URI[4:])
+		id, err := cidContentID(r.URI)
+		if err != nil {
+			return nil, err
+		}
+		att, err := findAttachment(atts, id)
 		if err != nil {
 			return nil, err
 		}
@@ -362,30 +367,56 @@ func (s *Signature) elementOctets(r Reference, target *etree.Element) ([]byte, e
 	return out, nil
 }
 
-// findAttachment returns the attachment whose Content-ID matches cid (the
-// part of a cid: URL after the scheme, possibly %-encoded).
-func findAttachment(atts []Attachment, cid string) (Attachment, error) {
-	want := []string{cid}
-	if u, err := url.PathUnescape(cid); err == nil && u != cid {
-		want = append(want, u)
+// cidContentID returns the Content-ID (without angle brackets) that a cid:
+// URL names. RFC 2392 %-encodes the Content-ID in the URL, so the URL is
+// unescaped exactly once; the digest check and the coverage check both use
+// this, so they always agree on which attachment a reference covers.
+func cidContentID(uri string) (string, error) {
+	if len(uri) < 4 || !strings.EqualFold(uri[:4], "cid:") {
+		return "", policyErr("reference URI %q is not a cid: URL", uri)
 	}
-	for _, w := range want {
-		var found []Attachment
-		for _, a := range atts {
-			if normalizeContentID(a.ContentID) == w {
-				found = append(found, a)
-			}
-		}
-		switch len(found) {
-		case 0:
-			continue
-		case 1:
-			return found[0], nil
+	id, err := url.PathUnescape(uri[4:])
+	if err != nil {
+		return "", authErr("reference %q: invalid %%-encoding: %v", uri, err)
+	}
+	return id, nil
+}
+
+// cidURL is the inverse of cidContentID: the cid: URL of a Content-ID
+// (without angle brackets), %-encoding '%' and every character a URL may
+// not carry literally (RFC 2392, RFC 3986 pchar plus "/" and "?").
+func cidURL(id string) string {
+	var b strings.Builder
+	b.WriteString("cid:")
+	for i := 0; i < len(id); i++ {
+		ch := id[i]
+		switch {
+		case 'a' <= ch && ch <= 'z', 'A' <= ch && ch <= 'Z', '0' <= ch && ch <= '9',
+			strings.IndexByte("-._~!$&'()*+,;=:@/?", ch) >= 0:
+			b.WriteByte(ch)
 		default:
-			return Attachment{}, policyErr("%d attachments with Content-ID %q", len(found), w)
+			fmt.Fprintf(&b, "%%%02X", ch)
 		}
 	}
-	return Attachment{}, authErr("reference cid:%s: no such attachment", cid)
+	return b.String()
+}
+
+// findAttachment returns the one attachment whose Content-ID, without angle
+// brackets, is id.
+func findAttachment(atts []Attachment, id string) (Attachment, error) {
+	var found []Attachment
+	for _, a := range atts {
+		if normalizeContentID(a.ContentID) == id {
+			found = append(found, a)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return Attachment{}, authErr("reference %s: no such attachment", cidURL(id))
+	case 1:
+		return found[0], nil
+	}
+	return Attachment{}, policyErr("%d attachments with Content-ID %q", len(found), id)
 }
 
 // normalizeContentID strips whitespace and the angle brackets of a

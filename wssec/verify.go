@@ -132,7 +132,12 @@ func Verify(doc *etree.Document, atts []Attachment, opts VerifyOptions) (*Result
 		if el != nil {
 			digested[el] = true
 		} else {
-			signedCIDs[r.URI[4:]] = true
+			// VerifyReference resolved the same Content-ID.
+			id, err := cidContentID(r.URI)
+			if err != nil {
+				return nil, err
+			}
+			signedCIDs[id] = true
 		}
 	}
 	res := &Result{
@@ -180,14 +185,11 @@ func Verify(doc *etree.Document, atts []Attachment, opts VerifyOptions) (*Result
 	return res, nil
 }
 
+// attachmentSigned reports whether a is the attachment one of the verified
+// references named; signedCIDs holds their Content-IDs as cidContentID
+// decoded them.
 func attachmentSigned(a Attachment, signedCIDs map[string]bool) bool {
-	want := normalizeContentID(a.ContentID)
-	for cid := range signedCIDs {
-		if f, err := findAttachment([]Attachment{a}, cid); err == nil && normalizeContentID(f.ContentID) == want {
-			return true
-		}
-	}
-	return false
+	return signedCIDs[normalizeContentID(a.ContentID)]
 }
 
 // timestamp checks the wsu:Timestamp of the security header, if any.
