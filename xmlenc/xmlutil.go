@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/beevik/etree"
+
+	"gateway/wssec"
 )
 
 // is reports whether e is the element {ns}local. Namespaces are resolved
@@ -176,7 +178,9 @@ const fragmentWrapper = "xmlencFragmentWrapper"
 const maxFragmentElements = 250000
 
 // parseFragment parses decrypted XML (an element or element content) in the
-// namespace context of parent and returns the parsed tokens, detached. DTDs,
+// namespace context of parent and returns the parsed tokens, detached. A
+// leading UTF-8 byte order mark and XML declaration are dropped, and
+// attribute values get XML 1.0 attribute-whitespace normalisation. DTDs,
 // entity declarations and references to undeclared entities are refused; the
 // size and depth are bounded.
 func parseFragment(parent *etree.Element, plaintext []byte, maxSize, maxDepth int) ([]etree.Token, error) {
@@ -195,6 +199,11 @@ func parseFragment(parent *etree.Element, plaintext []byte, maxSize, maxDepth in
 		}
 		pt = trimmed[end+2:]
 	}
+	// encoding/xml leaves literal tabs and line breaks in attribute values;
+	// a conformant parser (and so the partner's signer, for a body that was
+	// signed before it was encrypted) turns each into a space (XML 1.0
+	// §3.3.3). Without this the body digest of such XML never matches.
+	pt = wssec.NormalizeAttributeWhitespace(pt)
 	var buf bytes.Buffer
 	buf.Grow(len(pt) + 256)
 	buf.WriteString("<" + fragmentWrapper)
