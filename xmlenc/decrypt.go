@@ -40,6 +40,14 @@ type Options struct {
 	RequireEncryptedAttachments bool
 	// MaxEncryptedKeys bounds the xenc:EncryptedKey elements examined (default 16).
 	MaxEncryptedKeys int
+	// MaxPrivateKeyOperations bounds the private-key operations (RSA-OAEP
+	// decryptions, X25519 key agreements) spent on one message. They run
+	// before any signature is checked, and anybody can encrypt to our
+	// public keys. The default is the number of keys passed to Decrypt:
+	// enough for the single EncryptedKey of the AS4 profiles, even one that
+	// names no key so that every key must be tried. Raise it for senders
+	// that give every EncryptedData its own EncryptedKey.
+	MaxPrivateKeyOperations int
 	// MaxEncryptedData bounds the xenc:EncryptedData elements (default 256).
 	MaxEncryptedData int
 	// MaxXMLSize bounds decrypted XML (Element/Content) in bytes (default 16 MiB).
@@ -122,6 +130,9 @@ func (r *Result) AttachmentEncrypted(contentID string) bool {
 // ErrMalformed, ErrLimit) or EBMS:0103 (ErrUnsupported, ErrPolicy).
 func Decrypt(doc *etree.Document, atts []Attachment, keys []KeyPair, opts Options) (*Result, error) {
 	d := &decryptor{o: opts.withDefaults(), keys: keys, atts: atts}
+	if d.o.MaxPrivateKeyOperations <= 0 {
+		d.o.MaxPrivateKeyOperations = len(keys)
+	}
 	if err := d.locate(doc); err != nil {
 		return nil, err
 	}
@@ -138,6 +149,8 @@ type decryptor struct {
 	eds    []*etree.Element // every EncryptedData, document order
 	allow  map[string]bool
 	result Result
+	// privateOps counts the private-key operations spent so far.
+	privateOps int
 	// skipped is the first reason an EncryptedKey was passed over (unreadable
 	// key reference, no key fitting an anonymous EncryptedKey); it replaces
 	// ErrNoKey when no EncryptedKey could be used.
@@ -443,7 +456,7 @@ func (d *decryptor) unwrap(el *etree.Element) (*encKey, error) {
 			cek, err = d.unwrapAgreement(agreement, alg, kp, ct, &ek.used)
 		}
 		if err != nil {
-			if Code(err) == CodePolicyNoncompliance || errors.Is(err, ErrMalformed) {
+			if Code(err) == CodePolicyNoncompliance || errors.Is(err, ErrMalformed) || errors.Is(err, ErrLimit) {
 				return nil, err
 			}
 			lastErr = err
@@ -463,6 +476,16 @@ func (d *decryptor) unwrap(el *etree.Element) (*encKey, error) {
 		return nil, nil
 	}
 	return nil, lastErr
+}
+
+// spendPrivateOperation accounts for one private-key operation, failing
+// once the message has used up Options.MaxPrivateKeyOperations.
+func (d *decryptor) spendPrivateOperation() error {
+	if d.privateOps >= d.o.MaxPrivateKeyOperations {
+		return fail(ErrLimit, "message needs more than %d private-key operations", d.o.MaxPrivateKeyOperations)
+	}
+	d.privateOps++
+	return nil
 }
 
 func (d *decryptor) unsupportedKey(el *etree.Element, alg string, agreement *etree.Element) error {
@@ -507,6 +530,9 @@ func (d *decryptor) unwrapRSA(method *etree.Element, kp KeyPair, ct []byte, u *U
 	}
 	if pub, ok := dec.Public().(*rsa.PublicKey); !ok || len(ct) != pub.Size() {
 		return nil, fail(ErrDecrypt, "RSA-OAEP key transport failed")
+	}
+	if err := d.spendPrivateOperation(); err != nil {
+		return nil, err
 	}
 	cek, err := dec.Decrypt(nil, ct, &rsa.OAEPOptions{Hash: h, MGFHash: mh, Label: label})
 	if err != nil {
@@ -582,6 +608,9 @@ func (d *decryptor) unwrapAgreement(am *etree.Element, wrapAlg string, kp KeyPai
 	priv, ok := kp.Key.(ecdhKey)
 	if !ok {
 		return nil, fail(ErrNoKey, "X25519 key cannot agree")
+	}
+	if err := d.spendPrivateOperation(); err != nil {
+		return nil, err
 	}
 	shared, err := priv.ECDH(pub)
 	if err != nil {

@@ -148,7 +148,11 @@ func TestHandmadeCBCCompleteElement(t *testing.T) {
 		`<xenc:CipherData><xenc:CipherValue>` + b64(gcmSeal(t, cek2, []byte(element))) + `</xenc:CipherValue></xenc:CipherData></xenc:EncryptedData>`
 	env := strings.NewReplacer("http://www.w3.org/2003/05/soap-envelope", NSSOAP11).Replace(soap12(sec, body))
 	doc := parseDoc(t, env)
-	res, err := Decrypt(doc, atts, []KeyPair{kp}, Options{})
+	// Two EncryptedKeys for one key: two private-key operations.
+	if _, err := Decrypt(parseDoc(t, env), atts, []KeyPair{kp}, Options{}); !errors.Is(err, ErrLimit) {
+		t.Fatalf("default MaxPrivateKeyOperations: %v, want ErrLimit", err)
+	}
+	res, err := Decrypt(doc, atts, []KeyPair{kp}, Options{MaxPrivateKeyOperations: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
