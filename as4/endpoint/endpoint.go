@@ -155,6 +155,10 @@ type Config struct {
 	Log *slog.Logger
 }
 
+// maxKeyOperationsPerMessage bounds the private-key operations (RSA unwraps,
+// X25519 agreements) an unauthenticated message may cause, per configured key.
+const maxKeyOperationsPerMessage = 8
+
 // Endpoint is the AS4 receiving endpoint, an http.Handler.
 type Endpoint struct {
 	cfg    Config
@@ -346,6 +350,10 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	dec, err := xmlenc.Decrypt(env.Doc, atts, e.cfg.Keys, xmlenc.Options{
 		AllowedAlgorithms:           e.cfg.AllowedAlgorithms,
 		RequireEncryptedAttachments: pa.RequireEncryption,
+		// Senders that wrap the key once per attachment use one private-key
+		// operation per EncryptedKey; allow a few, not an unbounded number
+		// from an unauthenticated request.
+		MaxPrivateKeyOperations: maxKeyOperationsPerMessage * max(1, len(e.cfg.Keys)),
 	})
 	if err != nil {
 		return e.reject(tr, decryptError(err), msgID)
