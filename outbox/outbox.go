@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sort"
 	"time"
 )
 
@@ -54,4 +55,15 @@ type Store interface {
 	GiveUp(ctx context.Context, id string, lastErr string) error
 	// Get returns a delivery and its state (for tests and operators).
 	Get(ctx context.Context, id string) (Delivery, State, error)
+}
+
+// SortDue puts deliveries in the order Lease hands them out: the oldest
+// NextAttempt first, then by ID.
+func SortDue(ds []Delivery) {
+	sort.Slice(ds, func(i, j int) bool {
+		if !ds[i].NextAttempt.Equal(ds[j].NextAttempt) {
+			return ds[i].NextAttempt.Before(ds[j].NextAttempt)
+		}
+		return ds[i].ID < ds[j].ID
+	})
 }

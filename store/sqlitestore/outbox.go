@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
 	"time"
 
 	"modernc.org/sqlite"
@@ -112,12 +111,7 @@ func (o *Outbox) Lease(ctx context.Context, limit int, lease time.Duration) ([]o
 		return nil, wrap("outbox lease", err)
 	}
 	// RETURNING has no order of its own.
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].NextAttempt.Equal(out[j].NextAttempt) {
-			return out[i].NextAttempt.Before(out[j].NextAttempt)
-		}
-		return out[i].ID < out[j].ID
-	})
+	outbox.SortDue(out)
 	return out, nil
 }
 
