@@ -62,3 +62,12 @@ func TestMultiAndBestEffort(t *testing.T) {
 		t.Errorf("best effort: %v, failures %d", err, be.Failures())
 	}
 }
+
+func TestJSONFileReader(t *testing.T) {
+	f, err := audit.OpenJSONFile(filepath.Join(t.TempDir(), "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	audittest.ExerciseReader(t, f)
+}
