@@ -316,7 +316,7 @@ func (r *Result) verifyMultipartSigned(e *Entity, params map[string]string, opts
 		candidates = appendLineEndingRepairs(candidates, signed)
 	}
 	now := opts.now()
-	var firstErr error
+	var errs []error
 	for i, c := range candidates {
 		s, err := cms.VerifyDetached(sig, c, opts.Trusted, now)
 		if err == nil {
@@ -327,14 +327,30 @@ func (r *Result) verifyMultipartSigned(e *Entity, params map[string]string, opts
 			}
 			return parts[0], nil
 		}
-		if firstErr == nil {
-			firstErr = err
-		}
+		errs = append(errs, err)
 		if !errors.Is(err, cms.ErrBadSignature) {
 			break // only a digest mismatch can be a line-ending problem
 		}
 	}
-	return nil, firstErr
+	return nil, verificationError(errs)
+}
+
+// verificationError classifies the failed verification attempts of one
+// signature (the exact bytes, then the line-ending repairs) regardless of
+// their order: if any attempt verified cryptographically but its
+// certificate is not valid now, that is the reason (authentication-failed
+// naming the certificate), since the other attempts only failed on bytes
+// that were not the signed ones; otherwise the first attempt's error.
+func verificationError(errs []error) error {
+	for _, err := range errs {
+		if errors.Is(err, cms.ErrCertificateExpired) {
+			return err
+		}
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("%w: no verification attempt", cms.ErrBadSignature)
+	}
+	return errs[0]
 }
 
 // appendLineEndingRepairs adds the signed part with its header block's bare
