@@ -200,6 +200,8 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Trusted: e.cfg.Partners.AS2Certificates(p),
 		Now:     e.cfg.Now,
 		MaxSize: e.cfg.MaxDecompressedBytes,
+
+		ContentOnlyCompressedMIC: p.AS2.MICCompressed == "content",
 	})
 	if err != nil {
 		d, why := classify(res, err, req.From)

@@ -53,6 +53,11 @@ type Options struct {
 	// lines, converted to CRLF (for partners or proxies that turned CRLF
 	// into LF). The bytes that verified are always the MIC input.
 	StrictLineEndings bool
+	// ContentOnlyCompressedMIC takes the MIC of a compressed, unsigned,
+	// unencrypted message over the decompressed content without its MIME
+	// headers, for senders that digest it so. The default follows RFC 5402
+	// §4: the uncompressed data including all its MIME header fields.
+	ContentOnlyCompressedMIC bool
 }
 
 // Result is an unwrapped AS2 message.
@@ -214,7 +219,7 @@ func UnwrapEntity(e *Entity, opts Options) (*Result, error) {
 				res.ContentType = DefaultContentType
 			}
 			res.MediaType, _, _ = parseMediaType(res.ContentType)
-			res.setUnsignedMIC(inner, inner)
+			res.setUnsignedMIC(inner, inner, opts)
 			return res, nil
 		}
 		cur = next
@@ -232,19 +237,21 @@ func UnwrapEntity(e *Entity, opts Options) (*Result, error) {
 		res.ContentType = res.MediaType
 	}
 	res.Filename = cur.Filename()
-	res.setUnsignedMIC(innerUnsigned, payload)
+	res.setUnsignedMIC(innerUnsigned, payload, opts)
 	return res, nil
 }
 
 // setUnsignedMIC sets the MIC input of an unsigned message: RFC 4130 §7.3.1
-// and RFC 5402 §4 take an encrypted, unsigned message's MIC over the
-// decrypted (and decompressed) entity with its MIME headers, and an
-// unsigned, unencrypted message's over its content without headers.
-func (r *Result) setUnsignedMIC(innerEntity, content []byte) {
+// takes an encrypted, unsigned message's MIC over the decrypted entity with
+// its MIME headers, and RFC 5402 §4 an unsigned compressed one's over the
+// uncompressed data including all MIME header fields (encrypted or not,
+// unless opts.ContentOnlyCompressedMIC); a plain message's MIC is over its
+// content without headers.
+func (r *Result) setUnsignedMIC(innerEntity, content []byte, opts Options) {
 	if r.Signed {
 		return
 	}
-	if r.Encrypted {
+	if r.Encrypted || r.Compressed && !opts.ContentOnlyCompressedMIC {
 		r.micInput = innerEntity
 		return
 	}
