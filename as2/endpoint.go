@@ -1,8 +1,9 @@
 // Package as2 is the gateway's AS2 receive endpoint (RFC 4130): it reads the
 // AS2 headers, finds the trading partner, removes the S/MIME layers in
 // whatever order they come (package smime), applies the partner's security
-// policy, hands the verified payload to the exchange pipeline (which runs the
-// business handler exactly once per Message-ID) and answers with an MDN:
+// policy, hands the verified payload to the exchange pipeline (which accepts
+// each Message-ID exactly once; see exchange.Handler for how often the
+// handler runs) and answers with an MDN:
 // synchronously on the HTTP response, or asynchronously through the durable
 // outbox to the Receipt-Delivery-Option URL.
 //

@@ -166,6 +166,7 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 			rec.InterchangeKey, rec.Reference = string(ics[0].ic.Key), ics[0].ic.Reference
 		}
 	}
+	setIdempotencyKeys(m, ics)
 	if err := p.audit(ctx, rec, audit.StepReceived, "", "", nil); err != nil {
 		lg.Error("audit unavailable", "err", err)
 		return p.unavailable(ctx, rec, err)

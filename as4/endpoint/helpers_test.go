@@ -208,6 +208,8 @@ type recorder struct {
 	msgs  []recorded
 	// before, if set, runs first; its error fails the delivery.
 	before func(call int) error
+	// observe, if set, sees every message handed to the handler.
+	observe func(m *exchange.Message)
 }
 
 type recorded struct {
@@ -219,8 +221,11 @@ func (r *recorder) Handle(ctx context.Context, m *exchange.Message) error {
 	r.mu.Lock()
 	r.calls++
 	n := r.calls
-	before := r.before
+	before, observe := r.before, r.observe
 	r.mu.Unlock()
+	if observe != nil {
+		observe(m)
+	}
 	if before != nil {
 		if err := before(n); err != nil {
 			return err
@@ -269,6 +274,8 @@ type harnessOptions struct {
 	now         func() time.Time
 	maxBody     int64
 	lease       time.Duration
+	// ledger turns on business-level (interchange) dedup.
+	ledger bool
 }
 
 // defaultPartners is the generated agreement: acme (RSA and Ed25519
@@ -328,6 +335,9 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	h := &harness{handler: &recorder{}, store: st, logs: &logBuffer{}}
 	log := slog.New(slog.NewJSONHandler(h.logs, nil))
 	pl := &exchange.Pipeline{Store: st, Audit: st.AuditSink(), Handler: h.handler, Log: log, Lease: o.lease}
+	if o.ledger {
+		pl.Ledger = st
+	}
 	ep, err := endpoint.New(endpoint.Config{
 		Partners: dir, Keys: o.keys, Pipeline: pl,
 		PartyID: o.party.Value, PartyType: o.party.Type,
