@@ -29,7 +29,14 @@
 //     message; a duplicate gets the stored receipt byte for byte; a message
 //     in flight elsewhere gets 503 with Retry-After; a handler failure gets
 //     a signed EBMS:0004 error with HTTP 500 and a SOAP Receiver fault, so
-//     that the partner retransmits and the retransmission is processed anew.
+//     that the partner retransmits and the retransmission is processed anew;
+//     a damaged business envelope, drift and quarantined drift get a signed
+//     EBMS:0004 with HTTP 200: permanent, the same bytes would be refused
+//     again (see replies.Failed).
+//
+// Every eb:Error names an incident reference (exchange.NewIncident) that the
+// log line and the audit record of the refusal carry with the detail; the
+// partner gets our reason, never a parser's or crypto package's error text.
 //
 // Choices, with their reasons:
 //
