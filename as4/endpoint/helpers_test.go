@@ -24,6 +24,7 @@ import (
 	"net/textproto"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -265,6 +266,8 @@ type harness struct {
 	handler *recorder
 	store   *sqlitestore.Store
 	logs    *logBuffer
+	// quarantine is the pipeline's quarantine directory.
+	quarantine string
 }
 
 type harnessOptions struct {
@@ -274,8 +277,11 @@ type harnessOptions struct {
 	now         func() time.Time
 	maxBody     int64
 	lease       time.Duration
-	// ledger turns on business-level (interchange) dedup.
-	ledger bool
+	// ledger turns on business-level (interchange) dedup; onDrift replaces
+	// acme's on_drift (default reject); quarantine is set as the
+	// pipeline's quarantine directory in either case.
+	ledger  bool
+	onDrift string
 }
 
 // defaultPartners is the generated agreement: acme (RSA and Ed25519
@@ -316,6 +322,9 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	k := getKeys(t)
 	if o.partnerYAML == nil {
 		o.partnerYAML = defaultPartners(t, k)
+		if o.onDrift != "" {
+			o.partnerYAML["acme.yaml"] = strings.Replace(o.partnerYAML["acme.yaml"], "on_drift: reject", "on_drift: "+o.onDrift, 1)
+		}
 	}
 	if o.keys == nil {
 		o.keys = []xmlenc.KeyPair{k.gatewayRSA, k.gatewayX25519}
@@ -332,9 +341,9 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	h := &harness{handler: &recorder{}, store: st, logs: &logBuffer{}}
+	h := &harness{handler: &recorder{}, store: st, logs: &logBuffer{}, quarantine: filepath.Join(t.TempDir(), "quarantine")}
 	log := slog.New(slog.NewJSONHandler(h.logs, nil))
-	pl := &exchange.Pipeline{Store: st, Audit: st.AuditSink(), Handler: h.handler, Log: log, Lease: o.lease}
+	pl := &exchange.Pipeline{Store: st, Audit: st.AuditSink(), Handler: h.handler, Log: log, Lease: o.lease, Quarantine: h.quarantine}
 	if o.ledger {
 		pl.Ledger = st
 	}
@@ -535,3 +544,6 @@ func wsuID(el *etree.Element) string {
 }
 
 func strip(s string) string { return strings.TrimSpace(s) }
+
+// incidentRE matches an incident reference (exchange.NewIncident).
+var incidentRE = regexp.MustCompile(`GW-[0-9A-HJKMNP-TV-Z]{6}`)
