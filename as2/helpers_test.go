@@ -195,7 +195,9 @@ type env struct {
 }
 
 type envOptions struct {
-	// partnerYAML is the as2 section's policy lines (indented by 2).
+	// partnerYAML is the as2 section's policy lines (indented by 2);
+	// "{{MDN}}" stands for the async MDN receiver's base URL. The default
+	// allows unsigned messages and lists the receiver's /mdn.
 	partnerYAML string
 	maxBody     int64
 	now         func() time.Time
@@ -234,10 +236,14 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	writeCertPEM(t, filepath.Join(pdir, "acme-1.pem"), k.p1.Cert)
 	writeCertPEM(t, filepath.Join(pdir, "acme-2.pem"), k.p2.Cert)
+	// The partner's async MDN receiver exists before its partner file,
+	// which may list it: "{{MDN}}" in partnerYAML is its base URL.
+	mdns := newMDNReceiver(t)
 	policy := o.partnerYAML
 	if policy == "" {
-		policy = "  require_signature: false\n"
+		policy = "  require_signature: false\n  async_mdn_urls: [\"{{MDN}}/mdn\"]\n"
 	}
+	policy = strings.ReplaceAll(policy, "{{MDN}}", mdns.srv.URL)
 	acme := "id: acme\nname: ACME\nas2:\n  as2_id: ACME\n  certificates: [acme-1.pem, acme-2.pem]\n" + policy
 	if err := os.WriteFile(filepath.Join(pdir, "acme.yaml"), []byte(acme), 0o600); err != nil {
 		t.Fatal(err)
@@ -285,7 +291,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 		}
 		ob = st.Outbox() // the durable outbox in the same database
 	}
-	disp := &outbox.Dispatcher{Store: ob, Log: log, PollInterval: 50 * time.Millisecond, BaseBackoff: 50 * time.Millisecond, Timeout: 10 * time.Second}
+	disp := &outbox.Dispatcher{Store: ob, Log: log, PollInterval: 50 * time.Millisecond, BaseBackoff: 50 * time.Millisecond, Timeout: 10 * time.Second,
+		Authorize: AsyncMDNAuthorizer(dir), Audit: pl.Audit}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = disp.Run(ctx) }()
@@ -305,7 +312,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	srv := httptest.NewServer(ep)
 	t.Cleanup(srv.Close)
-	return &env{srv: srv, ep: ep, dir: dir, handler: h, audit: pl.Audit, store: st, outbox: ob, mdns: newMDNReceiver(t), root: root, logs: logs}
+	return &env{srv: srv, ep: ep, dir: dir, handler: h, audit: pl.Audit, store: st, outbox: ob, mdns: mdns, root: root, logs: logs}
 }
 
 // client returns a sender acting as the partner ACME (signing with its
