@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -212,6 +213,8 @@ type envOptions struct {
 	memory bool
 	// ledger turns on business-level (interchange) dedup.
 	ledger bool
+	// lookup replaces the dispatcher's resolver.
+	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
 type syncBuffer struct {
@@ -292,7 +295,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		ob = st.Outbox() // the durable outbox in the same database
 	}
 	disp := &outbox.Dispatcher{Store: ob, Log: log, PollInterval: 50 * time.Millisecond, BaseBackoff: 50 * time.Millisecond, Timeout: 10 * time.Second,
-		Authorize: AsyncMDNAuthorizer(dir), Audit: pl.Audit}
+		Authorize: AsyncMDNAuthorizer(dir), Audit: pl.Audit, LookupNetIP: o.lookup}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = disp.Run(ctx) }()

@@ -3,8 +3,11 @@ package as2
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -153,20 +156,8 @@ func TestSignedMessageWithoutListOnlyPublicAddresses(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		recs := e.audit.(interface {
-			Query(context.Context, audit.Query) ([]audit.Record, error)
-		})
-		got, err := recs.Query(context.Background(), audit.Query{Partner: "acme"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var refused *audit.Record
-		for i := range got {
-			if got[i].Step == audit.StepDelivery && got[i].Decision == "refused" {
-				refused = &got[i]
-			}
-		}
-		if refused != nil {
+		if got := asyncDeliveryRefusals(t, e); len(got) > 0 {
+			refused := got[0]
 			if !strings.Contains(refused.Error, "loopback") || refused.MessageID != dedup.NormalizeMessageID(m.ID) {
 				t.Fatalf("refusal %+v", refused)
 			}
@@ -216,4 +207,94 @@ func TestQueuedAsyncMDNRecheckedAgainstCurrentList(t *testing.T) {
 	if hits.Load() != 0 {
 		t.Fatalf("%d requests", hits.Load())
 	}
+}
+
+// A listed name whose resolver answer changes to loopback between two
+// attempts of the same MDN: the first attempt reaches the listed private
+// address, the second is refused at the attempt and nothing reaches
+// loopback.
+func TestListedNameResolvingToLoopbackIsRefusedAtTheAttempt(t *testing.T) {
+	t.Parallel()
+	var answer atomic.Value
+	answer.Store(netip.MustParseAddr("127.0.0.2"))
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listedHits atomic.Int64
+	listed := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		listedHits.Add(1)
+		// The name now points at loopback; this attempt fails.
+		answer.Store(netip.MustParseAddr("127.0.0.1"))
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})}}
+	listed.Start()
+	t.Cleanup(listed.Close)
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	_, loopHits := internalServiceOn(t, "127.0.0.1:"+port)
+	e := newEnv(t, envOptions{
+		partnerYAML: "  require_signature: true\n  async_mdn_urls: [\"http://*.acme.test:" + port + "/mdn\"]\n  async_mdn_private_networks: [127.0.0.2/32]\n",
+		lookup: func(_ context.Context, host string) ([]netip.Addr, error) {
+			if host != "as2.acme.test" {
+				return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+			}
+			return []netip.Addr{answer.Load().(netip.Addr)}, nil
+		},
+	})
+	c := e.client()
+	c.MDN, c.AsyncURL = as2client.MDNAsync, "http://as2.acme.test:"+port+"/mdn"
+	m := prepare(t, c, "ISA*rebinding")
+	resp, body := e.post(t, m.Header, m.Body)
+	if resp.StatusCode != 200 || len(body) != 0 {
+		t.Fatalf("HTTP %d with %d bytes; want the async answer", resp.StatusCode, len(body))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		recs := asyncDeliveryRefusals(t, e)
+		if len(recs) == 1 {
+			if !strings.Contains(recs[0].Error, "127.0.0.1 (loopback)") || recs[0].MessageID != dedup.NormalizeMessageID(m.ID) {
+				t.Fatalf("refusal %+v", recs[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no refusal; listed hits %d; log:\n%s", listedHits.Load(), e.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if listedHits.Load() != 1 || loopHits.Load() != 0 {
+		t.Fatalf("listed address hit %d times, loopback %d times; want 1 and 0", listedHits.Load(), loopHits.Load())
+	}
+}
+
+func internalServiceOn(t *testing.T, addr string) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hits atomic.Int64
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+	})}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, &hits
+}
+
+// asyncDeliveryRefusals are the dispatcher's refusals audited for ACME.
+func asyncDeliveryRefusals(t *testing.T, e *env) []audit.Record {
+	t.Helper()
+	got, err := e.audit.(audit.Reader).Query(context.Background(), audit.Query{Partner: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []audit.Record
+	for _, r := range got {
+		if r.Step == audit.StepDelivery && r.Decision == "refused" {
+			out = append(out, r)
+		}
+	}
+	return out
 }
