@@ -44,7 +44,10 @@ func (s *Server) mountProtocols() error {
 
 	s.Pipeline.Ledger = s.Backend
 	ob := s.Backend.Outbox()
-	d := &outbox.Dispatcher{Store: ob, Log: s.Log, UserAgent: "gateway/" + Version}
+	// Every attempt re-checks the URL against the partner's agreement and
+	// the addresses it connects to (issue 8 item 4).
+	d := &outbox.Dispatcher{Store: ob, Log: s.Log, UserAgent: "gateway/" + Version,
+		Authorize: as2.AsyncMDNAuthorizer(s.Partners), Audit: s.Pipeline.Audit}
 	notify := d.Notify
 	s.background = append(s.background, d.Run)
 	if cfg.Identity.AS2ID != "" {
