@@ -51,6 +51,9 @@ type Config struct {
 	// CertWarning is how long before expiry a partner or identity
 	// certificate is warned about (partners check, serve).
 	CertWarning time.Duration `mapstructure:"cert_warning"`
+	// ReloadOnChange reloads the partner directory and identity keys when
+	// their files change (SIGHUP always reloads).
+	ReloadOnChange bool `mapstructure:"reload_on_change"`
 
 	// File is the configuration file that was read ("" when none).
 	File string `mapstructure:"-"`
@@ -137,6 +140,7 @@ var defaults = map[string]any{
 	"shutdown_timeout":           30 * time.Second,
 	"log_level":                  "info",
 	"cert_warning":               30 * 24 * time.Hour,
+	"reload_on_change":           true,
 }
 
 // Load reads path (may be "" for defaults and environment only). Relative

@@ -156,11 +156,27 @@ func serve(args []string, stderr io.Writer) error {
 	server.Version = versionString()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP reloads the partner directory and identity keys; without this
+	// it would end the process without a graceful shutdown.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	srv, err := server.New(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: reloading partners and identity keys")
+				_ = srv.ReloadOnSignal(ctx) // the outcome is logged and in ReloadStatus
+			}
+		}
+	}()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
