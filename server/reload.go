@@ -89,7 +89,8 @@ func (s *Server) ReloadStatus() ReloadStatus {
 }
 
 // OnReload registers f to be called after every reload attempt, successful
-// or not (for example to count reloads by result). Register before Serve.
+// or not (for example to count reloads by result). Register before Serve;
+// f runs while reloads are serialised, so it must not call Reload.
 func (s *Server) OnReload(f func(ReloadStatus)) {
 	s.reload.mu.Lock()
 	defer s.reload.mu.Unlock()
