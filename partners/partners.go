@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"gateway/trust"
 )
 
 // Duration is a time.Duration written in YAML as "168h", "30m", "7d" or "0".
@@ -112,6 +114,9 @@ type AS2 struct {
 	// AsyncMDNPrivateNetworks are non-public networks (CIDR) that hosts of
 	// matched name patterns may resolve to; public addresses need no entry.
 	AsyncMDNPrivateNetworks []string `yaml:"async_mdn_private_networks"`
+	// Trust is the trust model of the partner's signatures (trust: pinned
+	// or ca; see Trust).
+	Trust `yaml:",inline"`
 
 	asyncPatterns []*URLPattern
 	privateNets   []netip.Prefix
@@ -130,6 +135,8 @@ type AS4 struct {
 	DedupWindow Duration `yaml:"dedup_window"`
 	RetryWindow Duration `yaml:"retry_window"`
 	PModes      []PMode  `yaml:"pmodes"`
+	// Trust is the trust model of the partner's signatures.
+	Trust `yaml:",inline"`
 }
 
 // PMode is one processing mode agreed with the partner; empty fields match
@@ -173,6 +180,8 @@ type Directory struct {
 	byAS2 map[string]*Partner
 	byAS4 map[string]*Partner
 	certs map[string][]*x509.Certificate
+	// policies are the trust: ca policies by protocol and partner id.
+	policies map[string]*trust.Policy
 }
 
 // Load reads every *.yaml / *.yml file in dir.
@@ -181,7 +190,7 @@ func Load(dir string) (*Directory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("partners: %w", err)
 	}
-	d := &Directory{Dir: dir, byAS2: map[string]*Partner{}, byAS4: map[string]*Partner{}, certs: map[string][]*x509.Certificate{}}
+	d := &Directory{Dir: dir, byAS2: map[string]*Partner{}, byAS4: map[string]*Partner{}, certs: map[string][]*x509.Certificate{}, policies: map[string]*trust.Policy{}}
 	var errs []error
 	ids := map[string]string{}
 	var names []string
@@ -218,6 +227,10 @@ func Load(dir string) (*Directory, error) {
 				continue
 			}
 			d.certs["as2\x00"+p.ID] = certs
+			if d.policies["as2\x00"+p.ID], err = d.loadTrust(path, "as2", &p.AS2.Trust); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 			if p.AS2.RetryWindow > p.AS2.DedupWindow {
 				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as2.dedup_window %s is shorter than as2.retry_window %s: a late retransmission would be processed as new",
 					path, p.AS2.DedupWindow.Std(), p.AS2.RetryWindow.Std()))
@@ -236,6 +249,10 @@ func Load(dir string) (*Directory, error) {
 				continue
 			}
 			d.certs["as4\x00"+p.ID] = certs
+			if d.policies["as4\x00"+p.ID], err = d.loadTrust(path, "as4", &p.AS4.Trust); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 			if p.AS4.RetryWindow > p.AS4.DedupWindow {
 				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as4.dedup_window %s is shorter than as4.retry_window %s: a late retransmission would be processed as new",
 					path, p.AS4.DedupWindow.Std(), p.AS4.RetryWindow.Std()))
@@ -344,7 +361,10 @@ func (p *Partner) validate() error {
 				return f("as2.our_as2_id", "%v", err)
 			}
 		}
-		if len(a.Certificates) == 0 && a.RequireSignature {
+		if err := a.Trust.validate("as2", f); err != nil {
+			return err
+		}
+		if len(a.Certificates) == 0 && a.RequireSignature && !a.CA() {
 			return f("as2.certificates", "require_signature needs at least one certificate")
 		}
 		for i, d := range a.AllowedDigests {
@@ -398,8 +418,11 @@ func (p *Partner) validate() error {
 		if strings.TrimSpace(a.PartyID) == "" {
 			return f("as4.party_id", "required")
 		}
-		if len(a.Certificates) == 0 {
-			return f("as4.certificates", "at least one signing certificate is required")
+		if err := a.Trust.validate("as4", f); err != nil {
+			return err
+		}
+		if len(a.Certificates) == 0 && !a.CA() {
+			return f("as4.certificates", "at least one signing certificate is required (or trust: ca)")
 		}
 		if len(a.PModes) == 0 {
 			return f("as4.pmodes", "at least one pmode is required")
