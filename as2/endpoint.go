@@ -35,6 +35,7 @@ import (
 	"gateway/outbox"
 	"gateway/partners"
 	"gateway/smime"
+	"gateway/trust"
 )
 
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is zero.
@@ -78,12 +79,16 @@ type Config struct {
 	Now func() time.Time
 	// ReportingUA is the Reporting-UA of our MDNs.
 	ReportingUA string
+	// Trust checks the signers of trust: ca partners (chain, name,
+	// revocation, with its cache); nil means a checker with defaults.
+	Trust *trust.Checker
 }
 
 // Endpoint is the AS2 receive endpoint; it implements http.Handler.
 type Endpoint struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	trust *trust.Checker
 }
 
 // NewEndpoint checks cfg and returns the endpoint.
@@ -105,9 +110,12 @@ func NewEndpoint(cfg Config) (*Endpoint, error) {
 	if cfg.ReportingUA == "" {
 		cfg.ReportingUA = DefaultReportingUA
 	}
-	e := &Endpoint{cfg: cfg, log: cfg.Log}
+	e := &Endpoint{cfg: cfg, log: cfg.Log, trust: cfg.Trust}
 	if e.log == nil {
 		e.log = slog.Default()
+	}
+	if e.trust == nil {
+		e.trust = &trust.Checker{Log: e.log, Now: cfg.Now}
 	}
 	return e, nil
 }
@@ -201,14 +209,22 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	var tr *trustRun
+	var check cms.SignerCheck
+	if pol := e.cfg.Partners.AS2Trust(p); pol != nil {
+		tr = &trustRun{}
+		check = e.signerCheck(r.Context(), pol, tr)
+	}
 	res, err := smime.UnwrapEntity(smime.EntityFromHTTP(r.Header, body), smime.Options{
-		Keys:    e.cfg.Keys,
-		Trusted: e.cfg.Partners.AS2Certificates(p),
-		Now:     e.cfg.Now,
-		MaxSize: e.cfg.MaxDecompressedBytes,
+		Keys:        e.cfg.Keys,
+		Trusted:     e.cfg.Partners.AS2Certificates(p),
+		CheckSigner: check,
+		Now:         e.cfg.Now,
+		MaxSize:     e.cfg.MaxDecompressedBytes,
 
 		ContentOnlyCompressedMIC: p.AS2.MICCompressed == "content",
 	})
+	e.auditTrust(r.Context(), x, tr)
 	if err != nil {
 		d, why := classify(res, err, req.From)
 		answerOnResponse(x)

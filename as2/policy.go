@@ -10,6 +10,7 @@ import (
 	"gateway/mdn"
 	"gateway/partners"
 	"gateway/smime"
+	"gateway/trust"
 )
 
 // defaultDigests are the digests allowed when a partner lists none: all
@@ -48,6 +49,10 @@ func policyViolation(a *partners.AS2, res *smime.Result) string {
 // classify maps an Unwrap error to the disposition RFC 4130 §7.5.3 names
 // for it and a sentence for the MDN's human text.
 func classify(res *smime.Result, err error, from string) (mdn.Disposition, string) {
+	var te *trust.Error
+	if errors.As(err, &te) {
+		return mdn.DispAuthenticationFailed, te.Reason
+	}
 	switch {
 	case errors.Is(err, cms.ErrNoRecipient):
 		return mdn.DispDecryptionFailed, "the message is not encrypted for any of our certificates"

@@ -21,6 +21,7 @@ import (
 const maxClockSkew = 5 * time.Minute
 
 type ocspResult struct {
+	source  string // the responder that answered
 	status  string
 	revoked time.Time
 	reason  int
@@ -88,8 +89,10 @@ func (c *Checker) checkOCSP(ctx context.Context, r Revocation, leaf, issuer *x50
 	}
 	source = "ocsp " + responder
 	key := certKey("ocsp", leaf, issuer)
+	// The cache is keyed by issuer and serial, not by responder: a current
+	// response signed for the issuer is evidence whoever asked.
 	if e, ok := c.cached(key, now); ok {
-		return ocspOutcome(e.ocsp, source+" (cached)")
+		return ocspOutcome(e.ocsp, e.ocsp.source+" (cached)")
 	}
 	req, err := ocsp.CreateRequest(leaf, issuer, nil)
 	if err != nil {
@@ -116,7 +119,7 @@ func (c *Checker) checkOCSP(ctx context.Context, r Revocation, leaf, issuer *x50
 	if !resp.NextUpdate.IsZero() && resp.NextUpdate.Before(now) {
 		return StatusUndetermined, source, "", fmt.Errorf("ocsp: response from %s: stale, nextUpdate %s", responder, resp.NextUpdate.UTC().Format(time.RFC3339))
 	}
-	res := &ocspResult{revoked: resp.RevokedAt, reason: resp.RevocationReason}
+	res := &ocspResult{source: source, revoked: resp.RevokedAt, reason: resp.RevocationReason}
 	switch resp.Status {
 	case ocsp.Good:
 		res.status = StatusGood

@@ -447,3 +447,34 @@ func subjectValues(c *x509.Certificate, typ string) []string {
 	}
 	return nil
 }
+
+// AuditDecision is the audit record Decision and detail of a check of cert:
+// "trusted/<status>" with the revocation source, or "refused/<reason>"
+// (untrusted, revoked, undetermined) with the reason and cause.
+func AuditDecision(cert *x509.Certificate, d *Decision, err error) (decision, detail string) {
+	if err != nil {
+		var te *Error
+		kind := "error"
+		switch {
+		case errors.Is(err, ErrRevoked):
+			kind = "revoked"
+		case errors.Is(err, ErrUndetermined):
+			kind = "undetermined"
+		case errors.Is(err, ErrUntrusted):
+			kind = "untrusted"
+		}
+		if errors.As(err, &te) {
+			return "refused/" + kind, te.Error()
+		}
+		return "refused/" + kind, err.Error()
+	}
+	detail = "certificate " + Describe(cert)
+	if d.Source != "" {
+		detail += "; revocation " + d.Status + " from " + d.Source
+	}
+	if d.Status == StatusUndetermined {
+		detail += "; accepted under soft policy: " + d.Detail
+		return "trusted/undetermined-soft", detail
+	}
+	return "trusted/" + d.Status, detail
+}
