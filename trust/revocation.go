@@ -102,24 +102,40 @@ func (c *Checker) checkOCSP(ctx context.Context, r Revocation, leaf, issuer *x50
 	if err != nil {
 		return StatusUndetermined, source, "", fmt.Errorf("ocsp: %w", err)
 	}
+	res, next, err := parseOCSP(raw, leaf, issuer, now)
+	if err != nil {
+		return StatusUndetermined, source, "", fmt.Errorf("ocsp: response from %s: %w", responder, err)
+	}
+	res.source = source
+	// Cached until nextUpdate; a response without one is not cached
+	// (RFC 6960 §4.2.2.1: newer information is always available).
+	if res.status != StatusUndetermined && !next.IsZero() {
+		c.store(key, cacheEntry{until: next, ocsp: res}, now)
+	}
+	return ocspOutcome(res, source)
+}
+
+// parseOCSP checks a responder's bytes: a basic response for leaf's
+// serial, signed by issuer or its delegated responder, current at now.
+func parseOCSP(raw []byte, leaf, issuer *x509.Certificate, now time.Time) (*ocspResult, time.Time, error) {
 	// Parsed without the issuer: the ocsp package would demand that an
 	// embedded responder certificate be issued by it, which refuses the
 	// common response that embeds the issuer itself; checkResponder checks
 	// the signature for each case.
 	resp, err := ocsp.ParseResponseForCert(raw, leaf, nil)
 	if err != nil {
-		return StatusUndetermined, source, "", fmt.Errorf("ocsp: response from %s: %w", responder, err)
+		return nil, time.Time{}, err
 	}
 	if err := checkResponder(resp, issuer, now); err != nil {
-		return StatusUndetermined, source, "", fmt.Errorf("ocsp: response from %s: %w", responder, err)
+		return nil, time.Time{}, err
 	}
 	if resp.ThisUpdate.After(now.Add(maxClockSkew)) {
-		return StatusUndetermined, source, "", fmt.Errorf("ocsp: response from %s: thisUpdate %s is in the future", responder, resp.ThisUpdate.UTC().Format(time.RFC3339))
+		return nil, time.Time{}, fmt.Errorf("thisUpdate %s is in the future", resp.ThisUpdate.UTC().Format(time.RFC3339))
 	}
 	if !resp.NextUpdate.IsZero() && resp.NextUpdate.Before(now) {
-		return StatusUndetermined, source, "", fmt.Errorf("ocsp: response from %s: stale, nextUpdate %s", responder, resp.NextUpdate.UTC().Format(time.RFC3339))
+		return nil, time.Time{}, fmt.Errorf("stale, nextUpdate %s", resp.NextUpdate.UTC().Format(time.RFC3339))
 	}
-	res := &ocspResult{source: source, revoked: resp.RevokedAt, reason: resp.RevocationReason}
+	res := &ocspResult{revoked: resp.RevokedAt, reason: resp.RevocationReason}
 	switch resp.Status {
 	case ocsp.Good:
 		res.status = StatusGood
@@ -128,12 +144,7 @@ func (c *Checker) checkOCSP(ctx context.Context, r Revocation, leaf, issuer *x50
 	default:
 		res.status = StatusUndetermined
 	}
-	// Cached until nextUpdate; a response without one is not cached
-	// (RFC 6960 §4.2.2.1: newer information is always available).
-	if res.status != StatusUndetermined && !resp.NextUpdate.IsZero() {
-		c.store(key, cacheEntry{until: resp.NextUpdate, ocsp: res}, now)
-	}
-	return ocspOutcome(res, source)
+	return res, resp.NextUpdate, nil
 }
 
 func ocspOutcome(r *ocspResult, source string) (string, string, string, error) {
@@ -214,30 +225,40 @@ func (c *Checker) crl(ctx context.Context, u string, issuer *x509.Certificate, n
 	if err != nil {
 		return nil, source, fmt.Errorf("crl: %w", err)
 	}
+	res, next, err := parseCRL(raw, issuer, now)
+	if err != nil {
+		return nil, source, fmt.Errorf("crl: %s: %w", u, err)
+	}
+	if !next.IsZero() {
+		c.store(key, cacheEntry{until: next, crl: res}, now)
+	}
+	return res, source, nil
+}
+
+// parseCRL checks a CRL's bytes (DER or PEM): signed by issuer, current at
+// now.
+func parseCRL(raw []byte, issuer *x509.Certificate, now time.Time) (*crlResult, time.Time, error) {
 	if der, ok := pemCRL(raw); ok {
 		raw = der
 	}
 	rl, err := x509.ParseRevocationList(raw)
 	if err != nil {
-		return nil, source, fmt.Errorf("crl: %s: %w", u, err)
+		return nil, time.Time{}, err
 	}
 	if err := rl.CheckSignatureFrom(issuer); err != nil {
-		return nil, source, fmt.Errorf("crl: %s: not signed by %q: %w", u, issuer.Subject.String(), err)
+		return nil, time.Time{}, fmt.Errorf("not signed by %q: %w", issuer.Subject.String(), err)
 	}
 	if rl.ThisUpdate.After(now.Add(maxClockSkew)) {
-		return nil, source, fmt.Errorf("crl: %s: thisUpdate %s is in the future", u, rl.ThisUpdate.UTC().Format(time.RFC3339))
+		return nil, time.Time{}, fmt.Errorf("thisUpdate %s is in the future", rl.ThisUpdate.UTC().Format(time.RFC3339))
 	}
 	if !rl.NextUpdate.IsZero() && rl.NextUpdate.Before(now) {
-		return nil, source, fmt.Errorf("crl: %s: stale, nextUpdate %s", u, rl.NextUpdate.UTC().Format(time.RFC3339))
+		return nil, time.Time{}, fmt.Errorf("stale, nextUpdate %s", rl.NextUpdate.UTC().Format(time.RFC3339))
 	}
 	res := &crlResult{revoked: map[string]time.Time{}, issuer: rl.RawIssuer}
 	for _, e := range rl.RevokedCertificateEntries {
 		res.revoked[e.SerialNumber.Text(16)] = e.RevocationTime
 	}
-	if !rl.NextUpdate.IsZero() {
-		c.store(key, cacheEntry{until: rl.NextUpdate, crl: res}, now)
-	}
-	return res, source, nil
+	return res, rl.NextUpdate, nil
 }
 
 func pemCRL(b []byte) ([]byte, bool) {

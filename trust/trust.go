@@ -111,6 +111,9 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// PartnerReason is the reason without the cause, for the partner.
+func (e *Error) PartnerReason() string { return e.Reason }
+
 // Describe names a certificate for reasons and logs: its subject, serial
 // and issuer.
 func Describe(c *x509.Certificate) string {

@@ -89,6 +89,7 @@ import (
 	"gateway/dedup"
 	"gateway/exchange"
 	"gateway/partners"
+	"gateway/trust"
 	"gateway/wssec"
 	"gateway/xmlenc"
 )
@@ -161,6 +162,9 @@ type Config struct {
 	// Log receives one line per message the pipeline does not see (rejected
 	// before it, or an ebMS test message); the pipeline logs the others.
 	Log *slog.Logger
+	// Trust checks the signers of trust: ca partners (chain, name,
+	// revocation, with its cache); nil means a checker with defaults.
+	Trust *trust.Checker
 }
 
 // maxKeyOperationsPerMessage bounds the private-key operations (RSA unwraps,
@@ -172,6 +176,7 @@ type Endpoint struct {
 	cfg    Config
 	signer crypto.Signer
 	log    *slog.Logger
+	trust  *trust.Checker
 }
 
 // New checks cfg and returns the endpoint.
@@ -214,7 +219,11 @@ func New(cfg Config) (*Endpoint, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Endpoint{cfg: cfg, signer: signer, log: log}, nil
+	tc := cfg.Trust
+	if tc == nil {
+		tc = &trust.Checker{Log: log, Now: cfg.Now}
+	}
+	return &Endpoint{cfg: cfg, signer: signer, log: log, trust: tc}, nil
 }
 
 // trace is what the endpoint logs and audits about one request.
@@ -402,11 +411,18 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	for i, a := range dec.Attachments {
 		watts[i] = wssec.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body}
 	}
-	res, err := wssec.Verify(env.Doc, watts, wssec.VerifyOptions{
+	vopts := wssec.VerifyOptions{
 		Trusted:   e.cfg.Partners.AS4Certificates(partner),
 		Now:       e.cfg.Now,
 		ClockSkew: pa.ClockSkew.Std(),
-	})
+	}
+	var run *trustRun
+	if pol := e.cfg.Partners.AS4Trust(partner); pol != nil {
+		run = &trustRun{}
+		vopts.CheckSigner = e.signerCheck(ctx, pol, &pa.Trust, from, run)
+	}
+	res, err := wssec.Verify(env.Doc, watts, vopts)
+	e.auditTrust(ctx, tr, run)
 	if err != nil {
 		return e.reject(tr, securityError(err), msgID)
 	}
