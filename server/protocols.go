@@ -15,6 +15,7 @@ import (
 	"gateway/config"
 	"gateway/outbox"
 	"gateway/partners"
+	"gateway/trust"
 	"gateway/xmlenc"
 )
 
@@ -84,11 +85,14 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 	ids, _ := certcheck.IdentityCerts(cfg.Identity.Keys)
 	snap.Certificates = append(ids, certcheck.PartnerCerts(dir)...)
 	id := s.Config.Identity // names and paths are fixed at start
+	if s.trust == nil {
+		s.trust = &trust.Checker{Log: s.Log}
+	}
 	if id.AS2ID != "" {
 		ep, err := as2.NewEndpoint(as2.Config{
 			Partners: dir, OurID: id.AS2ID, Keys: as2Keys, Pipeline: s.Pipeline,
 			Outbox: s.Backend.Outbox(), Notify: s.notify, SpoolDir: s.Config.SpoolDir, MaxBodyBytes: s.Config.Limits.MaxBodyBytes,
-			Log: s.Log, ReportingUA: "gateway/" + Version,
+			Log: s.Log, ReportingUA: "gateway/" + Version, Trust: s.trust,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("server: as2: %w", err)
@@ -100,7 +104,7 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 			Partners: dir, Keys: as4Keys, Pipeline: s.Pipeline,
 			PartyID: id.PartyID, PartyType: id.PartyType,
 			Limits:   as4.Limits{MaxMessageSize: s.Config.Limits.MaxBodyBytes},
-			SpoolDir: s.Config.SpoolDir, Log: s.Log,
+			SpoolDir: s.Config.SpoolDir, Log: s.Log, Trust: s.trust,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("server: as4: %w", err)

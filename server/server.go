@@ -23,6 +23,7 @@ import (
 	"gateway/partners"
 	"gateway/retention"
 	"gateway/store"
+	"gateway/trust"
 )
 
 // Version is reported by the protocols (Reporting-UA, User-Agent); the
@@ -40,6 +41,9 @@ type Server struct {
 	// (Current, Directory, Reload: reload.go).
 	reload reloadState
 	notify func()
+	// trust checks the signers of trust: ca partners on both protocols; one
+	// for the server's life, so that its OCSP/CRL cache survives reloads.
+	trust *trust.Checker
 
 	mux     *http.ServeMux
 	closers []func() error
