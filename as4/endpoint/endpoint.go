@@ -89,6 +89,7 @@ import (
 	"gateway/dedup"
 	"gateway/exchange"
 	"gateway/partners"
+	"gateway/peppol"
 	"gateway/trust"
 	"gateway/wssec"
 	"gateway/xmlenc"
@@ -165,6 +166,12 @@ type Config struct {
 	// Trust checks the signers of trust: ca partners (chain, name,
 	// revocation, with its cache); nil means a checker with defaults.
 	Trust *trust.Checker
+	// Peppol, when set, is the receiving Peppol access point: a sender
+	// without a partner file whose eb:From PartyId has the Peppol AP type
+	// is accepted if its signing certificate (a BinarySecurityToken) chains
+	// to the AP CA, has that PartyId as CN, is not revoked, and the SBDH
+	// agrees with the ebMS header (see package peppol).
+	Peppol *peppol.AP
 }
 
 // maxKeyOperationsPerMessage bounds the private-key operations (RSA unwraps,
@@ -376,6 +383,11 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		return e.reject(tr, err, msgID)
 	}
 	partner, from, ok := e.partnerFor(unverified.UserMessage.From)
+	isPeppol := false
+	if !ok {
+		partner, from, ok = e.peppolPartner(unverified.UserMessage.From)
+		isPeppol = ok
+	}
 	if !ok {
 		return e.reject(tr, as4.ProcessingModeMismatch(
 			fmt.Sprintf("no trading partner agreement for eb:From PartyId %s", partyList(unverified.UserMessage.From)), nil), msgID)
@@ -417,9 +429,13 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		ClockSkew: pa.ClockSkew.Std(),
 	}
 	var run *trustRun
-	if pol := e.cfg.Partners.AS4Trust(partner); pol != nil {
+	pol := e.cfg.Partners.AS4Trust(partner)
+	if isPeppol {
+		pol, vopts.Trusted = e.cfg.Peppol.Policy, nil
+	}
+	if pol != nil {
 		run = &trustRun{}
-		vopts.CheckSigner = e.signerCheck(ctx, pol, &pa.Trust, from, run)
+		vopts.CheckSigner = e.signerCheck(ctx, pol, &pa.Trust, from, run, isPeppol)
 	}
 	res, err := wssec.Verify(env.Doc, watts, vopts)
 	e.auditTrust(ctx, tr, run)
@@ -458,6 +474,13 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	if err != nil {
 		return e.reject(tr, as4.AsError(err).WithRef(msgID), msgID)
 	}
+	var ptx *peppol.Transaction
+	if isPeppol && !um.IsTest() {
+		var ae *as4.Error
+		if ptx, ae = e.peppolCheck(um, from, payloads); ae != nil {
+			return e.reject(tr, ae.WithRef(msgID), msgID)
+		}
+	}
 
 	refs := receiptReferences(res.References)
 	if um.IsTest() {
@@ -478,12 +501,20 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		TransportKey: tr.key,
 	}
 	tr.pipeline = true
-	return e.cfg.Pipeline.Process(ctx, exchange.Inbound{
+	reply := e.cfg.Pipeline.Process(ctx, exchange.Inbound{
 		Message: msg,
 		Replies: &replies{e: e, um: um, refs: refs},
 		Window:  pa.DedupWindow.Std(),
 		OnDrift: exchange.DriftPolicyOf(partner.OnDrift),
 	})
+	if ptx != nil && reply.Status == http.StatusOK && reply.Disposition == "receipt" {
+		// A retransmission answered from the stored receipt is recorded
+		// again; reports count each eb:MessageId once.
+		if err := e.cfg.Peppol.Record(ptx); err != nil {
+			e.log.Error("peppol transaction not recorded for reporting", "partner", partner.ID, "message_id", msgID, "err", err)
+		}
+	}
+	return reply
 }
 
 // cbcAlgorithms are the AES-CBC content encryption algorithms.

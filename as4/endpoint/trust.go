@@ -25,9 +25,15 @@ type trustRun struct {
 // signerCheck is the wssec callback of a trust: ca partner: the signer must
 // chain to the partner's CA, match certificate_subject, carry the eb:From
 // PartyId as its CN when party_id_is_cn is set, and not be revoked.
-func (e *Endpoint) signerCheck(ctx context.Context, pol *trust.Policy, t *partners.Trust, from as4.PartyID, run *trustRun) func(wssec.SignerInfo) error {
+func (e *Endpoint) signerCheck(ctx context.Context, pol *trust.Policy, t *partners.Trust, from as4.PartyID, run *trustRun, requireDirect bool) func(wssec.SignerInfo) error {
 	return func(si wssec.SignerInfo) error {
 		run.ran, run.info = true, si
+		if requireDirect && !si.DirectReference {
+			run.err = &trust.Error{Cert: si.Cert, Status: trust.StatusNotChecked, Err: trust.ErrUntrusted,
+				Reason: fmt.Sprintf("the signer's certificate %s is not referenced as a wsse:BinarySecurityToken (the Peppol AS4 profile requires it)",
+					trust.Describe(si.Cert))}
+			return run.err
+		}
 		if t != nil && t.PartyIDIsCN && si.Cert.Subject.CommonName != from.Value {
 			run.err = &trust.Error{Cert: si.Cert, Status: trust.StatusNotChecked, Err: trust.ErrUntrusted,
 				Reason: fmt.Sprintf("the signer's certificate %s has common name %q, not the eb:From PartyId %q",
