@@ -54,6 +54,8 @@ type Config struct {
 	// ReloadOnChange reloads the partner directory and identity keys when
 	// their files change (SIGHUP always reloads).
 	ReloadOnChange bool `mapstructure:"reload_on_change"`
+	// Peppol turns on the receiving Peppol access point (AS4).
+	Peppol Peppol `mapstructure:"peppol"`
 
 	// File is the configuration file that was read ("" when none).
 	File string `mapstructure:"-"`
@@ -187,6 +189,7 @@ func Load(path string) (*Config, error) {
 				c.Identity.Keys[i].Key = resolve(base, c.Identity.Keys[i].Key)
 			}
 		}
+		c.Peppol.resolvePaths(v, base)
 		if rest, ok := strings.CutPrefix(c.Store, "sqlite:"); ok && rest != "" && fromFile(v, "store") && !strings.HasPrefix(rest, "//") {
 			c.Store = "sqlite:" + resolve(base, rest)
 		}
@@ -263,6 +266,9 @@ func (c *Config) validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		errs = append(errs, fmt.Errorf("log_level: %q is not one of debug, info, warn, error", c.LogLevel))
+	}
+	if err := c.Peppol.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"gateway/config"
 	"gateway/outbox"
 	"gateway/partners"
+	"gateway/peppol"
 	"gateway/trust"
 	"gateway/xmlenc"
 )
@@ -88,6 +90,10 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 	if s.trust == nil {
 		s.trust = &trust.Checker{Log: s.Log}
 	}
+	pap, err := s.peppolAP(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if id.AS2ID != "" {
 		ep, err := as2.NewEndpoint(as2.Config{
 			Partners: dir, OurID: id.AS2ID, Keys: as2Keys, Pipeline: s.Pipeline,
@@ -104,7 +110,7 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 			Partners: dir, Keys: as4Keys, Pipeline: s.Pipeline,
 			PartyID: id.PartyID, PartyType: id.PartyType,
 			Limits:   as4.Limits{MaxMessageSize: s.Config.Limits.MaxBodyBytes},
-			SpoolDir: s.Config.SpoolDir, Log: s.Log, Trust: s.trust,
+			SpoolDir: s.Config.SpoolDir, Log: s.Log, Trust: s.trust, Peppol: pap,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("server: as4: %w", err)
@@ -130,4 +136,32 @@ func checkWindows(d *partners.Directory, retention time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// peppolAP builds the receiving Peppol access point of cfg (nil when
+// peppol.enabled is off). The AP CA files are read at start and reload.
+func (s *Server) peppolAP(cfg *config.Config) (*peppol.AP, error) {
+	pc := cfg.Peppol
+	if !pc.Enabled {
+		return nil, nil
+	}
+	var cas []*x509.Certificate
+	for i, f := range pc.APCA {
+		c, err := partners.ReadCertificates(f)
+		if err != nil {
+			return nil, fmt.Errorf("server: peppol.ap_ca[%d]: %w", i, err)
+		}
+		cas = append(cas, c...)
+	}
+	if s.peppolRecords == nil {
+		s.peppolRecords = &peppol.Recorder{Dir: pc.ReportDir}
+	}
+	ap, err := peppol.New(peppol.Settings{APCA: cas, Participants: pc.Participants, ReporterID: pc.ReporterID, Country: pc.Country,
+		Revocation: trust.Revocation{Mode: pc.Revocation.Mode, Policy: pc.Revocation.Policy,
+			OCSPResponder: pc.Revocation.OCSPResponder, CRLURLs: pc.Revocation.CRLURLs},
+		Records: s.peppolRecords})
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	return ap, nil
 }

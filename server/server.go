@@ -21,6 +21,7 @@ import (
 	"gateway/exchange"
 	"gateway/inbox"
 	"gateway/partners"
+	"gateway/peppol"
 	"gateway/retention"
 	"gateway/store"
 	"gateway/trust"
@@ -44,6 +45,8 @@ type Server struct {
 	// trust checks the signers of trust: ca partners on both protocols; one
 	// for the server's life, so that its OCSP/CRL cache survives reloads.
 	trust *trust.Checker
+	// peppolRecords records accepted Peppol transactions (peppol.enabled).
+	peppolRecords *peppol.Recorder
 
 	mux     *http.ServeMux
 	closers []func() error
