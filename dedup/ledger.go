@@ -29,7 +29,25 @@ type InterchangeClaim struct {
 	MessageID    string
 	// Window: an accepted interchange first seen more than Window ago is
 	// claimed anew (reuse of the reference). Zero: unique forever (PEPPOL).
+	// The window recorded with an accepted row counts too: the claim is
+	// decided with LongerWindow(recorded, Window), so a resend over a
+	// protocol with a shorter window is still a duplicate. A new row records
+	// Window.
 	Window time.Duration
+	// Supersede takes over an accepted row whatever its window (a drifted
+	// payload accepted as new under on_drift: accept); the answer is
+	// Claimed with Reused set unless the row is in flight.
+	Supersede bool
+}
+
+// LongerWindow is the window an accepted interchange is judged by: the
+// longer of the one recorded when it was claimed and the one a new delivery
+// asks for, zero (forever) when either is.
+func LongerWindow(recorded, requested time.Duration) time.Duration {
+	if recorded <= 0 || requested <= 0 {
+		return 0
+	}
+	return max(recorded, requested)
 }
 
 // InterchangeRecord is the ledger's evidence for one interchange.

@@ -81,7 +81,20 @@ func (s *MemoryStore) ClaimInterchange(ctx context.Context, c InterchangeClaim) 
 	if ok {
 		held = &r.claimRow
 	}
-	d, next := decideClaim(held, now, c.Window, s.lease, token, c.PayloadSHA256)
+	window := c.Window
+	if ok {
+		window = LongerWindow(r.window, c.Window)
+	}
+	var (
+		d    Decision
+		next claimRow
+	)
+	if ok && c.Supersede && r.state == stateAccepted {
+		d = Decision{Outcome: Claimed, Token: token, Reused: true, FirstSeen: now}
+		next = claimRow{state: stateClaimed, token: token, payload: c.PayloadSHA256, firstSeen: now, leaseUntil: now.Add(s.lease)}
+	} else {
+		d, next = decideClaim(held, now, window, s.lease, token, c.PayloadSHA256)
+	}
 	switch d.Outcome {
 	case Duplicate:
 		r.lastSeen = now

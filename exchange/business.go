@@ -172,7 +172,7 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 					stored: d.PayloadSHA256, got: pic.hash, firstSeen: d.FirstSeen, reference: pic.ic.Reference}
 				if in.OnDrift == DriftAccept {
 					p.driftAudit(ctx, r, lg, info, "drift-accepted")
-					claim.Window = time.Nanosecond
+					claim.Supersede = true
 					d2, err := p.Ledger.ClaimInterchange(ctx, claim)
 					if err != nil || d2.Outcome != dedup.Claimed {
 						release()

@@ -55,6 +55,11 @@ func ExerciseLedger(t *testing.T, newLedger NewLedger) {
 //	window/reuse                    an accepted row first seen more than Window ago is Claimed again, Reused,
 //	                                evidence reset
 //	window/keeps-young              a row younger than Window stays Duplicate
+//	window/recorded-longer          a row accepted with a 1h window stays Duplicate for a claim with a shorter,
+//	                                passed window (the longer of recorded and requested decides)
+//	window/recorded-forever         a row accepted with window 0 stays Duplicate for a claim with a window
+//	window/supersede                Supersede takes over an accepted row inside its window (Reused, fresh
+//	                                evidence, the new window), never a claim in flight
 //	window/forever                  Window 0 never reuses, however old the row
 //	expired/lists-passed-window     ExpiredInterchanges lists an accepted row whose window passed, and honours limit
 //	expired/never-forever           … never a row with window 0
@@ -611,6 +616,8 @@ func (k ledgerKit) windowGroup(t T) {
 		recent    = startAged(t, c, l, W, true)
 		spare     = startAged(t, c, l, W, true)
 		remove    = startAged(t, c, l, W, true)
+		longer    = startAged(t, c, l, time.Hour, true)
+		recForevr = startAged(t, c, l, 0, true)
 		setUpDone = time.Now()
 	)
 	time.Sleep(2 * W)
@@ -637,6 +644,38 @@ func (k ledgerKit) windowGroup(t T) {
 			ic, h := NewInterchange(t), PayloadHash("young")
 			claimAcceptIC(t, c, l, ic, h, NewMessageID(t), time.Hour)
 			mustLedgerDuplicate(t, claimIC(t, c, l, ic, h, NewMessageID(t), time.Hour), h, 1, "delivery within a 1h window")
+		})
+		t.Run("recorded-longer", func(t T) {
+			longer.check(t)
+			mustLedgerDuplicate(t, claimIC(t, c, l, longer.ic, longer.hash, NewMessageID(t), W), longer.hash, 1,
+				"delivery with a shorter window of an interchange accepted with a 1h window")
+			if r := record(t, c, l, longer.ic.Key); r.Window != time.Hour || r.State != "accepted" {
+				t.Errorf("record after the shorter-window delivery: window %v, state %s; want 1h, accepted", r.Window, r.State)
+			}
+		})
+		t.Run("recorded-forever", func(t T) {
+			recForevr.check(t)
+			mustLedgerDuplicate(t, claimIC(t, c, l, recForevr.ic, recForevr.hash, NewMessageID(t), W), recForevr.hash, 1,
+				"delivery with a window of an interchange accepted with window 0 (unique forever)")
+		})
+		t.Run("supersede", func(t T) {
+			ic, h := NewInterchange(t), PayloadHash("superseded")
+			first := claimAcceptIC(t, c, l, ic, h, NewMessageID(t), time.Hour)
+			m2, h2 := NewMessageID(t), PayloadHash("supersedes")
+			d, err := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: h2, TransportKey: NewKey(t),
+				MessageID: m2, Window: W, Supersede: true})
+			mustOK(t, err, "ClaimInterchange with Supersede")
+			mustClaimed(t, d, "Supersede of an accepted interchange inside its window")
+			if !d.Reused || d.Token == first.Token {
+				t.Errorf("Supersede: Reused %v, same token %v; want a reuse with a new token", d.Reused, d.Token == first.Token)
+			}
+			mustFresh(t, record(t, c, l, ic.Key), ic, d, h2, m2, W, "record after Supersede")
+			d2, err := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: h2, TransportKey: NewKey(t),
+				MessageID: NewMessageID(t), Window: W, Supersede: true})
+			mustOK(t, err, "ClaimInterchange with Supersede of a claim in flight")
+			mustInFlight(t, d2, "Supersede of a claim in flight")
+			mustOK(t, l.AcceptInterchange(c, ic.Key, d.Token), "Accept of the superseding claim")
+			mustLedgerDuplicate(t, claimIC(t, c, l, ic, h2, NewMessageID(t), W), h2, 1, "delivery after the superseding claim was accepted")
 		})
 		t.Run("forever", func(t T) {
 			forever.check(t)

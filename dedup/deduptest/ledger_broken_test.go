@@ -83,6 +83,27 @@ func (l ignoresWindowLedger) ClaimInterchange(ctx context.Context, c dedup.Inter
 	return l.Ledger.ClaimInterchange(ctx, c)
 }
 
+// requestWindowOnly judges an accepted interchange by the window of the
+// arriving delivery alone: an interchange accepted over AS4 (30 days) and
+// resent over AS2 (7 days) on day 8 runs the handler again.
+type requestWindowOnly struct{ dedup.Ledger }
+
+func (l requestWindowOnly) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) (dedup.Decision, error) {
+	if r, err := l.Ledger.Interchange(ctx, c.Key); err == nil && r.State == "accepted" && c.Window > 0 &&
+		time.Since(r.FirstSeen) > c.Window {
+		c.Supersede = true
+	}
+	return l.Ledger.ClaimInterchange(ctx, c)
+}
+
+// ignoresSupersede answers a drift accepted as new with the stored row.
+type ignoresSupersede struct{ dedup.Ledger }
+
+func (l ignoresSupersede) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) (dedup.Decision, error) {
+	c.Supersede = false
+	return l.Ledger.ClaimInterchange(ctx, c)
+}
+
 // keyTracker remembers the keys claimed with each window.
 type keyTracker struct {
 	mu      sync.Mutex

@@ -21,7 +21,8 @@ var ledgerLeaves = []string{
 	"abandon/reclaim",
 	"accept/stale-token",
 	"concurrency/one-claim", "concurrency/duplicates-counted",
-	"window/reuse", "window/keeps-young", "window/forever",
+	"window/reuse", "window/keeps-young", "window/recorded-longer", "window/recorded-forever", "window/supersede",
+	"window/forever",
 	"expired/lists-passed-window", "expired/never-forever", "expired/keeps-inside-window",
 	"expired/never-claims", "expired/last-seen-before",
 	"delete/spares-reuse", "delete/removes-listed",
@@ -168,6 +169,10 @@ func TestLedgerKitCatchesBrokenLedgers(t *testing.T) {
 			[]string{"window/forever"}},
 		{"ignores-window", func(o dedup.Options) dedup.Ledger { return ignoresWindowLedger{ledgerOf(o)} },
 			[]string{"window/reuse"}},
+		{"window-of-request-only", func(o dedup.Options) dedup.Ledger { return requestWindowOnly{ledgerOf(o)} },
+			[]string{"window/recorded-longer", "window/recorded-forever"}},
+		{"ignores-supersede", func(o dedup.Options) dedup.Ledger { return ignoresSupersede{ledgerOf(o)} },
+			[]string{"window/supersede"}},
 		{"expire-lists-forever-rows", func(o dedup.Options) dedup.Ledger {
 			return expireListsForever{ledgerOf(o), &keyTracker{}}
 		}, []string{"expired/never-forever"}},

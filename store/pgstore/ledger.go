@@ -33,7 +33,9 @@ func buildLedgerQueries(schema string) ledgerQueries {
 	return ledgerQueries{
 		table: t,
 		// Takes the interchange when it is new, abandoned, its lease ran out
-		// or its window passed, resetting the evidence.
+		// or its window passed (the longer of the recorded and the requested
+		// one, forever when either is 0), or when $14 supersedes an accepted
+		// row, resetting the evidence.
 		claim: `INSERT INTO ` + t + ` AS c (key, partner, standard, sender, recipient, reference, date, type,
 	state, token, payload_sha256, first_seen, last_seen, lease_until, window_us, retries, message_ids)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'claimed', $9, $10, now(), now(),
@@ -47,8 +49,8 @@ ON CONFLICT (key) DO UPDATE SET
 	accepted_at = NULL, abandoned_at = NULL, claims = c.claims + 1, taken_from = c.state
 WHERE c.state = 'abandoned'
 	OR (c.state = 'claimed' AND c.lease_until <= excluded.first_seen)
-	OR (c.state = 'accepted' AND $12::bigint > 0
-		AND c.first_seen < excluded.first_seen - $12::bigint * interval '1 microsecond')
+	OR (c.state = 'accepted' AND ($14::boolean OR ($12::bigint > 0 AND c.window_us > 0
+		AND c.first_seen < excluded.first_seen - GREATEST($12::bigint, c.window_us) * interval '1 microsecond')))
 RETURNING c.token, c.taken_from, c.first_seen`,
 		// Records a delivery of an accepted interchange inside the window.
 		duplicate: `UPDATE ` + t + ` SET
@@ -58,8 +60,8 @@ RETURNING c.token, c.taken_from, c.first_seen`,
 		WHEN $2::text = '' OR cardinality(message_ids) >= $4::int OR $2::text = ANY (message_ids)
 		THEN message_ids
 		ELSE array_append(message_ids, $2::text) END
-WHERE key = $1 AND state = 'accepted'
-	AND ($3::bigint <= 0 OR first_seen >= now() - $3::bigint * interval '1 microsecond')
+WHERE key = $1 AND state = 'accepted' AND NOT $5::boolean
+	AND ($3::bigint <= 0 OR window_us <= 0 OR first_seen >= now() - GREATEST($3::bigint, window_us) * interval '1 microsecond')
 RETURNING first_seen, payload_sha256, retries`,
 		read: `SELECT state, first_seen, lease_until, now() FROM ` + t + ` WHERE key = $1`,
 		accept: `UPDATE ` + t + ` SET state = 'accepted', accepted_at = now()
@@ -97,7 +99,7 @@ func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) 
 			firstSeen time.Time
 		)
 		err = s.pool.QueryRow(ctx, s.lq.claim, string(c.Key), c.Partner, c.Standard, c.Sender, c.Recipient,
-			c.Reference, c.Date, c.Type, string(token), c.PayloadSHA256, leaseUS, windowUS, ids).
+			c.Reference, c.Date, c.Type, string(token), c.PayloadSHA256, leaseUS, windowUS, ids, c.Supersede).
 			Scan(&got, &takenFrom, &firstSeen)
 		if err == nil {
 			return dedup.Decision{
@@ -114,7 +116,7 @@ func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) 
 			hash    string
 			retries int
 		)
-		err = s.pool.QueryRow(ctx, s.lq.duplicate, string(c.Key), c.MessageID, windowUS, dedup.MaxLedgerMessageIDs).
+		err = s.pool.QueryRow(ctx, s.lq.duplicate, string(c.Key), c.MessageID, windowUS, dedup.MaxLedgerMessageIDs, c.Supersede).
 			Scan(&firstSeen, &hash, &retries)
 		if err == nil {
 			return dedup.Decision{Outcome: dedup.Duplicate, FirstSeen: firstSeen.UTC(), PayloadSHA256: hash, Retries: retries}, nil

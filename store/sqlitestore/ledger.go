@@ -25,7 +25,9 @@ const ledgerColumns = `key, partner, standard, sender, recipient, reference, dat
 
 const (
 	// ledgerClaimSQL takes the interchange when it is new, abandoned, its
-	// lease ran out or its window passed, resetting the evidence.
+	// lease ran out or its window passed (the longer of the recorded and the
+	// requested one, forever when either is 0), or when ?14 supersedes an
+	// accepted row, resetting the evidence.
 	ledgerClaimSQL = `INSERT INTO ledger_interchanges AS c (key, partner, standard, sender, recipient, reference, date,
 	type, state, token, payload_sha256, first_seen, last_seen, lease_until, window_ms, retries, message_ids)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'claimed', ?9, ?10, ` + nowMS + `, ` + nowMS + `, ` + nowMS + ` + ?11, ?12, 0, ?13)
@@ -38,7 +40,8 @@ ON CONFLICT (key) DO UPDATE SET
 	accepted_at = NULL, abandoned_at = NULL, claims = c.claims + 1, taken_from = c.state
 WHERE c.state = 'abandoned'
 	OR (c.state = 'claimed' AND c.lease_until <= excluded.first_seen)
-	OR (c.state = 'accepted' AND ?12 > 0 AND c.first_seen < excluded.first_seen - ?12)
+	OR (c.state = 'accepted' AND (?14 <> 0
+		OR (?12 > 0 AND c.window_ms > 0 AND c.first_seen < excluded.first_seen - max(?12, c.window_ms))))
 RETURNING token, taken_from, first_seen`
 
 	// ledgerDuplicateSQL records a delivery of an accepted interchange
@@ -51,7 +54,8 @@ RETURNING token, taken_from, first_seen`
 			OR EXISTS (SELECT 1 FROM json_each(ledger_interchanges.message_ids) AS m WHERE m.value = ?2)
 		THEN message_ids
 		ELSE json_insert(message_ids, '$[#]', ?2) END
-WHERE key = ?1 AND state = 'accepted' AND (?3 <= 0 OR first_seen >= ` + nowMS + ` - ?3)
+WHERE key = ?1 AND state = 'accepted' AND ?5 = 0
+	AND (?3 <= 0 OR window_ms <= 0 OR first_seen >= ` + nowMS + ` - max(?3, window_ms))
 RETURNING first_seen, payload_sha256, retries`
 
 	ledgerReadSQL = `SELECT state, first_seen, lease_until, ` + nowMS + ` FROM ledger_interchanges WHERE key = ?1`
@@ -77,6 +81,10 @@ ORDER BY last_seen, key LIMIT ?2`
 // again, at most claimAttempts times, then answered InFlight.
 func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) (dedup.Decision, error) {
 	leaseMS, windowMS := ceilMS(s.lease), ceilMS(c.Window)
+	supersede := 0
+	if c.Supersede {
+		supersede = 1
+	}
 	ids, err := json.Marshal(dedup.FirstMessageIDs(c.MessageID))
 	if err != nil {
 		return dedup.Decision{}, fmt.Errorf("sqlitestore: claim interchange: %w", err)
@@ -92,7 +100,7 @@ func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) 
 			firstSeen int64
 		)
 		err = s.db.QueryRowContext(ctx, ledgerClaimSQL, string(c.Key), c.Partner, c.Standard, c.Sender, c.Recipient,
-			c.Reference, c.Date, c.Type, string(token), c.PayloadSHA256, leaseMS, windowMS, string(ids)).
+			c.Reference, c.Date, c.Type, string(token), c.PayloadSHA256, leaseMS, windowMS, string(ids), supersede).
 			Scan(&got, &takenFrom, &firstSeen)
 		if err == nil {
 			return dedup.Decision{
@@ -109,7 +117,7 @@ func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) 
 			hash    string
 			retries int
 		)
-		err = s.db.QueryRowContext(ctx, ledgerDuplicateSQL, string(c.Key), c.MessageID, windowMS, dedup.MaxLedgerMessageIDs).
+		err = s.db.QueryRowContext(ctx, ledgerDuplicateSQL, string(c.Key), c.MessageID, windowMS, dedup.MaxLedgerMessageIDs, supersede).
 			Scan(&firstSeen, &hash, &retries)
 		if err == nil {
 			return dedup.Decision{Outcome: dedup.Duplicate, FirstSeen: fromMS(firstSeen), PayloadSHA256: hash, Retries: retries}, nil
