@@ -15,6 +15,7 @@ import (
 
 	"gateway/audit"
 	"gateway/dedup"
+	"gateway/partners"
 )
 
 // Purger removes expired rows. Interchanges are archived as gzipped JSON
@@ -31,6 +32,28 @@ type Purger struct {
 	// Batch is how many interchanges are archived per file round (default 1000).
 	Batch int
 	Now   func() time.Time
+}
+
+// CheckWindows refuses a retention shorter than any partner's dedup window
+// (AS2 or AS4): purging transport keys inside a window would let a late
+// retransmission run the handler again. `serve` and `gateway dedup purge`
+// both call it before they purge.
+func CheckWindows(retention time.Duration, ps []*partners.Partner) error {
+	for _, p := range ps {
+		var w time.Duration
+		if p.AS2 != nil && p.AS2.DedupWindow.Std() > w {
+			w = p.AS2.DedupWindow.Std()
+		}
+		if p.AS4 != nil && p.AS4.DedupWindow.Std() > w {
+			w = p.AS4.DedupWindow.Std()
+		}
+		if w > retention {
+			return fmt.Errorf("retention: retention %s is shorter than partner %s's dedup window %s (%s); "+
+				"purging would delete transport keys inside the window, so a late retransmission would run the handler again: "+
+				"raise retention to at least %s", retention, p.ID, w, p.File, w)
+		}
+	}
+	return nil
 }
 
 // Report says what a purge removed.

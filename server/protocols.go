@@ -3,13 +3,13 @@ package server
 import (
 	"fmt"
 	"os"
-	"time"
 
 	"gateway/as2"
 	"gateway/as4"
 	"gateway/as4/endpoint"
 	"gateway/cms"
 	"gateway/outbox"
+	"gateway/retention"
 	"gateway/xmlenc"
 )
 
@@ -76,17 +76,8 @@ func (s *Server) mountProtocols() error {
 // checkWindows refuses a retention shorter than a partner's dedup window:
 // purging inside a window would let a late retransmission through.
 func (s *Server) checkWindows() error {
-	for _, p := range s.Partners.Partners {
-		var w time.Duration
-		if p.AS2 != nil && p.AS2.DedupWindow.Std() > w {
-			w = p.AS2.DedupWindow.Std()
-		}
-		if p.AS4 != nil && p.AS4.DedupWindow.Std() > w {
-			w = p.AS4.DedupWindow.Std()
-		}
-		if w > s.Config.Retention {
-			return fmt.Errorf("server: retention %s is shorter than partner %s's dedup window %s (%s)", s.Config.Retention, p.ID, w, p.File)
-		}
+	if err := retention.CheckWindows(s.Config.Retention, s.Partners.Partners); err != nil {
+		return fmt.Errorf("server: %w", err)
 	}
 	return nil
 }

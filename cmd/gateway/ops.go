@@ -12,6 +12,7 @@ import (
 	"gateway/audit"
 	"gateway/config"
 	"gateway/dedup"
+	"gateway/partners"
 	"gateway/retention"
 	"gateway/store"
 )
@@ -40,9 +41,22 @@ func dedupPurge(args []string, stdout io.Writer) error {
 		return err
 	}
 	ctx := context.Background()
-	cfg, be, err := openBackend(ctx, *cfgPath)
+	cfg, err := config.Load(*cfgPath)
 	if err != nil {
 		return err
+	}
+	// The same check as serve: a retention shorter than a partner's window
+	// would delete transport keys a retransmission still needs.
+	dir, err := partners.Load(cfg.Partners)
+	if err != nil {
+		return err
+	}
+	if err := retention.CheckWindows(cfg.Retention, dir.Partners); err != nil {
+		return fmt.Errorf("dedup purge refused: %w", err)
+	}
+	be, err := store.Open(ctx, cfg.Store, dedup.Options{Lease: cfg.Lease})
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", cfg.Redacted(), err)
 	}
 	defer be.Close()
 	p := &retention.Purger{Store: be, Ledger: be, ArchiveDir: cfg.ArchiveDir, Retention: cfg.Retention}
