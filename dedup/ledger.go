@@ -64,6 +64,9 @@ type InterchangeRecord struct {
 	MessageIDs []string
 	// Window the interchange was accepted with (0 = forever).
 	Window time.Duration
+	// Replaced is set on rows of ReplacedInterchanges: when the claim that
+	// replaced this accepted row took the interchange.
+	Replaced time.Time
 }
 
 // MaxLedgerMessageIDs bounds the transport ids kept per interchange.
@@ -101,4 +104,14 @@ type Ledger interface {
 	// DeleteInterchanges removes the given rows, each only if it is still
 	// the same row (same FirstSeen) so that a reuse claimed meanwhile stays.
 	DeleteInterchanges(ctx context.Context, recs []InterchangeRecord) (int64, error)
+	// ReplacedInterchanges lists accepted rows that a later claim replaced
+	// (reuse after the window, Supersede), each with Replaced set. The
+	// ledger keeps the replaced row atomically with the replacing claim, so
+	// that no evidence is lost, until DeleteReplaced (the purge archives
+	// them first). q filters as for FindInterchanges; rows come ordered by
+	// Replaced, then key.
+	ReplacedInterchanges(ctx context.Context, q InterchangeQuery) ([]InterchangeRecord, error)
+	// DeleteReplaced removes the given replaced rows (matched by key,
+	// FirstSeen and Replaced) and returns how many it removed.
+	DeleteReplaced(ctx context.Context, recs []InterchangeRecord) (int64, error)
 }

@@ -69,6 +69,9 @@ func dedupPurge(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "purged %d transport keys past retention %s and %d interchanges past their windows\n",
 		rep.TransportKeys, cfg.Retention, rep.Interchanges)
+	if rep.Replaced > 0 {
+		fmt.Fprintf(stdout, "archived and removed %d earlier uses of reused interchange references\n", rep.Replaced)
+	}
 	for _, a := range rep.Archives {
 		fmt.Fprintln(stdout, "archived:", a)
 	}

@@ -66,6 +66,11 @@ func ExerciseLedger(t *testing.T, newLedger NewLedger) {
 //	expired/keeps-inside-window     … never a row inside its window
 //	expired/never-claims            … never a claim in progress
 //	expired/last-seen-before        … never a row last seen at or after before (a duplicate moves LastSeen)
+//	history/keeps-replaced          a reuse keeps the accepted row it replaced: ReplacedInterchanges lists it
+//	                                whole, Replaced = the reuse's FirstSeen; filters as FindInterchanges
+//	history/supersede               … so does Supersede
+//	history/only-accepted           … a reclaim of an abandoned row keeps nothing
+//	history/delete                  DeleteReplaced removes a listed row once and counts it; the current row stays
 //	delete/spares-reuse             DeleteInterchanges spares a listed row that was reused (and accepted) meanwhile
 //	delete/removes-listed           DeleteInterchanges removes a listed row once and counts it
 //	find/filters                    FindInterchanges by partner, reference, message id, From (inclusive) / To
@@ -618,6 +623,8 @@ func (k ledgerKit) windowGroup(t T) {
 		remove    = startAged(t, c, l, W, true)
 		longer    = startAged(t, c, l, time.Hour, true)
 		recForevr = startAged(t, c, l, 0, true)
+		hist      = startAged(t, c, l, W, true)
+		histDel   = startAged(t, c, l, W, true)
 		setUpDone = time.Now()
 	)
 	time.Sleep(2 * W)
@@ -736,6 +743,84 @@ func (k ledgerKit) windowGroup(t T) {
 			}
 		})
 	})
+	t.Run("history", func(t T) {
+		t.Run("keeps-replaced", func(t T) {
+			hist.check(t)
+			q := dedup.InterchangeQuery{Reference: hist.ic.Reference}
+			if got := replaced(t, c, l, q); len(got) != 0 {
+				t.Fatalf("ReplacedInterchanges before any reuse: %s", keysOf(got))
+			}
+			m2, h2 := NewMessageID(t), PayloadHash("reuse of a kept row")
+			d := claimIC(t, c, l, hist.ic, h2, m2, W)
+			mustClaimed(t, d, "reuse after the window passed")
+			got := replaced(t, c, l, q)
+			if len(got) != 1 {
+				t.Fatalf("ReplacedInterchanges after the reuse listed %d rows, want the replaced one", len(got))
+			}
+			mustReplaced(t, got[0], hist, d, "the replaced row")
+			for _, q := range []dedup.InterchangeQuery{{Partner: hist.ic.Partner}, {MessageID: hist.msgID},
+				{Reference: hist.ic.Reference, From: hist.first.FirstSeen, To: time.Now().Add(time.Hour)}} {
+				if got := replaced(t, c, l, q); len(got) != 1 || got[0].Key != hist.ic.Key {
+					t.Errorf("ReplacedInterchanges(%+v) listed %s, want the replaced row", q, keysOf(got))
+				}
+			}
+			for _, q := range []dedup.InterchangeQuery{{Partner: "other-" + randomHex(t, 4)}, {MessageID: m2},
+				{Reference: hist.ic.Reference, To: hist.first.FirstSeen}} {
+				if got := replaced(t, c, l, q); len(got) != 0 {
+					t.Errorf("ReplacedInterchanges(%+v) listed %s, want nothing", q, keysOf(got))
+				}
+			}
+			mustFresh(t, record(t, c, l, hist.ic.Key), hist.ic, d, h2, m2, W, "the current row after the reuse")
+			mustOK(t, l.AcceptInterchange(c, hist.ic.Key, d.Token), "Accept of the reuse")
+			if got := replaced(t, c, l, q); len(got) != 1 {
+				t.Errorf("ReplacedInterchanges after the reuse was accepted listed %d rows, want 1", len(got))
+			}
+		})
+		t.Run("supersede", func(t T) {
+			ic, h, m := NewInterchange(t), PayloadHash("kept on supersede"), NewMessageID(t)
+			first := claimAcceptIC(t, c, l, ic, h, m, time.Hour)
+			d, err := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: PayloadHash("drift"),
+				TransportKey: NewKey(t), MessageID: NewMessageID(t), Window: time.Hour, Supersede: true})
+			mustOK(t, err, "ClaimInterchange with Supersede")
+			mustClaimed(t, d, "Supersede")
+			got := replaced(t, c, l, dedup.InterchangeQuery{Reference: ic.Reference})
+			if len(got) != 1 {
+				t.Fatalf("ReplacedInterchanges after Supersede listed %d rows, want the superseded one", len(got))
+			}
+			mustReplaced(t, got[0], &agedRow{ic: ic, msgID: m, hash: h, first: first}, d, "the superseded row")
+		})
+		t.Run("only-accepted", func(t T) {
+			ic, h := NewInterchange(t), PayloadHash("abandoned")
+			d := claimIC(t, c, l, ic, h, NewMessageID(t), W)
+			mustClaimed(t, d, "first claim")
+			mustOK(t, l.AbandonInterchange(c, ic.Key, d.Token), "Abandon")
+			mustClaimed(t, claimIC(t, c, l, ic, h, NewMessageID(t), W), "reclaim after abandon")
+			if got := replaced(t, c, l, dedup.InterchangeQuery{Reference: ic.Reference}); len(got) != 0 {
+				t.Errorf("ReplacedInterchanges listed %d rows after a reclaim of an abandoned row, want none (it was never accepted)", len(got))
+			}
+		})
+		t.Run("delete", func(t T) {
+			histDel.check(t)
+			d := claimIC(t, c, l, histDel.ic, histDel.hash, NewMessageID(t), W)
+			mustClaimed(t, d, "reuse after the window passed")
+			q := dedup.InterchangeQuery{Reference: histDel.ic.Reference}
+			listed := replaced(t, c, l, q)
+			if len(listed) != 1 {
+				t.Fatalf("ReplacedInterchanges listed %d rows, want 1", len(listed))
+			}
+			n, err := l.DeleteReplaced(c, append(listed, listed...))
+			mustOK(t, err, "DeleteReplaced")
+			if n != 1 {
+				t.Errorf("DeleteReplaced removed %d rows, want 1", n)
+			}
+			if got := replaced(t, c, l, q); len(got) != 0 {
+				t.Errorf("ReplacedInterchanges after DeleteReplaced listed %d rows", len(got))
+			}
+			if r := record(t, c, l, histDel.ic.Key); !r.FirstSeen.Equal(d.FirstSeen) {
+				t.Errorf("DeleteReplaced touched the current row: %+v", r)
+			}
+		})
+	})
 	t.Run("delete", func(t T) {
 		t.Run("spares-reuse", func(t T) {
 			spare.check(t)
@@ -783,6 +868,28 @@ func (k ledgerKit) windowGroup(t T) {
 			}
 		})
 	})
+}
+
+func replaced(t T, c context.Context, l dedup.Ledger, q dedup.InterchangeQuery) []dedup.InterchangeRecord {
+	t.Helper()
+	recs, err := l.ReplacedInterchanges(c, q)
+	if err != nil {
+		t.Fatalf("ReplacedInterchanges(%+v): %v", q, err)
+	}
+	return recs
+}
+
+// mustReplaced checks a row of ReplacedInterchanges against the accepted
+// row a was and the claim d that replaced it.
+func mustReplaced(t T, r dedup.InterchangeRecord, a *agedRow, d dedup.Decision, what string) {
+	t.Helper()
+	if r.Interchange != a.ic || r.State != "accepted" || r.PayloadSHA256 != a.hash || !r.FirstSeen.Equal(a.first.FirstSeen) ||
+		!slices.Equal(r.MessageIDs, []string{a.msgID}) || r.Retries != 0 {
+		t.Errorf("%s: %+v\nwant the accepted row %+v first seen %v with hash %s and ids [%s]", what, r, a.ic, a.first.FirstSeen, a.hash, a.msgID)
+	}
+	if !r.Replaced.Equal(d.FirstSeen) {
+		t.Errorf("%s: Replaced %v, want the replacing claim's first seen %v", what, r.Replaced, d.FirstSeen)
+	}
 }
 
 func (k ledgerKit) find(t T) {

@@ -104,6 +104,22 @@ func (l ignoresSupersede) ClaimInterchange(ctx context.Context, c dedup.Intercha
 	return l.Ledger.ClaimInterchange(ctx, c)
 }
 
+// forgetsReplaced overwrites a reused interchange's row without keeping the
+// old one: the evidence of the first acceptance is lost.
+type forgetsReplaced struct{ dedup.Ledger }
+
+func (forgetsReplaced) ReplacedInterchanges(context.Context, dedup.InterchangeQuery) ([]dedup.InterchangeRecord, error) {
+	return nil, nil
+}
+
+// deleteReplacedNoop reports success without deleting: the purge archives
+// the same rows on every run.
+type deleteReplacedNoop struct{ dedup.Ledger }
+
+func (deleteReplacedNoop) DeleteReplaced(_ context.Context, recs []dedup.InterchangeRecord) (int64, error) {
+	return int64(len(recs)), nil
+}
+
 // keyTracker remembers the keys claimed with each window.
 type keyTracker struct {
 	mu      sync.Mutex
@@ -314,6 +330,15 @@ func (l *racyLedger) ExpiredInterchanges(_ context.Context, before time.Time, li
 		out = out[:limit]
 	}
 	return out, nil
+}
+
+// ReplacedInterchanges: the racy ledger overwrites rows and keeps no history.
+func (l *racyLedger) ReplacedInterchanges(context.Context, dedup.InterchangeQuery) ([]dedup.InterchangeRecord, error) {
+	return nil, nil
+}
+
+func (l *racyLedger) DeleteReplaced(context.Context, []dedup.InterchangeRecord) (int64, error) {
+	return 0, nil
 }
 
 func (l *racyLedger) DeleteInterchanges(_ context.Context, recs []dedup.InterchangeRecord) (int64, error) {

@@ -25,6 +25,7 @@ var ledgerLeaves = []string{
 	"window/forever",
 	"expired/lists-passed-window", "expired/never-forever", "expired/keeps-inside-window",
 	"expired/never-claims", "expired/last-seen-before",
+	"history/keeps-replaced", "history/supersede", "history/only-accepted", "history/delete",
 	"delete/spares-reuse", "delete/removes-listed",
 	"find/filters",
 	"interchange/not-found",
@@ -173,6 +174,10 @@ func TestLedgerKitCatchesBrokenLedgers(t *testing.T) {
 			[]string{"window/recorded-longer", "window/recorded-forever"}},
 		{"ignores-supersede", func(o dedup.Options) dedup.Ledger { return ignoresSupersede{ledgerOf(o)} },
 			[]string{"window/supersede"}},
+		{"forgets-replaced", func(o dedup.Options) dedup.Ledger { return forgetsReplaced{ledgerOf(o)} },
+			[]string{"history/keeps-replaced", "history/supersede"}},
+		{"delete-replaced-noop", func(o dedup.Options) dedup.Ledger { return deleteReplacedNoop{ledgerOf(o)} },
+			[]string{"history/delete"}},
 		{"expire-lists-forever-rows", func(o dedup.Options) dedup.Ledger {
 			return expireListsForever{ledgerOf(o), &keyTracker{}}
 		}, []string{"expired/never-forever"}},

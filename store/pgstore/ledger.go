@@ -25,13 +25,14 @@ const ledgerColumns = `key, partner, standard, sender, recipient, reference, dat
 	first_seen, last_seen, retries, message_ids, window_us`
 
 type ledgerQueries struct {
-	table, claim, duplicate, read, accept, abandon, get, expired, delete string
+	table, history, claim, duplicate, read, accept, abandon, get, expired, delete string
 }
 
 func buildLedgerQueries(schema string) ledgerQueries {
 	t := pgx.Identifier{schema, "ledger_interchanges"}.Sanitize()
 	return ledgerQueries{
-		table: t,
+		table:   t,
+		history: pgx.Identifier{schema, "ledger_history"}.Sanitize(),
 		// Takes the interchange when it is new, abandoned, its lease ran out
 		// or its window passed (the longer of the recorded and the requested
 		// one, forever when either is 0), or when $14 supersedes an accepted
@@ -175,10 +176,61 @@ func (s *Store) Interchange(ctx context.Context, key dedup.Key) (dedup.Interchan
 // (dedup.DefaultFindLimit when zero). The message id filter uses the GIN
 // index on the id array.
 func (s *Store) FindInterchanges(ctx context.Context, q dedup.InterchangeQuery) ([]dedup.InterchangeRecord, error) {
-	var (
-		where []string
-		args  []any
-	)
+	where, args := interchangeFilter(q)
+	query := `SELECT ` + ledgerColumns + ` FROM ` + s.lq.table
+	if len(where) > 0 {
+		query += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = dedup.DefaultFindLimit
+	}
+	args = append(args, limit)
+	query += ` ORDER BY first_seen, key LIMIT $` + strconv.Itoa(len(args))
+	return s.queryInterchanges(ctx, "find interchanges", query, args...)
+}
+
+// ReplacedInterchanges implements dedup.Ledger: the rows the trigger of
+// migration ledger/0002 kept in ledger_history when a claim replaced an
+// accepted row, ordered by replaced_at, then key.
+func (s *Store) ReplacedInterchanges(ctx context.Context, q dedup.InterchangeQuery) ([]dedup.InterchangeRecord, error) {
+	where, args := interchangeFilter(q)
+	query := `SELECT ` + ledgerColumns + `, replaced_at FROM ` + s.lq.history
+	if len(where) > 0 {
+		query += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = dedup.DefaultFindLimit
+	}
+	args = append(args, limit)
+	query += ` ORDER BY replaced_at, key, id LIMIT $` + strconv.Itoa(len(args))
+	return s.queryInterchanges(ctx, "replaced interchanges", query, args...)
+}
+
+// DeleteReplaced implements dedup.Ledger in one statement.
+func (s *Store) DeleteReplaced(ctx context.Context, recs []dedup.InterchangeRecord) (int64, error) {
+	if len(recs) == 0 {
+		return 0, nil
+	}
+	keys := make([]string, len(recs))
+	firsts := make([]time.Time, len(recs))
+	replaced := make([]time.Time, len(recs))
+	for i, r := range recs {
+		keys[i], firsts[i], replaced[i] = string(r.Key), r.FirstSeen, r.Replaced
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.lq.history+` AS h
+USING unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) AS d(key, first_seen, replaced_at)
+WHERE h.key = d.key AND h.first_seen = d.first_seen AND h.replaced_at = d.replaced_at`, keys, firsts, replaced)
+	if err != nil {
+		return 0, wrap("delete replaced", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// interchangeFilter is the WHERE of an InterchangeQuery on the ledger or its
+// history, with its arguments numbered from $1.
+func interchangeFilter(q dedup.InterchangeQuery) (where []string, args []any) {
 	add := func(cond string, arg any) {
 		args = append(args, arg)
 		where = append(where, strings.ReplaceAll(cond, "$?", "$"+strconv.Itoa(len(args))))
@@ -198,17 +250,7 @@ func (s *Store) FindInterchanges(ctx context.Context, q dedup.InterchangeQuery) 
 	if !q.To.IsZero() {
 		add("last_seen < $?", ceilMicro(q.To))
 	}
-	query := `SELECT ` + ledgerColumns + ` FROM ` + s.lq.table
-	if len(where) > 0 {
-		query += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	limit := q.Limit
-	if limit <= 0 {
-		limit = dedup.DefaultFindLimit
-	}
-	args = append(args, limit)
-	query += ` ORDER BY first_seen, key LIMIT $` + strconv.Itoa(len(args))
-	return s.queryInterchanges(ctx, "find interchanges", query, args...)
+	return where, args
 }
 
 // ExpiredInterchanges implements dedup.Ledger: accepted and abandoned rows
@@ -252,10 +294,18 @@ func (s *Store) queryInterchanges(ctx context.Context, op, query string, args ..
 			r        dedup.InterchangeRecord
 			key      string
 			windowUS int64
+			replaced *time.Time
 		)
-		if err := rows.Scan(&key, &r.Partner, &r.Standard, &r.Sender, &r.Recipient, &r.Reference, &r.Date, &r.Type,
-			&r.State, &r.PayloadSHA256, &r.FirstSeen, &r.LastSeen, &r.Retries, &r.MessageIDs, &windowUS); err != nil {
+		dest := []any{&key, &r.Partner, &r.Standard, &r.Sender, &r.Recipient, &r.Reference, &r.Date, &r.Type,
+			&r.State, &r.PayloadSHA256, &r.FirstSeen, &r.LastSeen, &r.Retries, &r.MessageIDs, &windowUS}
+		if len(rows.FieldDescriptions()) > len(dest) {
+			dest = append(dest, &replaced)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, wrap(op, err)
+		}
+		if replaced != nil {
+			r.Replaced = replaced.UTC()
 		}
 		if r.MessageIDs == nil {
 			r.MessageIDs = []string{}

@@ -177,26 +177,7 @@ func (s *Store) Interchange(ctx context.Context, key dedup.Key) (dedup.Interchan
 // (dedup.DefaultFindLimit when zero). The message id filter looks inside the
 // JSON array of each row the other filters leave.
 func (s *Store) FindInterchanges(ctx context.Context, q dedup.InterchangeQuery) ([]dedup.InterchangeRecord, error) {
-	var (
-		where []string
-		args  []any
-	)
-	if q.Partner != "" {
-		where, args = append(where, "partner = ?"), append(args, q.Partner)
-	}
-	if q.Reference != "" {
-		where, args = append(where, "reference = ?"), append(args, q.Reference)
-	}
-	if q.MessageID != "" {
-		where = append(where, "EXISTS (SELECT 1 FROM json_each(ledger_interchanges.message_ids) AS m WHERE m.value = ?)")
-		args = append(args, q.MessageID)
-	}
-	if !q.From.IsZero() {
-		where, args = append(where, "last_seen >= ?"), append(args, unixMSCeil(q.From))
-	}
-	if !q.To.IsZero() {
-		where, args = append(where, "last_seen < ?"), append(args, unixMSCeil(q.To))
-	}
+	where, args := interchangeFilter("ledger_interchanges", q)
 	query := `SELECT ` + ledgerColumns + ` FROM ledger_interchanges`
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, " AND ")
@@ -207,6 +188,74 @@ func (s *Store) FindInterchanges(ctx context.Context, q dedup.InterchangeQuery) 
 	}
 	query += ` ORDER BY first_seen, key LIMIT ?`
 	return s.queryInterchanges(ctx, "find interchanges", query, append(args, limit)...)
+}
+
+// interchangeFilter is the WHERE of an InterchangeQuery on table (the
+// ledger or its history).
+func interchangeFilter(table string, q dedup.InterchangeQuery) (where []string, args []any) {
+	if q.Partner != "" {
+		where, args = append(where, "partner = ?"), append(args, q.Partner)
+	}
+	if q.Reference != "" {
+		where, args = append(where, "reference = ?"), append(args, q.Reference)
+	}
+	if q.MessageID != "" {
+		where = append(where, "EXISTS (SELECT 1 FROM json_each("+table+".message_ids) AS m WHERE m.value = ?)")
+		args = append(args, q.MessageID)
+	}
+	if !q.From.IsZero() {
+		where, args = append(where, "last_seen >= ?"), append(args, unixMSCeil(q.From))
+	}
+	if !q.To.IsZero() {
+		where, args = append(where, "last_seen < ?"), append(args, unixMSCeil(q.To))
+	}
+	return where, args
+}
+
+// ReplacedInterchanges implements dedup.Ledger: the rows the trigger of
+// migration ledger/0002 kept in ledger_history when a claim replaced an
+// accepted row, ordered by replaced_at, then key.
+func (s *Store) ReplacedInterchanges(ctx context.Context, q dedup.InterchangeQuery) ([]dedup.InterchangeRecord, error) {
+	where, args := interchangeFilter("ledger_history", q)
+	query := `SELECT ` + ledgerColumns + `, replaced_at FROM ledger_history`
+	if len(where) > 0 {
+		query += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = dedup.DefaultFindLimit
+	}
+	query += ` ORDER BY replaced_at, key, id LIMIT ?`
+	return s.queryInterchanges(ctx, "replaced interchanges", query, append(args, limit)...)
+}
+
+// DeleteReplaced implements dedup.Ledger in one transaction.
+func (s *Store) DeleteReplaced(ctx context.Context, recs []dedup.InterchangeRecord) (int64, error) {
+	if len(recs) == 0 {
+		return 0, nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, wrap("delete replaced", err)
+	}
+	defer tx.Rollback()
+	var total int64
+	for _, r := range recs {
+		res, err := tx.ExecContext(ctx, `DELETE FROM ledger_history WHERE key = ?1 AND first_seen = ?2 AND replaced_at = ?3`,
+			string(r.Key), r.FirstSeen.UnixMilli(), r.Replaced.UnixMilli())
+		if err != nil {
+			return 0, wrap("delete replaced", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, wrap("delete replaced", err)
+		}
+		total += n
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, wrap("delete replaced", err)
+	}
+	return total, nil
 }
 
 // ExpiredInterchanges implements dedup.Ledger: accepted and abandoned rows
@@ -267,10 +316,18 @@ func (s *Store) queryInterchanges(ctx context.Context, op, query string, args ..
 			r                     dedup.InterchangeRecord
 			key, ids              string
 			first, last, windowMS int64
+			replaced              sql.NullInt64
 		)
-		if err := rows.Scan(&key, &r.Partner, &r.Standard, &r.Sender, &r.Recipient, &r.Reference, &r.Date, &r.Type,
-			&r.State, &r.PayloadSHA256, &first, &last, &r.Retries, &ids, &windowMS); err != nil {
+		dest := []any{&key, &r.Partner, &r.Standard, &r.Sender, &r.Recipient, &r.Reference, &r.Date, &r.Type,
+			&r.State, &r.PayloadSHA256, &first, &last, &r.Retries, &ids, &windowMS}
+		if cols, _ := rows.Columns(); len(cols) > len(dest) {
+			dest = append(dest, &replaced)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, wrap(op, err)
+		}
+		if replaced.Valid {
+			r.Replaced = fromMS(replaced.Int64)
 		}
 		if err := json.Unmarshal([]byte(ids), &r.MessageIDs); err != nil {
 			return nil, fmt.Errorf("sqlitestore: %s: message ids of %.16s…: %w", op, key, err)
