@@ -78,6 +78,8 @@ func TestUnknownKeysAndBadValuesAreErrors(t *testing.T) {
 		{"tls:\n  cert: a.pem\n", "tls"},
 		{"as2:\n  path: as2\n", "as2.path"},
 		{"log_level: loud\n", "log_level"},
+		{"in_flight_retry_after: soon\n", "in_flight_retry_after"},
+		{"in_flight_retry_after: 100ms\n", "in_flight_retry_after"},
 	} {
 		_, err := Load(write(t, tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -98,5 +100,17 @@ func TestDefaultsAndEnvironmentStayRelativeToWorkingDirectory(t *testing.T) {
 	}
 	if c.QuarantineDir != "var/quarantine" || c.Audit.File != "var/audit.jsonl" || c.Store != "sqlite:var/gateway.db" {
 		t.Errorf("default/env paths moved: %q %q %q", c.QuarantineDir, c.Audit.File, c.Store)
+	}
+}
+
+func TestInFlightRetryAfter(t *testing.T) {
+	for body, want := range map[string]time.Duration{"": 0, "in_flight_retry_after: auto\n": 0, "in_flight_retry_after: 15s\n": 15 * time.Second} {
+		c, err := Load(write(t, body))
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if got, err := c.InFlightRetryAfterFixed(); err != nil || got != want {
+			t.Errorf("%q: %v %v, want %v", body, got, err, want)
+		}
 	}
 }

@@ -164,7 +164,7 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 			release()
 			p.Stats.InFlight.Add(1)
 			p.auditBestEffort(ctx, r, audit.StepDecision, "in-flight-interchange", "", nil)
-			reply := retryLater(d.RetryAfter, "interchange in flight")
+			reply := retryLater(p.inFlightRetryAfter(d.RetryAfter), "interchange in flight")
 			return nil, nil, &reply
 		case dedup.Duplicate:
 			if d.PayloadSHA256 != "" && d.PayloadSHA256 != pic.hash {
@@ -180,7 +180,7 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 							reply := p.unavailable(ctx, r, err)
 							return nil, nil, &reply
 						}
-						reply := retryLater(d2.RetryAfter, "interchange in flight")
+						reply := retryLater(p.inFlightRetryAfter(d2.RetryAfter), "interchange in flight")
 						return nil, nil, &reply
 					}
 					held = append(held, heldInterchange{pic.ic.Key, d2.Token})

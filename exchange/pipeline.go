@@ -112,6 +112,13 @@ type Pipeline struct {
 	UnavailableRetryAfter time.Duration
 	Now                   func() time.Time
 	Stats                 Stats
+
+	// InFlightRetryAfter, when positive, is the Retry-After sent to a
+	// delivery whose message another delivery is processing; zero (auto)
+	// estimates it from HandlerTimes. Never more than the holder's lease left.
+	InFlightRetryAfter time.Duration
+	// HandlerTimes are the recent handler durations behind the estimate.
+	HandlerTimes HandlerTimes
 }
 
 // PayloadSHA256 is the hash of a message's payloads used for drift
@@ -188,10 +195,11 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 	switch d.Outcome {
 	case dedup.InFlight:
 		p.Stats.InFlight.Add(1)
-		reply := retryLater(d.RetryAfter, "in-flight")
+		ra := p.inFlightRetryAfter(d.RetryAfter)
+		reply := retryLater(ra, "in-flight")
 		p.auditBestEffort(ctx, rec, audit.StepDecision, "in-flight", "", nil)
 		p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
-		lg.Info("message in flight elsewhere", "decision", "in-flight", "retry_after", d.RetryAfter)
+		lg.Info("message in flight elsewhere", "decision", "in-flight", "retry_after", ra, "lease_left", d.RetryAfter)
 		return reply
 	case dedup.Duplicate:
 		return p.duplicate(ctx, in, ics, d, hash, rec, lg)
@@ -226,7 +234,7 @@ func (p *Pipeline) duplicate(ctx context.Context, in Inbound, ics []payloadInter
 				return p.unavailable(ctx, rec, err)
 			}
 			if d2.Outcome != dedup.Claimed {
-				return retryLater(d2.RetryAfter, "in-flight")
+				return retryLater(p.inFlightRetryAfter(d2.RetryAfter), "in-flight")
 			}
 			return p.claimed(ctx, in, ics, d2.Token, rec, lg)
 		}
@@ -290,7 +298,9 @@ func (p *Pipeline) claimed(ctx context.Context, in Inbound, ics []payloadInterch
 		}
 		return p.accept(ctx, m, token, nil, reply, rec, lg, "duplicate-interchange")
 	}
+	started := time.Now()
 	herr := p.runHandler(ctx, m)
+	p.HandlerTimes.Observe(time.Since(started))
 	if herr != nil {
 		p.Stats.HandlerErrors.Add(1)
 		lg.Error("handler failed; claim abandoned so the partner's retransmission is processed", "decision", "abandoned", "err", herr)
