@@ -108,11 +108,7 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 	var dups []InterchangeDuplicate
 	release := func() {
 		for _, h := range held {
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			if err := p.Ledger.AbandonInterchange(actx, h.key, h.token); err != nil {
-				lg.Error("abandon interchange failed; released when its lease runs out", "interchange_key", string(h.key), "err", err)
-			}
-			cancel()
+			p.abandonInterchange(ctx, h.key, h.token, lg)
 		}
 	}
 	dupPayload := map[int]bool{}
@@ -145,6 +141,7 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 			window = 0 // PEPPOL instance identifiers are unique forever
 		}
 		claim := dedup.InterchangeClaim{Interchange: pic.ic, PayloadSHA256: pic.hash, TransportKey: m.TransportKey, MessageID: m.MessageID, Window: window}
+		p.retryPendingAbandon(ctx, interchangeClaim, pic.ic.Key)
 		d, err := p.Ledger.ClaimInterchange(ctx, claim)
 		if err != nil {
 			release()

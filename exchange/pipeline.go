@@ -119,6 +119,10 @@ type Pipeline struct {
 	InFlightRetryAfter time.Duration
 	// HandlerTimes are the recent handler durations behind the estimate.
 	HandlerTimes HandlerTimes
+	// MaxPendingAbandons bounds the failed abandons kept for retry
+	// (DefaultMaxPendingAbandons when zero); see RetryAbandons.
+	MaxPendingAbandons int
+	pendingAbandons    pendingAbandons
 }
 
 // PayloadSHA256 is the hash of a message's payloads used for drift
@@ -187,6 +191,7 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 		p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
 		return reply
 	}
+	p.retryPendingAbandon(ctx, transportClaim, m.TransportKey)
 	d, err := p.Store.Claim(ctx, dedup.ClaimRequest{Key: m.TransportKey, PayloadSHA256: hash, Window: in.Window})
 	if err != nil {
 		lg.Error("dedup store unavailable", "err", err)
@@ -275,11 +280,7 @@ func (p *Pipeline) claimed(ctx context.Context, in Inbound, ics []payloadInterch
 	}
 	releaseInterchanges := func() {
 		for _, h := range held {
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			if err := p.Ledger.AbandonInterchange(actx, h.key, h.token); err != nil {
-				lg.Error("abandon interchange failed; released when its lease runs out", "interchange_key", string(h.key), "err", err)
-			}
-			cancel()
+			p.abandonInterchange(ctx, h.key, h.token, lg)
 		}
 	}
 	if len(dups) > 0 && len(m.Payloads) == 0 {
@@ -346,9 +347,7 @@ func (p *Pipeline) accept(ctx context.Context, m *Message, token dedup.Token, he
 		if err := p.Ledger.AcceptInterchange(ctx, h.key, h.token); err != nil {
 			lg.Error("accept interchange failed; no positive reply sent", "interchange_key", string(h.key), "err", err)
 			if !errors.Is(err, dedup.ErrStaleClaim) {
-				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-				_ = p.Ledger.AbandonInterchange(actx, h.key, h.token)
-				cancel()
+				p.abandonInterchange(ctx, h.key, h.token, lg)
 			}
 			if ierr == nil {
 				ierr = err
@@ -409,7 +408,12 @@ func (p *Pipeline) abandon(ctx context.Context, m *Message, token dedup.Token, l
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := p.Store.Abandon(actx, m.TransportKey, token); err != nil {
-		lg.Error("abandon failed; the claim is released when its lease runs out", "err", err)
+		if errors.Is(err, dedup.ErrStaleClaim) {
+			lg.Warn("abandon: claim no longer held", "err", err)
+			return
+		}
+		lg.Error("abandon failed; retried in the background until the lease runs out", "err", err)
+		p.keepAbandon(transportClaim, m.TransportKey, token, lg)
 	}
 }
 
