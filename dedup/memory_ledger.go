@@ -97,6 +97,7 @@ func (s *MemoryStore) ClaimInterchange(ctx context.Context, c InterchangeClaim) 
 	}
 	switch d.Outcome {
 	case Duplicate:
+		r.window = window // the longest that applies: purged only after it
 		r.lastSeen = now
 		r.retries++
 		r.messageIDs = AppendMessageID(r.messageIDs, c.MessageID)

@@ -57,6 +57,8 @@ func ExerciseLedger(t *testing.T, newLedger NewLedger) {
 //	window/keeps-young              a row younger than Window stays Duplicate
 //	window/recorded-longer          a row accepted with a 1h window stays Duplicate for a claim with a shorter,
 //	                                passed window (the longer of recorded and requested decides)
+//	window/extended-by-duplicate    a Duplicate with a longer window records it: the row is neither reused nor
+//	                                listed as expired after the first window
 //	window/recorded-forever         a row accepted with window 0 stays Duplicate for a claim with a window
 //	window/supersede                Supersede takes over an accepted row inside its window (Reused, fresh
 //	                                evidence, the new window), never a claim in flight
@@ -625,8 +627,18 @@ func (k ledgerKit) windowGroup(t T) {
 		recForevr = startAged(t, c, l, 0, true)
 		hist      = startAged(t, c, l, W, true)
 		histDel   = startAged(t, c, l, W, true)
-		setUpDone = time.Now()
+		extended  = startAged(t, c, l, W, true)
 	)
+	// A duplicate inside the window moves recent's LastSeen past
+	// recentMid; one with a longer window extends extended's.
+	tick()
+	recentMid := time.Now()
+	tick()
+	_, recentDupErr := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: recent.ic, PayloadSHA256: recent.hash,
+		MessageID: NewMessageID(t), Window: W})
+	_, extendErr := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: extended.ic, PayloadSHA256: extended.hash,
+		MessageID: NewMessageID(t), Window: time.Hour})
+	setUpDone := time.Now()
 	time.Sleep(2 * W)
 
 	t.Run("window", func(t T) {
@@ -659,6 +671,18 @@ func (k ledgerKit) windowGroup(t T) {
 			if r := record(t, c, l, longer.ic.Key); r.Window != time.Hour || r.State != "accepted" {
 				t.Errorf("record after the shorter-window delivery: window %v, state %s; want 1h, accepted", r.Window, r.State)
 			}
+		})
+		t.Run("extended-by-duplicate", func(t T) {
+			extended.check(t)
+			mustOK(t, extendErr, "set-up: duplicate delivery with a 1h window")
+			if r := record(t, c, l, extended.ic.Key); r.Window != time.Hour {
+				t.Errorf("window after a duplicate delivery with a 1h window: %v, want 1h (the longest that applies)", r.Window)
+			}
+			if got := expired(t, c, l, time.Now().Add(time.Second), 0)[extended.ic.Key]; len(got) != 0 {
+				t.Errorf("ExpiredInterchanges listed an interchange whose window a later delivery extended to 1h")
+			}
+			mustLedgerDuplicate(t, claimIC(t, c, l, extended.ic, extended.hash, NewMessageID(t), W), extended.hash, 2,
+				"delivery with the first, passed window of an interchange a later delivery extended to 1h")
 		})
 		t.Run("recorded-forever", func(t T) {
 			recForevr.check(t)
@@ -729,13 +753,11 @@ func (k ledgerKit) windowGroup(t T) {
 		})
 		t.Run("last-seen-before", func(t T) {
 			recent.check(t)
+			mustOK(t, recentDupErr, "set-up: duplicate delivery inside the window")
 			if got := expired(t, c, l, setUpDone.Add(-time.Hour), 0)[recent.ic.Key]; len(got) != 0 {
 				t.Errorf("ExpiredInterchanges(an hour before it was seen) listed the interchange")
 			}
-			before := time.Now().Add(-W / 2)
-			mustLedgerDuplicate(t, claimIC(t, c, l, recent.ic, recent.hash, NewMessageID(t), time.Hour), recent.hash, 1,
-				"delivery of an interchange past its window, with a longer window")
-			if got := expired(t, c, l, before, 0)[recent.ic.Key]; len(got) != 0 {
+			if got := expired(t, c, l, recentMid, 0)[recent.ic.Key]; len(got) != 0 {
 				t.Errorf("ExpiredInterchanges listed an interchange last seen after before")
 			}
 			if got := expired(t, c, l, time.Now().Add(time.Second), 0)[recent.ic.Key]; len(got) != 1 {

@@ -96,6 +96,19 @@ func (l requestWindowOnly) ClaimInterchange(ctx context.Context, c dedup.Interch
 	return l.Ledger.ClaimInterchange(ctx, c)
 }
 
+// windowNeverExtended keeps the window of the first claim whatever later
+// deliveries ask for: an interchange accepted over AS2 (7 days) and resent
+// over AS4 (30 days) is purged, and then processed again, after 7 days.
+type windowNeverExtended struct{ dedup.Ledger }
+
+func (l windowNeverExtended) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) (dedup.Decision, error) {
+	if r, err := l.Ledger.Interchange(ctx, c.Key); err == nil && r.State == "accepted" && r.Window > 0 &&
+		(c.Window <= 0 || c.Window > r.Window) {
+		c.Window = r.Window
+	}
+	return l.Ledger.ClaimInterchange(ctx, c)
+}
+
 // ignoresSupersede answers a drift accepted as new with the stored row.
 type ignoresSupersede struct{ dedup.Ledger }
 

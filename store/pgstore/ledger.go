@@ -53,9 +53,11 @@ WHERE c.state = 'abandoned'
 	OR (c.state = 'accepted' AND ($14::boolean OR ($12::bigint > 0 AND c.window_us > 0
 		AND c.first_seen < excluded.first_seen - GREATEST($12::bigint, c.window_us) * interval '1 microsecond')))
 RETURNING c.token, c.taken_from, c.first_seen`,
-		// Records a delivery of an accepted interchange inside the window.
+		// Records a delivery of an accepted interchange inside the window,
+		// keeping the longer of the recorded and the requested window.
 		duplicate: `UPDATE ` + t + ` SET
 	last_seen = now(),
+	window_us = CASE WHEN $3::bigint <= 0 OR window_us <= 0 THEN 0 ELSE GREATEST(window_us, $3::bigint) END,
 	retries = retries + 1,
 	message_ids = CASE
 		WHEN $2::text = '' OR cardinality(message_ids) >= $4::int OR $2::text = ANY (message_ids)

@@ -45,9 +45,11 @@ WHERE c.state = 'abandoned'
 RETURNING token, taken_from, first_seen`
 
 	// ledgerDuplicateSQL records a delivery of an accepted interchange
-	// inside the window: last seen, one more retry, the message id.
+	// inside the window: last seen, one more retry, the message id, and the
+	// longer of the recorded and the requested window.
 	ledgerDuplicateSQL = `UPDATE ledger_interchanges SET
 	last_seen = ` + nowMS + `,
+	window_ms = CASE WHEN ?3 <= 0 OR window_ms <= 0 THEN 0 ELSE max(window_ms, ?3) END,
 	retries = retries + 1,
 	message_ids = CASE
 		WHEN ?2 = '' OR json_array_length(message_ids) >= ?4
