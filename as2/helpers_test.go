@@ -210,6 +210,8 @@ type envOptions struct {
 	memory bool
 	// ledger turns on business-level (interchange) dedup.
 	ledger bool
+	// onDrift is acme's on_drift (default: none, i.e. reject).
+	onDrift string
 }
 
 type syncBuffer struct {
@@ -238,7 +240,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if policy == "" {
 		policy = "  require_signature: false\n"
 	}
-	acme := "id: acme\nname: ACME\nas2:\n  as2_id: ACME\n  certificates: [acme-1.pem, acme-2.pem]\n" + policy
+	acme := "id: acme\nname: ACME\n"
+	if o.onDrift != "" {
+		acme += "on_drift: " + o.onDrift + "\n"
+	}
+	acme += "as2:\n  as2_id: ACME\n  certificates: [acme-1.pem, acme-2.pem]\n" + policy
 	if err := os.WriteFile(filepath.Join(pdir, "acme.yaml"), []byte(acme), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +265,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h := &countingInbox{dir: inbox.Dir{Root: filepath.Join(root, "inbox")}, runs: map[string]int{}, got: map[string][][]byte{}}
-	pl := &exchange.Pipeline{Handler: h, Log: log, Lease: time.Minute}
+	pl := &exchange.Pipeline{Handler: h, Log: log, Lease: time.Minute, Quarantine: filepath.Join(root, "quarantine")}
 	var st *sqlitestore.Store
 	var ob outbox.Store
 	if o.memory {

@@ -92,6 +92,11 @@ type AS2 struct {
 	// DuplicateDisposition: "warning" (processed/warning: duplicate-document,
 	// default) or "processed" for partners that resend on warnings.
 	DuplicateDisposition string `yaml:"duplicate_disposition"`
+	// MICCompressed is how the MIC of a compressed, unsigned, unencrypted
+	// message is taken: "rfc5402" (default: the decompressed entity with
+	// all its MIME headers, RFC 5402 §4) or "content" (the content only,
+	// for senders that digest that).
+	MICCompressed string `yaml:"mic_compressed"`
 	// DedupWindow is how long a Message-ID or interchange counts as a
 	// duplicate (default 7d).
 	DedupWindow Duration `yaml:"dedup_window"`
@@ -348,6 +353,13 @@ func (p *Partner) validate() error {
 		case "warning", "processed":
 		default:
 			return f("as2.duplicate_disposition", "%q is not one of warning, processed", a.DuplicateDisposition)
+		}
+		switch a.MICCompressed {
+		case "":
+			a.MICCompressed = "rfc5402"
+		case "rfc5402", "content":
+		default:
+			return f("as2.mic_compressed", "%q is not one of rfc5402, content", a.MICCompressed)
 		}
 		if a.DedupWindow == 0 {
 			a.DedupWindow = Duration(DefaultAS2Window)
