@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"gateway/as4"
 	"gateway/as4/endpoint"
 	"gateway/cms"
+	"gateway/limits"
 	"gateway/outbox"
 	"gateway/xmlenc"
 )
@@ -47,28 +49,44 @@ func (s *Server) mountProtocols() error {
 	d := &outbox.Dispatcher{Store: ob, Log: s.Log, UserAgent: "gateway/" + Version}
 	notify := d.Notify
 	s.background = append(s.background, d.Run)
+	// One memory budget for both endpoints; bodies are counted, reserved
+	// and rate-checked by the same wrapper.
+	budget := limits.NewBudget(cfg.Limits.MemoryBudget)
+	bodyLimits := func(protocol string, h http.Handler) http.Handler {
+		return limits.Handler(h, limits.BodyOptions{
+			MaxBytes: cfg.Limits.MaxBodyBytes, Budget: budget,
+			MinRate: cfg.Limits.MinBodyRate, Grace: cfg.Limits.MinBodyRateGrace, MaxDuration: cfg.Limits.ReadTimeout,
+			Protocol: protocol, Log: s.Log,
+		})
+	}
+	ratio := cfg.Limits.MaxCompressionRatio
+	if ratio == 0 {
+		ratio = -1 // configured off
+	}
 	if cfg.Identity.AS2ID != "" {
 		ep, err := as2.NewEndpoint(as2.Config{
 			Partners: s.Partners, OurID: cfg.Identity.AS2ID, Keys: as2Keys, Pipeline: s.Pipeline,
 			Outbox: ob, Notify: notify, SpoolDir: cfg.SpoolDir, MaxBodyBytes: cfg.Limits.MaxBodyBytes,
+			MaxDecompressedBytes: cfg.Limits.MaxDecompressedBytes, MaxCompressionRatio: ratio,
 			Log: s.Log, ReportingUA: "gateway/" + Version,
 		})
 		if err != nil {
 			return fmt.Errorf("server: as2: %w", err)
 		}
-		s.mux.Handle(cfg.AS2.Path, ep)
+		s.mux.Handle(cfg.AS2.Path, bodyLimits("as2", ep))
 	}
 	if cfg.Identity.PartyID != "" && len(as4Keys) > 0 {
 		ep, err := endpoint.New(endpoint.Config{
 			Partners: s.Partners, Keys: as4Keys, Pipeline: s.Pipeline,
 			PartyID: cfg.Identity.PartyID, PartyType: cfg.Identity.PartyType,
-			Limits:   as4.Limits{MaxMessageSize: cfg.Limits.MaxBodyBytes},
+			Limits:         as4.Limits{MaxMessageSize: cfg.Limits.MaxBodyBytes, MaxEnvelopeSize: cfg.Limits.MaxEnvelopeBytes, SpoolDir: cfg.SpoolDir},
+			MaxPayloadSize: cfg.Limits.MaxDecompressedBytes, MaxCompressionRatio: ratio,
 			SpoolDir: cfg.SpoolDir, Log: s.Log,
 		})
 		if err != nil {
 			return fmt.Errorf("server: as4: %w", err)
 		}
-		s.mux.Handle(cfg.AS4.Path, ep)
+		s.mux.Handle(cfg.AS4.Path, bodyLimits("as4", ep))
 	}
 	return nil
 }

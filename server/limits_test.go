@@ -1,0 +1,128 @@
+package server
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"gateway/config"
+)
+
+// as2Head and as4Head are request heads from the demo partner.
+func as2Head(id string, length int64) string {
+	return fmt.Sprintf("POST /as2 HTTP/1.1\r\nHost: gw\r\nAS2-From: DEMO\r\nAS2-To: GATEWAY\r\nAS2-Version: 1.2\r\nMessage-ID: <%s@demo>\r\n"+
+		"Disposition-Notification-To: mdn@demo\r\nContent-Type: application/pkcs7-mime; smime-type=enveloped-data\r\nContent-Length: %d\r\n\r\n", id, length)
+}
+
+func as4Head(length int64) string {
+	return fmt.Sprintf("POST /as4 HTTP/1.1\r\nHost: gw\r\nContent-Type: multipart/related; boundary=b; type=\"application/soap+xml\"\r\nContent-Length: %d\r\n\r\n", length)
+}
+
+// rawExchange sends head, then body (if any) paced by delay per byte, and
+// returns the answer's status and Retry-After; within limit, or fails.
+func rawExchange(t *testing.T, addr, head string, body []byte, delay time.Duration, limit time.Duration) (int, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, head); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for _, c := range body {
+			if delay > 0 {
+				time.Sleep(delay)
+			}
+			if _, err := conn.Write([]byte{c}); err != nil {
+				return
+			}
+		}
+	}()
+	conn.SetReadDeadline(time.Now().Add(limit))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer within %s: %v", limit, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Retry-After")
+}
+
+// TestBodyLimitsOnBothEndpoints: on AS2 and AS4, a Content-Length over the
+// limit is refused before the body is sent, and the memory budget is shared
+// by both endpoints: while an AS2 body holds most of it, an AS4 (and an AS2)
+// request that needs more gets 503 with Retry-After; once released, it is
+// processed.
+func TestBodyLimitsOnBothEndpoints(t *testing.T) {
+	url := memoryServer(t, func(c *config.Config) {
+		c.Limits.MemoryBudget = 64 << 20
+		c.Limits.MinBodyRate = 0
+	})
+	addr := strings.TrimPrefix(url, "http://")
+	for name, head := range map[string]string{"as2": as2Head("big", 101<<20), "as4": as4Head(101 << 20)} {
+		if st, _ := rawExchange(t, addr, head, nil, 0, 2*time.Second); st != http.StatusRequestEntityTooLarge {
+			t.Errorf("%s: Content-Length over max_body_bytes: HTTP %d, want 413", name, st)
+		}
+	}
+	for name, head := range map[string]string{"as2": as2Head("budget", 40<<20), "as4": as4Head(40 << 20)} {
+		// 40 MiB × 3 can never fit a 64 MiB budget: permanent, 413.
+		if st, _ := rawExchange(t, addr, head, nil, 0, 2*time.Second); st != http.StatusRequestEntityTooLarge {
+			t.Errorf("%s: more than the whole memory budget: HTTP %d, want 413", name, st)
+		}
+	}
+
+	// Hold 16 MiB × 3 of the budget with an AS2 body that is not finished.
+	hold, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(hold, as2Head("holder", 16<<20)+"abc")
+	time.Sleep(300 * time.Millisecond)
+	junk := make([]byte, 8<<20)
+	for name, head := range map[string]string{"as2": as2Head("waiter", int64(len(junk))), "as4": as4Head(int64(len(junk)))} {
+		st, retry := rawExchange(t, addr, head, nil, 0, 2*time.Second)
+		if st != http.StatusServiceUnavailable || retry == "" {
+			t.Errorf("%s: budget held by another request: HTTP %d Retry-After %q, want 503 with Retry-After", name, st, retry)
+		}
+	}
+	hold.Close()
+	time.Sleep(300 * time.Millisecond)
+	resp, err := http.Post(url+"/as4", "multipart/related; boundary=b; type=\"application/soap+xml\"", strings.NewReader(string(junk)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusRequestEntityTooLarge {
+		t.Errorf("as4 after the budget was released: HTTP %d", resp.StatusCode)
+	}
+}
+
+// TestSlowBodiesAreCutOff: a real client over loopback sending its body
+// one byte every 50 ms, against limits.min_body_rate 1 KiB/s after 300 ms,
+// is answered 408 and its connection closed within seconds (not after the
+// one-minute read timeout), on both endpoints; no claim is taken.
+func TestSlowBodiesAreCutOff(t *testing.T) {
+	url := memoryServer(t, func(c *config.Config) {
+		c.Limits.ReadTimeout = time.Minute
+		c.Limits.MinBodyRate = 1 << 10
+		c.Limits.MinBodyRateGrace = 300 * time.Millisecond
+	})
+	addr := strings.TrimPrefix(url, "http://")
+	body := []byte(strings.Repeat("x", 100000))
+	for name, head := range map[string]string{"as2": as2Head("slow", int64(len(body))), "as4": as4Head(int64(len(body)))} {
+		start := time.Now()
+		st, _ := rawExchange(t, addr, head, body, 50*time.Millisecond, 5*time.Second)
+		if st != http.StatusRequestTimeout {
+			t.Errorf("%s: slow body: HTTP %d, want 408", name, st)
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("%s: slow body held the connection for %s", name, took)
+		}
+	}
+}
