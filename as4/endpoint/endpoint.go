@@ -8,7 +8,8 @@
 // Processing order (every step before the pipeline answers a signed eb:Error):
 //
 //  1. Read the MIME/SOAP message (EBMS:0007, EBMS:0009; a body over the
-//     limit is answered 413 without an ebMS signal).
+//     limit is answered 413, a body refused by the server's memory budget
+//     503 and one below its minimum rate 408, without an ebMS signal).
 //  2. Refuse unknown mustUnderstand header blocks addressed to us (EBMS:0008).
 //     Read the unverified eb:From to choose the partner whose certificates
 //     the signature must verify against. Nothing else of the unverified
