@@ -52,6 +52,10 @@ func (s *Server) mountProtocols() error {
 	// One memory budget for both endpoints; bodies are counted, reserved
 	// and rate-checked by the same wrapper.
 	budget := limits.NewBudget(cfg.Limits.MemoryBudget)
+	if need := cfg.Limits.MaxBodyBytes * limits.DefaultAmplification; budget != nil && budget.Total() < need {
+		s.Log.Warn("limits.memory_budget is smaller than a message of limits.max_body_bytes needs; larger messages get 413",
+			"memory_budget", budget.Total(), "max_body_bytes", cfg.Limits.MaxBodyBytes, "largest_message", budget.Total()/limits.DefaultAmplification)
+	}
 	bodyLimits := func(protocol string, h http.Handler) http.Handler {
 		return limits.Handler(h, limits.BodyOptions{
 			MaxBytes: cfg.Limits.MaxBodyBytes, Budget: budget,
