@@ -18,10 +18,10 @@ const (
 	// per body byte while it is processed (the body, its transfer-decoded
 	// and decrypted copies, the payload), as measured through the real
 	// endpoints (server.TestMemoryBoundedUnderHostileInput with
-	// GATEWAY_MEMREPORT=1): about 5.2 for a signed and encrypted AS2
-	// message, 4 for a signed AS4 message, 1.75 for unauthenticated junk;
-	// 6 leaves a margin.
-	DefaultAmplification = 6
+	// GATEWAY_MEMREPORT=1): about 3 for a signed and encrypted AS2 message
+	// and for a signed AS4 message, 1.75 for unauthenticated junk; 4 leaves
+	// a margin.
+	DefaultAmplification = 4
 	// DefaultMemoryBudget is the process-wide default of limits.memory_budget.
 	DefaultMemoryBudget = 1 << 30
 	// DefaultRetryAfter is the Retry-After of a 503 for an exhausted budget.

@@ -71,13 +71,13 @@ func TestBodyLimitsOnBothEndpoints(t *testing.T) {
 		}
 	}
 	for name, head := range map[string]string{"as2": as2Head("budget", 40<<20), "as4": as4Head(40 << 20)} {
-		// 40 MiB × 6 can never fit a 64 MiB budget: permanent, 413.
+		// 40 MiB × 4 can never fit a 64 MiB budget: permanent, 413.
 		if st, _ := rawExchange(t, addr, head, nil, 0, 2*time.Second); st != http.StatusRequestEntityTooLarge {
 			t.Errorf("%s: more than the whole memory budget: HTTP %d, want 413", name, st)
 		}
 	}
 
-	// Hold 8 MiB × 6 of the budget with an AS2 body that is not finished.
+	// Hold 8 MiB × 4 of the budget with an AS2 body that is not finished.
 	hold, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestBodyLimitsOnBothEndpoints(t *testing.T) {
 	io.WriteString(hold, as2Head("holder", 8<<20)+"abc")
 	time.Sleep(300 * time.Millisecond)
 	junk := make([]byte, 8<<20)
-	for name, head := range map[string]string{"as2": as2Head("waiter", int64(len(junk))), "as4": as4Head(int64(len(junk)))} {
+	for name, head := range map[string]string{"as2": as2Head("waiter", 10<<20), "as4": as4Head(10 << 20)} {
 		st, retry := rawExchange(t, addr, head, nil, 0, 2*time.Second)
 		if st != http.StatusServiceUnavailable || retry == "" {
 			t.Errorf("%s: budget held by another request: HTTP %d Retry-After %q, want 503 with Retry-After", name, st, retry)

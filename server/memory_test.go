@@ -324,7 +324,7 @@ func TestMemoryBoundedUnderHostileInput(t *testing.T) {
 	if report {
 		legitimate(t, &rows)
 		// For the record, not asserted: the default 1 GiB budget admits
-		// one 99 MiB body (99 MiB × 6 reserved), the others get 503.
+		// two 99 MiB bodies (2 × 99 MiB × 4 reserved), the others get 503.
 		url = memoryServer(t, nil)
 		measured(t, &rows, "(default budget) four concurrent 99 MiB junk bodies", func() error {
 			parallel(4, func(i int) {
