@@ -48,6 +48,12 @@ type Config struct {
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
 	// LogLevel: debug, info, warn, error.
 	LogLevel string `mapstructure:"log_level"`
+	// CertWarning is how long before expiry a partner or identity
+	// certificate is warned about (partners check, serve).
+	CertWarning time.Duration `mapstructure:"cert_warning"`
+	// ReloadOnChange reloads the partner directory and identity keys when
+	// their files change (SIGHUP always reloads).
+	ReloadOnChange bool `mapstructure:"reload_on_change"`
 
 	// File is the configuration file that was read ("" when none).
 	File string `mapstructure:"-"`
@@ -148,6 +154,8 @@ var defaults = map[string]any{
 	"archive_dir":                "var/archive",
 	"shutdown_timeout":           30 * time.Second,
 	"log_level":                  "info",
+	"cert_warning":               30 * 24 * time.Hour,
+	"reload_on_change":           true,
 }
 
 // limitDefaults are the defaults of the limits that bound hostile input
@@ -294,6 +302,9 @@ func (c *Config) validate() error {
 		if v.neg {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", v.name))
 		}
+	}
+	if c.CertWarning < 0 {
+		errs = append(errs, errors.New("cert_warning: must not be negative"))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
