@@ -112,6 +112,21 @@ type Limits struct {
 	ReadTimeout       time.Duration `mapstructure:"read_timeout"`
 	WriteTimeout      time.Duration `mapstructure:"write_timeout"`
 	IdleTimeout       time.Duration `mapstructure:"idle_timeout"`
+	// MaxDecompressedBytes caps what one message inflates to (each AS2
+	// compressed layer and all together; each AS4 payload and all together).
+	MaxDecompressedBytes int64 `mapstructure:"max_decompressed_bytes"`
+	// MaxCompressionRatio caps inflated ÷ compressed bytes once the output
+	// passes 1 MiB (0: no ratio cap).
+	MaxCompressionRatio float64 `mapstructure:"max_compression_ratio"`
+	// MaxEnvelopeBytes caps the AS4 SOAP envelope part.
+	MaxEnvelopeBytes int64 `mapstructure:"max_envelope_bytes"`
+	// MemoryBudget is the bytes all requests together may hold in memory
+	// (0: unlimited).
+	MemoryBudget int64 `mapstructure:"memory_budget"`
+	// MinBodyRate is the slowest accepted body in bytes/s after
+	// MinBodyRateGrace (0: no minimum).
+	MinBodyRate      int64         `mapstructure:"min_body_rate"`
+	MinBodyRateGrace time.Duration `mapstructure:"min_body_rate_grace"`
 }
 
 var defaults = map[string]any{
@@ -146,6 +161,23 @@ var defaults = map[string]any{
 	"log_level":                  "info",
 	"cert_warning":               30 * 24 * time.Hour,
 	"reload_on_change":           true,
+}
+
+// limitDefaults are the defaults of the limits that bound hostile input
+// (kept apart so that the table above stays as it is).
+var limitDefaults = map[string]any{
+	"limits.max_decompressed_bytes": int64(256 << 20),
+	"limits.max_compression_ratio":  200.0,
+	"limits.max_envelope_bytes":     int64(4 << 20),
+	"limits.memory_budget":          int64(1 << 30),
+	"limits.min_body_rate":          int64(4096),
+	"limits.min_body_rate_grace":    10 * time.Second,
+}
+
+func init() {
+	for k, v := range limitDefaults {
+		defaults[k] = v
+	}
 }
 
 // Load reads path (may be "" for defaults and environment only). Relative
@@ -263,6 +295,21 @@ func (c *Config) validate() error {
 	}
 	if c.Limits.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("limits.max_body_bytes: must be positive"))
+	}
+	if c.Limits.MaxDecompressedBytes <= 0 {
+		errs = append(errs, errors.New("limits.max_decompressed_bytes: must be positive"))
+	}
+	if c.Limits.MaxEnvelopeBytes <= 0 {
+		errs = append(errs, errors.New("limits.max_envelope_bytes: must be positive"))
+	}
+	for _, v := range []struct {
+		name string
+		neg  bool
+	}{{"limits.max_compression_ratio", c.Limits.MaxCompressionRatio < 0}, {"limits.memory_budget", c.Limits.MemoryBudget < 0},
+		{"limits.min_body_rate", c.Limits.MinBodyRate < 0}, {"limits.min_body_rate_grace", c.Limits.MinBodyRateGrace < 0}} {
+		if v.neg {
+			errs = append(errs, fmt.Errorf("%s: must not be negative", v.name))
+		}
 	}
 	if c.CertWarning < 0 {
 		errs = append(errs, errors.New("cert_warning: must not be negative"))

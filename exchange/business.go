@@ -61,12 +61,7 @@ func (p *Pipeline) extractInterchanges(m *Message) ([]payloadInterchange, error)
 				"protocol", string(m.Protocol), "message_id", m.MessageID, "size", pl.Size)
 			continue
 		}
-		r, err := pl.Open()
-		if err != nil {
-			return nil, fmt.Errorf("exchange: read payload %d: %w", i+1, err)
-		}
-		b, err := io.ReadAll(io.LimitReader(r, limit))
-		r.Close()
+		b, err := payloadBytes(pl, limit)
 		if err != nil {
 			return nil, fmt.Errorf("exchange: read payload %d: %w", i+1, err)
 		}
@@ -346,4 +341,27 @@ func writeFileSync(path string, r io.Reader) error {
 		err = cerr
 	}
 	return err
+}
+
+// payloadBytes returns at most limit bytes of a payload: the bytes
+// themselves when it is held in memory, else read into one buffer of its
+// size (no copy, no doubling buffer).
+func payloadBytes(pl Payload, limit int64) ([]byte, error) {
+	if mb, ok := pl.body.(MemoryBody); ok {
+		return mb[:min(int64(len(mb)), limit)], nil
+	}
+	r, err := pl.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	buf := make([]byte, min(max(pl.Size, 0), limit)+1) // +1: a body longer than its Size still ends the read
+	n, err := io.ReadFull(r, buf)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return nil, err
+	}
+	if int64(n) > limit {
+		n = int(limit)
+	}
+	return buf[:n:n], nil
 }

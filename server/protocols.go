@@ -13,6 +13,7 @@ import (
 	"gateway/certcheck"
 	"gateway/cms"
 	"gateway/config"
+	"gateway/limits"
 	"gateway/outbox"
 	"gateway/partners"
 	"gateway/retention"
@@ -42,13 +43,28 @@ func (s *Server) mountProtocols(dir *partners.Directory) error {
 	s.reload.current.Store(snap)
 	now := time.Now()
 	s.reload.status.Store(&ReloadStatus{Time: now, Trigger: "start", OK: true, LastSuccess: now, Partners: len(dir.Partners)})
+	// One memory budget for both endpoints, for the life of the process
+	// (not per snapshot); bodies are counted, reserved and rate-checked by
+	// the same wrapper.
+	budget := limits.NewBudget(cfg.Limits.MemoryBudget)
+	if need := cfg.Limits.MaxBodyBytes * limits.DefaultAmplification; budget != nil && budget.Total() < need {
+		s.Log.Warn("limits.memory_budget is smaller than a message of limits.max_body_bytes needs; larger messages get 413",
+			"memory_budget", budget.Total(), "max_body_bytes", cfg.Limits.MaxBodyBytes, "largest_message", budget.Total()/limits.DefaultAmplification)
+	}
+	bodyLimits := func(protocol string, h http.Handler) http.Handler {
+		return limits.Handler(h, limits.BodyOptions{
+			MaxBytes: cfg.Limits.MaxBodyBytes, Budget: budget,
+			MinRate: cfg.Limits.MinBodyRate, Grace: cfg.Limits.MinBodyRateGrace, MaxDuration: cfg.Limits.ReadTimeout,
+			Protocol: protocol, Log: s.Log,
+		})
+	}
 	if snap.as2 != nil {
 		s.reload.as2Mounted = true
-		s.mux.Handle(cfg.AS2.Path, s.handle(func(c *Snapshot) http.Handler { return c.as2 }))
+		s.mux.Handle(cfg.AS2.Path, bodyLimits("as2", s.handle(func(c *Snapshot) http.Handler { return c.as2 })))
 	}
 	if snap.as4 != nil {
 		s.reload.as4Mounted = true
-		s.mux.Handle(cfg.AS4.Path, s.handle(func(c *Snapshot) http.Handler { return c.as4 }))
+		s.mux.Handle(cfg.AS4.Path, bodyLimits("as4", s.handle(func(c *Snapshot) http.Handler { return c.as4 })))
 	}
 	return nil
 }
@@ -85,10 +101,16 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 	ids, _ := certcheck.IdentityCerts(cfg.Identity.Keys)
 	snap.Certificates = append(ids, certcheck.PartnerCerts(dir)...)
 	id := s.Config.Identity // names and paths are fixed at start
+	lim := s.Config.Limits
+	ratio := lim.MaxCompressionRatio
+	if ratio == 0 {
+		ratio = -1 // configured off
+	}
 	if id.AS2ID != "" {
 		ep, err := as2.NewEndpoint(as2.Config{
 			Partners: dir, OurID: id.AS2ID, Keys: as2Keys, Pipeline: s.Pipeline,
 			Outbox: s.Backend.Outbox(), Notify: s.notify, SpoolDir: s.Config.SpoolDir, MaxBodyBytes: s.Config.Limits.MaxBodyBytes,
+			MaxDecompressedBytes: lim.MaxDecompressedBytes, MaxCompressionRatio: ratio,
 			Log: s.Log, ReportingUA: "gateway/" + Version,
 		})
 		if err != nil {
@@ -100,7 +122,8 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 		ep, err := endpoint.New(endpoint.Config{
 			Partners: dir, Keys: as4Keys, Pipeline: s.Pipeline,
 			PartyID: id.PartyID, PartyType: id.PartyType,
-			Limits:   as4.Limits{MaxMessageSize: s.Config.Limits.MaxBodyBytes},
+			Limits:         as4.Limits{MaxMessageSize: lim.MaxBodyBytes, MaxEnvelopeSize: lim.MaxEnvelopeBytes, SpoolDir: s.Config.SpoolDir},
+			MaxPayloadSize: lim.MaxDecompressedBytes, MaxCompressionRatio: ratio,
 			SpoolDir: s.Config.SpoolDir, Log: s.Log,
 		})
 		if err != nil {
