@@ -40,10 +40,11 @@ func (s *Server) mountProtocols() error {
 			return fmt.Errorf("server: identity.keys[%d]: %w", i, err)
 		}
 		as4Keys = append(as4Keys, kp4)
+		s.identityCerts = append(s.identityCerts, kp4.Cert)
 	}
 
-	s.Pipeline.Ledger = s.Backend
-	ob := s.Backend.Outbox()
+	s.Pipeline.Ledger = timedLedger{Ledger: s.Backend, m: s.Metrics}
+	ob := countedOutbox{Store: s.Backend.Outbox(), m: s.Metrics}
 	d := &outbox.Dispatcher{Store: ob, Log: s.Log, UserAgent: "gateway/" + Version}
 	notify := d.Notify
 	s.background = append(s.background, d.Run)
@@ -56,7 +57,8 @@ func (s *Server) mountProtocols() error {
 		if err != nil {
 			return fmt.Errorf("server: as2: %w", err)
 		}
-		s.mux.Handle(cfg.AS2.Path, ep)
+		s.mux.Handle(cfg.AS2.Path, instrumentHTTP(s.Metrics, "as2", ep))
+		s.endpoints = append(s.endpoints, "as2 "+cfg.AS2.Path)
 	}
 	if cfg.Identity.PartyID != "" && len(as4Keys) > 0 {
 		ep, err := endpoint.New(endpoint.Config{
@@ -68,7 +70,8 @@ func (s *Server) mountProtocols() error {
 		if err != nil {
 			return fmt.Errorf("server: as4: %w", err)
 		}
-		s.mux.Handle(cfg.AS4.Path, ep)
+		s.mux.Handle(cfg.AS4.Path, instrumentHTTP(s.Metrics, "as4", ep))
+		s.endpoints = append(s.endpoints, "as4 "+cfg.AS4.Path)
 	}
 	return nil
 }

@@ -78,6 +78,7 @@ import (
 	"github.com/beevik/etree"
 
 	"gateway/as4"
+	"gateway/audit"
 	"gateway/dedup"
 	"gateway/exchange"
 	"gateway/partners"
@@ -250,10 +251,33 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			attrs = append(attrs, "err", tr.err.Err.Error())
 		}
 		e.log.Warn("as4 message rejected", attrs...)
+		e.auditRejected(r.Context(), &tr, reply)
 	case tr.test:
 		e.log.Info("as4 test message acknowledged", attrs...)
 	default:
 		e.log.Error("as4 reply failed", attrs...)
+	}
+}
+
+// auditRejected records a message refused before the pipeline, as the AS2
+// endpoint does: the pipeline's audit sink gets a "rejected" reply record
+// with the ebMS error code as its disposition. A failure is logged; the
+// error signal is already sent.
+func (e *Endpoint) auditRejected(ctx context.Context, tr *trace, reply exchange.Reply) {
+	a := e.cfg.Pipeline.Audit
+	if a == nil {
+		return
+	}
+	detail := tr.err.Detail
+	if tr.err.Err != nil {
+		detail += ": " + tr.err.Err.Error()
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := a.Write(actx, audit.Record{Time: e.cfg.Now().UTC(), Step: audit.StepReply, Partner: tr.partner,
+		Protocol: string(exchange.AS4), MessageID: tr.messageID, Decision: "rejected", Disposition: reply.Disposition,
+		Error: detail}); err != nil {
+		e.log.Error("audit write failed", "partner", tr.partner, "protocol", string(exchange.AS4), "message_id", tr.messageID, "err", err)
 	}
 }
 

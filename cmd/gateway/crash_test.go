@@ -87,6 +87,8 @@ func TestKillDuringHandlerThenResendDeliversOnce(t *testing.T) {
 	addr := freePort(t)
 	cfg := filepath.Join(dir, "gateway.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`listen: %s
+admin:
+  listen: 127.0.0.1:0
 store: sqlite:gw.db
 lease: 2s
 partners: %s
