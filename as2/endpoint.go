@@ -155,7 +155,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	lg := e.log.With("protocol", "as2", "message_id", req.MessageID, "as2_from", req.From, "as2_to", req.To)
+	lg := e.log.With("protocol", "as2", "message_id", dedup.NormalizeMessageID(req.MessageID), "as2_from", req.From, "as2_to", req.To)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError

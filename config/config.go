@@ -261,6 +261,14 @@ func resolve(base, p string) string {
 	return filepath.Join(base, p)
 }
 
+// Check validates c again, after a program changed it (command-line flags).
+func (c *Config) Check() error {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("config: %s: %w", displayName(c.File), err)
+	}
+	return nil
+}
+
 func (c *Config) validate() error {
 	var errs []error
 	if c.Listen == "" {

@@ -23,14 +23,20 @@ import (
 
 // liveGateway is a gateway serving both listeners on loopback ports.
 type liveGateway struct {
-	srv             *server.Server
-	partner, admin  string // base URLs
-	demo            string // testdata/demo
-	stop            func()
-	partnerKP, gwKP struct{ cert, key string }
+	srv            *server.Server
+	cfg            *config.Config
+	partner, admin string // base URLs
+	demo           string // testdata/demo
+	stop           func()
 }
 
 func startLive(t *testing.T, edit func(*config.Config)) *liveGateway {
+	t.Helper()
+	return startLiveLog(t, edit, nil)
+}
+
+// startLiveLog is startLive with the gateway's JSON log written to logw.
+func startLiveLog(t *testing.T, edit func(*config.Config), logw io.Writer) *liveGateway {
 	t.Helper()
 	demo := filepath.Dir(demoConfig(t))
 	cfg, err := config.Load(demoConfig(t))
@@ -46,7 +52,11 @@ func startLive(t *testing.T, edit func(*config.Config)) *liveGateway {
 	if edit != nil {
 		edit(cfg)
 	}
-	s, err := server.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	log := slog.New(slog.DiscardHandler)
+	if logw != nil {
+		log = slog.New(slog.NewJSONHandler(logw, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	s, err := server.New(context.Background(), cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +71,7 @@ func startLive(t *testing.T, edit func(*config.Config)) *liveGateway {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.ServeListeners(ctx, pln, aln) }()
-	g := &liveGateway{srv: s, partner: "http://" + pln.Addr().String(), admin: "http://" + aln.Addr().String(), demo: demo}
+	g := &liveGateway{srv: s, cfg: cfg, partner: "http://" + pln.Addr().String(), admin: "http://" + aln.Addr().String(), demo: demo}
 	g.stop = func() {
 		cancel()
 		if err := <-done; err != nil {
