@@ -116,26 +116,35 @@ func versionString() string {
 		return version
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		rev, dirty := "", ""
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				if s.Value == "true" {
-					dirty = "+dirty"
-				}
-			}
-		}
-		if rev != "" {
-			if len(rev) > 12 {
-				rev = rev[:12]
-			}
-			return "dev-" + rev + dirty + " " + bi.GoVersion
-		}
-		return "dev " + bi.GoVersion
+		return versionFrom(bi)
 	}
 	return "dev"
+}
+
+// versionFrom names the build: the main module's version when the binary
+// was built from a module version (go install MODULE@v1.2.3) or in a VCS
+// checkout (go build stamps a pseudo-version with the revision), else
+// "devel" with the VCS revision when stamped; then the Go version.
+func versionFrom(bi *debug.BuildInfo) string {
+	rev, dirty := "", ""
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	v := bi.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "devel"
+		if rev != "" {
+			v += "-" + rev[:min(12, len(rev))] + dirty
+		}
+	}
+	return v + " " + bi.GoVersion
 }
 
 func configFlag(fs *flag.FlagSet) *string {
