@@ -322,3 +322,54 @@ func TestOutboxGaugesPostgreSQL(t *testing.T) {
 	defer s.Close()
 	testOutboxGauges(t, s)
 }
+
+// TestStartupLogNamesListeners checks the "gateway listening" line: both
+// addresses, the endpoints, the admin authentication and the partner count.
+func TestStartupLogNamesListeners(t *testing.T) {
+	cfg := demoConfig(t)
+	var logs syncBuffer
+	s, err := New(context.Background(), cfg, slog.New(slog.NewJSONHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	partner, admin := serveBoth(t, s)
+	var line map[string]any
+	for i := 0; line == nil; i++ {
+		if i > 200 {
+			t.Fatalf("no start-up line: %s", logs.String())
+		}
+		for _, l := range strings.Split(logs.String(), "\n") {
+			var rec map[string]any
+			if json.Unmarshal([]byte(l), &rec) == nil && rec["msg"] == "gateway listening" {
+				line = rec
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if line["addr"] != strings.TrimPrefix(partner, "http://") || line["admin"] != strings.TrimPrefix(admin, "http://") ||
+		line["partners"] != float64(1) || line["admin_auth"] != "none (loopback)" {
+		t.Errorf("start-up line: %v", line)
+	}
+	eps, _ := line["endpoints"].([]any)
+	if len(eps) != 2 || eps[0] != "as2 /as2" || eps[1] != "as4 /as4" {
+		t.Errorf("endpoints: %v", line["endpoints"])
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -166,6 +166,7 @@ func (s *Server) Close() error {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	admin, err := net.Listen("tcp", s.Config.Admin.Listen)
 	if err != nil {
+		ln.Close()
 		return fmt.Errorf("server: admin listener %s: %w", s.Config.Admin.Listen, err)
 	}
 	return s.ServeListeners(ctx, ln, admin)
