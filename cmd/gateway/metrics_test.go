@@ -284,7 +284,7 @@ func TestMetricsAfterMixedTraffic(t *testing.T) {
 	}
 	if testing.Verbose() {
 		for _, line := range strings.Split(body, "\n") {
-			if strings.HasPrefix(line, "gateway_messages_total") {
+			if strings.HasPrefix(line, "gateway_") && !strings.Contains(line, "_bucket{") {
 				fmt.Println(line)
 			}
 		}
