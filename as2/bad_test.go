@@ -478,7 +478,7 @@ func TestReplyTexts(t *testing.T) {
 		!strings.Contains(pm.Report.HumanText, "edifact interchange REF42 from 14:4000001000002 (first received 2026-03-01T10:00:00Z)") {
 		t.Fatalf("duplicate interchange MDN: %q %q", pm.Report.Disposition, pm.Report.HumanText)
 	}
-	pm = parse(r.Failed(context.Background(), &exchange.Failure{Kind: exchange.Damaged, Err: errors.New("payload 1: UNZ count 2, UNB has 1")}))
+	pm = parse(r.Failed(context.Background(), &exchange.Failure{Kind: exchange.Damaged, Err: errors.New("payload 1: UNZ count 2, UNB has 1"), Reason: "payload 1: UNZ count 2, UNB has 1"}))
 	if pm.Report.Disposition.String() != mdn.DispUnexpectedProcessingError.String() || !strings.Contains(pm.Report.HumanText, "UNZ count 2") {
 		t.Fatalf("damaged: %q", pm.Report.HumanText)
 	}

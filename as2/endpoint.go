@@ -1,8 +1,9 @@
 // Package as2 is the gateway's AS2 receive endpoint (RFC 4130): it reads the
 // AS2 headers, finds the trading partner, removes the S/MIME layers in
 // whatever order they come (package smime), applies the partner's security
-// policy, hands the verified payload to the exchange pipeline (which runs the
-// business handler exactly once per Message-ID) and answers with an MDN:
+// policy, hands the verified payload to the exchange pipeline (which accepts
+// each Message-ID exactly once; see exchange.Handler for how often the
+// handler runs) and answers with an MDN:
 // synchronously on the HTTP response, or asynchronously through the durable
 // outbox to the Receipt-Delivery-Option URL.
 //
@@ -22,6 +23,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"strings"
 	"time"
 
@@ -132,6 +134,10 @@ type inbound struct {
 	partner  *partners.Partner // nil when unknown
 	mode     delivery
 	asyncURL string
+	// asyncPending is a Receipt-Delivery-Option of a partner without
+	// as2.async_mdn_urls: followed only once the message proved to be
+	// signed by the partner (decideAsync); until then the MDN is sync.
+	asyncPending string
 	// signMDN and signDigest: whether and with which digest our MDN is signed.
 	signMDN    bool
 	signDigest string
@@ -200,6 +206,8 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Trusted: e.cfg.Partners.AS2Certificates(p),
 		Now:     e.cfg.Now,
 		MaxSize: e.cfg.MaxDecompressedBytes,
+
+		ContentOnlyCompressedMIC: p.AS2.MICCompressed == "content",
 	})
 	if err != nil {
 		d, why := classify(res, err, req.From)
@@ -212,6 +220,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.reject(r.Context(), w, x, mdn.DispInsufficientMessageSecurity, why, nil)
 		return
 	}
+	e.decideAsync(x, res.Signed)
 	x.micAlg = e.micAlgFor(x, res)
 	if x.mic, err = res.MIC(x.micAlg.digest); err != nil {
 		e.reject(r.Context(), w, x, mdn.DispUnexpectedProcessingError, "the MIC could not be computed", err)
@@ -233,15 +242,8 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		retryLater(w, "the message could not be stored temporarily")
 		return
 	}
-	onDrift := exchange.DriftReject
-	switch p.OnDrift {
-	case "accept":
-		onDrift = exchange.DriftAccept
-	case "quarantine":
-		onDrift = exchange.DriftQuarantine
-	}
 	reply := e.cfg.Pipeline.Process(r.Context(), exchange.Inbound{
-		Message: msg, Replies: &replies{e: e, x: x}, Window: p.AS2.DedupWindow.Std(), OnDrift: onDrift,
+		Message: msg, Replies: &replies{e: e, x: x}, Window: p.AS2.DedupWindow.Std(), OnDrift: exchange.DriftPolicyOf(p.OnDrift),
 	})
 	e.send(r.Context(), w, x, reply)
 }
@@ -283,7 +285,16 @@ func (e *Endpoint) planMDN(x *inbound) {
 			x.lg.Warn("async MDN requested but no outbox is configured; answering synchronously")
 			x.mode = deliverSync
 		default:
-			x.mode, x.asyncURL = deliverAsync, u
+			x.mode = deliverSync
+			pu, _ := url.Parse(u)
+			switch pol := x.partner.AS2.AsyncMDN(pu); {
+			case !pol.Listed:
+				x.asyncPending = u
+			case pol.Pattern == nil:
+				e.refuseAsync(x, u, "it matches none of the partner's as2.async_mdn_urls")
+			default:
+				x.mode, x.asyncURL = deliverAsync, u
+			}
 		}
 	default:
 		x.mode = deliverSync
@@ -395,16 +406,17 @@ func (e *Endpoint) message(x *inbound, res *smime.Result, spool *exchange.Spool,
 
 // reject answers a message refused before the pipeline: a negative MDN
 // (or, when none was requested, an HTTP error), an audit record and a log
-// line. Nothing reaches the handler.
+// line. Nothing reaches the handler. The partner is told why (our sentence)
+// and an incident reference; the cause (a parser's or crypto error chain)
+// goes only to the log line and audit record that carry the same incident.
 func (e *Endpoint) reject(ctx context.Context, w http.ResponseWriter, x *inbound, d mdn.Disposition, why string, cause error) {
 	partnerID := ""
 	if x.partner != nil {
 		partnerID = x.partner.ID
 	}
-	text := fmt.Sprintf("The AS2 message %s from %s to %s was not processed: %s.", x.req.MessageID, x.req.From, x.req.To, why)
-	if cause != nil {
-		text += "\r\nDetail: " + truncate(cause.Error(), 300)
-	}
+	incident := exchange.NewIncident()
+	text := fmt.Sprintf("The AS2 message %s from %s to %s was not processed: %s.\r\nIncident %s: quote it when you ask us about this message.",
+		x.req.MessageID, x.req.From, x.req.To, why, incident)
 	errText := why
 	if cause != nil {
 		errText += ": " + cause.Error()
@@ -413,13 +425,14 @@ func (e *Endpoint) reject(ctx context.Context, w http.ResponseWriter, x *inbound
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		werr := a.Write(actx, audit.Record{Time: e.now().UTC(), Step: audit.StepReply, Partner: partnerID, Protocol: "as2",
 			MessageID: dedup.NormalizeMessageID(x.req.MessageID), Key: string(dedup.TransportKey("as2", "as2", x.req.From, x.req.MessageID)),
-			Decision: "rejected", Disposition: dispositionText(d), Error: errText})
+			Decision: "rejected", Disposition: dispositionText(d), Error: errText, Incident: incident})
 		cancel()
 		if werr != nil {
 			x.lg.Error("audit write failed", "err", werr)
 		}
 	}
-	x.lg.Warn("as2 message rejected", "decision", "rejected", "disposition", dispositionText(d), "reason", why, "err", cause, "mdn", x.mode.String())
+	x.lg.Warn("as2 message rejected", "decision", "rejected", "disposition", dispositionText(d), "reason", why, "incident", incident,
+		"err", cause, "mdn", x.mode.String())
 	if x.mode == deliverNone {
 		status := http.StatusBadRequest
 		if d.Description == mdn.DescUnexpectedProcessingError {
@@ -432,8 +445,8 @@ func (e *Endpoint) reject(ctx context.Context, w http.ResponseWriter, x *inbound
 	}
 	reply, err := e.buildMDN(x, d, text, "", "")
 	if err != nil {
-		x.lg.Error("building the negative MDN failed", "err", err)
-		http.Error(w, "the message was not processed and the MDN could not be built", http.StatusInternalServerError)
+		x.lg.Error("building the negative MDN failed", "incident", incident, "err", err)
+		http.Error(w, "the message was not processed and the MDN could not be built ("+exchange.IncidentNote(incident)+")", http.StatusInternalServerError)
 		return
 	}
 	e.send(ctx, w, x, reply)
@@ -456,7 +469,11 @@ func (e *Endpoint) send(ctx context.Context, w http.ResponseWriter, x *inbound, 
 			// signal that the message was not processed.
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusInternalServerError)
-			_, _ = io.WriteString(w, "the message was not processed ("+reply.Disposition+")\n")
+			msg := "the message was not processed (" + reply.Disposition + ")"
+			if reply.Incident != "" {
+				msg += "; " + exchange.IncidentNote(reply.Incident)
+			}
+			_, _ = io.WriteString(w, msg+"\n")
 			return
 		}
 		w.WriteHeader(http.StatusOK)
@@ -506,11 +523,4 @@ func randomHex(n int) (string, error) {
 		return "", fmt.Errorf("as2: random: %w", err)
 	}
 	return hex.EncodeToString(b), nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

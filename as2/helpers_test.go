@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -195,7 +196,9 @@ type env struct {
 }
 
 type envOptions struct {
-	// partnerYAML is the as2 section's policy lines (indented by 2).
+	// partnerYAML is the as2 section's policy lines (indented by 2);
+	// "{{MDN}}" stands for the async MDN receiver's base URL. The default
+	// allows unsigned messages and lists the receiver's /mdn.
 	partnerYAML string
 	maxBody     int64
 	now         func() time.Time
@@ -210,6 +213,10 @@ type envOptions struct {
 	memory bool
 	// ledger turns on business-level (interchange) dedup.
 	ledger bool
+	// onDrift is acme's on_drift (default: none, i.e. reject).
+	onDrift string
+	// lookup replaces the dispatcher's resolver.
+	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
 type syncBuffer struct {
@@ -234,11 +241,19 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	writeCertPEM(t, filepath.Join(pdir, "acme-1.pem"), k.p1.Cert)
 	writeCertPEM(t, filepath.Join(pdir, "acme-2.pem"), k.p2.Cert)
+	// The partner's async MDN receiver exists before its partner file,
+	// which may list it: "{{MDN}}" in partnerYAML is its base URL.
+	mdns := newMDNReceiver(t)
 	policy := o.partnerYAML
 	if policy == "" {
-		policy = "  require_signature: false\n"
+		policy = "  require_signature: false\n  async_mdn_urls: [\"{{MDN}}/mdn\"]\n"
 	}
-	acme := "id: acme\nname: ACME\nas2:\n  as2_id: ACME\n  certificates: [acme-1.pem, acme-2.pem]\n" + policy
+	policy = strings.ReplaceAll(policy, "{{MDN}}", mdns.srv.URL)
+	acme := "id: acme\nname: ACME\n"
+	if o.onDrift != "" {
+		acme += "on_drift: " + o.onDrift + "\n"
+	}
+	acme += "as2:\n  as2_id: ACME\n  certificates: [acme-1.pem, acme-2.pem]\n" + policy
 	if err := os.WriteFile(filepath.Join(pdir, "acme.yaml"), []byte(acme), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +274,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h := &countingInbox{dir: inbox.Dir{Root: filepath.Join(root, "inbox")}, runs: map[string]int{}, got: map[string][][]byte{}}
-	pl := &exchange.Pipeline{Handler: h, Log: log, Lease: time.Minute}
+	pl := &exchange.Pipeline{Handler: h, Log: log, Lease: time.Minute, Quarantine: filepath.Join(root, "quarantine")}
 	var st *sqlitestore.Store
 	var ob outbox.Store
 	if o.memory {
@@ -285,7 +300,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 		}
 		ob = st.Outbox() // the durable outbox in the same database
 	}
-	disp := &outbox.Dispatcher{Store: ob, Log: log, PollInterval: 50 * time.Millisecond, BaseBackoff: 50 * time.Millisecond, Timeout: 10 * time.Second}
+	disp := &outbox.Dispatcher{Store: ob, Log: log, PollInterval: 50 * time.Millisecond, BaseBackoff: 50 * time.Millisecond, Timeout: 10 * time.Second,
+		Authorize: AsyncMDNAuthorizer(dir), Audit: pl.Audit, LookupNetIP: o.lookup}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = disp.Run(ctx) }()
@@ -305,7 +321,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	srv := httptest.NewServer(ep)
 	t.Cleanup(srv.Close)
-	return &env{srv: srv, ep: ep, dir: dir, handler: h, audit: pl.Audit, store: st, outbox: ob, mdns: newMDNReceiver(t), root: root, logs: logs}
+	return &env{srv: srv, ep: ep, dir: dir, handler: h, audit: pl.Audit, store: st, outbox: ob, mdns: mdns, root: root, logs: logs}
 }
 
 // client returns a sender acting as the partner ACME (signing with its

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"gateway/cms"
 	"gateway/mdn"
@@ -55,6 +56,11 @@ func classify(res *smime.Result, err error, from string) (mdn.Disposition, strin
 	case errors.Is(err, cms.ErrUnknownSigner):
 		return mdn.DispAuthenticationFailed, fmt.Sprintf("the signature was not made with a certificate configured for AS2-From %q", from)
 	case errors.Is(err, cms.ErrCertificateExpired):
+		var ve *cms.CertificateValidityError
+		if errors.As(err, &ve) {
+			return mdn.DispAuthenticationFailed, fmt.Sprintf("the signer's certificate %q (serial %s) is valid from %s to %s, not at %s",
+				ve.Subject, ve.Serial, ve.NotBefore.UTC().Format(time.RFC3339), ve.NotAfter.UTC().Format(time.RFC3339), ve.At.UTC().Format(time.RFC3339))
+		}
 		return mdn.DispAuthenticationFailed, "the signer's certificate is not valid at this time"
 	case errors.Is(err, cms.ErrBadSignature):
 		return mdn.DispIntegrityCheckFailed, "the signature does not match the content (integrity check failed)"

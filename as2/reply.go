@@ -65,9 +65,11 @@ func (r *replies) DuplicateInterchange(ctx context.Context, dups []exchange.Inte
 	return r.e.buildMDN(r.x, disp, text, r.x.mic, r.x.micAlg.spelled)
 }
 
-// Failed is the negative MDN of a handler failure (the partner should
-// retransmit), of payload drift (naming the Message-ID and both hashes),
-// or of a damaged business envelope.
+// Failed is the negative MDN of every exchange.FailureKind: a handler
+// failure (the partner should retransmit), payload drift or quarantine
+// (naming what clashed and both hashes), a damaged business envelope. The
+// text gives the pipeline's partner-safe reason and the incident reference;
+// the detail (f.Err) stays in our log and audit.
 func (r *replies) Failed(ctx context.Context, f *exchange.Failure) (exchange.Reply, error) {
 	id := r.x.req.MessageID
 	var text string
@@ -76,14 +78,17 @@ func (r *replies) Failed(ctx context.Context, f *exchange.Failure) (exchange.Rep
 		// The handler's error stays in our log: it may name internal systems.
 		text = fmt.Sprintf("The AS2 message %s was received but could not be processed; it was not accepted and may be retransmitted.", id)
 	case exchange.Drift, exchange.Quarantined:
-		text = fmt.Sprintf("The AS2 message %s was not processed: %v. A changed document needs a new Message-ID and interchange reference.", id, f.Err)
+		text = fmt.Sprintf("The AS2 message %s was not processed: %s. A changed document needs a new Message-ID and interchange reference.", id, f.Reason)
 		if f.StoredSHA256 != "" && !strings.Contains(text, f.StoredSHA256) {
 			text += fmt.Sprintf(" (stored payload SHA-256 %s, this delivery %s)", f.StoredSHA256, f.PayloadSHA256)
 		}
 	case exchange.Damaged:
-		text = fmt.Sprintf("The AS2 message %s was not processed: its business envelope is damaged: %v.", id, f.Err)
+		text = fmt.Sprintf("The AS2 message %s was not processed: its business envelope is damaged: %s.", id, f.Reason)
 	default:
-		text = fmt.Sprintf("The AS2 message %s was not processed.", id)
+		return exchange.Reply{}, fmt.Errorf("as2: no MDN for failure kind %s", f.Kind)
+	}
+	if f.Incident != "" {
+		text += " Incident " + f.Incident + ": quote it when you ask us about this message."
 	}
 	return r.e.buildMDN(r.x, mdn.DispUnexpectedProcessingError, text, r.x.mic, r.x.micAlg.spelled)
 }

@@ -15,6 +15,9 @@ const (
 	StepDecision Step = "decision"
 	StepHandler  Step = "handler"
 	StepReply    Step = "reply"
+	// StepDelivery is the fate of a reply sent on the gateway's own
+	// connection (an async MDN), when it is refused.
+	StepDelivery Step = "delivery"
 )
 
 // Record is one audited step of one exchange.
@@ -31,13 +34,19 @@ type Record struct {
 	// Reference is the business interchange reference (UNB 0020, ISA13, …).
 	Reference string `json:"reference,omitempty"`
 	// Decision: new, duplicate, in-flight, reused, drift, rejected, unavailable,
-	// accepted, abandoned, ok, error.
+	// accepted, abandoned, ok, error; async-mdn-refused (the MDN went on the
+	// response instead), refused (an async MDN delivery).
 	Decision      string `json:"decision,omitempty"`
 	PayloadSHA256 string `json:"payload_sha256,omitempty"`
 	// Disposition is the reply sent: an MDN disposition, "receipt", an ebMS
 	// error code, or an HTTP status.
 	Disposition string `json:"disposition,omitempty"`
-	Error       string `json:"error,omitempty"`
+	// Error is the detail of a refusal or failure; it stays inside (the
+	// partner gets a short reason and the Incident).
+	Error string `json:"error,omitempty"`
+	// Incident is the reference quoted in the negative reply to the partner
+	// ("GW-7K3QX9"); the log line of the refusal carries it too.
+	Incident string `json:"incident,omitempty"`
 }
 
 // Sink receives audit records. A durable sink's Write error fails the
@@ -56,7 +65,9 @@ type Query struct {
 	Key string
 	// Reference is a business interchange reference (UNB 0020, ISA13, …).
 	Reference string
-	From, To  time.Time
+	// Incident is the reference quoted in a negative reply.
+	Incident string
+	From, To time.Time
 	// Limit caps the records returned (default 10000).
 	Limit int
 	// Newest returns the most recent records first (the last Limit
@@ -73,6 +84,7 @@ func (q Query) Matches(r Record) bool {
 		(q.MessageID == "" || r.MessageID == q.MessageID) &&
 		(q.Key == "" || r.Key == q.Key) &&
 		(q.Reference == "" || r.Reference == q.Reference) &&
+		(q.Incident == "" || r.Incident == q.Incident) &&
 		(q.From.IsZero() || !r.Time.Before(q.From)) &&
 		(q.To.IsZero() || r.Time.Before(q.To))
 }

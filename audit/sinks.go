@@ -1,10 +1,13 @@
 package audit
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -12,19 +15,92 @@ import (
 )
 
 // JSONFile appends one JSON object per line to a file and syncs it before
-// Write returns, so it is a durable sink.
+// Write returns, so it is a durable sink. Every record is all or nothing: a
+// write or sync that fails (a full disk accepts part of a record) is rolled
+// back by truncating the file to the end of the last whole record; if even
+// that fails, the next record starts with a newline so that it never glues
+// onto the fragment, and readers (QueryJSONFile) skip the fragment. A file
+// left ending inside a record by a crash is truncated the same way on open.
 type JSONFile struct {
 	mu sync.Mutex
-	f  *os.File
+	f  file
+	// off is the end of the last whole record; dirty means the file may
+	// hold bytes past it (a failed write not yet rolled back).
+	off   int64
+	dirty bool
+}
+
+// file is what JSONFile needs of an *os.File (tests inject failures).
+type file interface {
+	io.Writer
+	io.ReaderAt
+	Sync() error
+	Truncate(size int64) error
+	Stat() (os.FileInfo, error)
+	Close() error
+	Name() string
 }
 
 // OpenJSONFile opens (creating if needed) a JSON-lines audit file for appending.
 func OpenJSONFile(path string) (*JSONFile, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("audit: open %s: %w", path, err)
 	}
-	return &JSONFile{f: f}, nil
+	s, err := newJSONFile(f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// newJSONFile takes over an open append-mode file and finds the end of its
+// last whole record.
+func newJSONFile(f file) (*JSONFile, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("audit: stat %s: %w", f.Name(), err)
+	}
+	off, err := lastLineEnd(f, st.Size())
+	if err != nil {
+		return nil, fmt.Errorf("audit: read %s: %w", f.Name(), err)
+	}
+	s := &JSONFile{f: f, off: off, dirty: off != st.Size()}
+	if s.dirty {
+		s.rollback() // a failure here is retried before the next record
+	}
+	return s, nil
+}
+
+// lastLineEnd returns the offset just past the last newline in the first
+// size bytes of f (0 when there is none).
+func lastLineEnd(f io.ReaderAt, size int64) (int64, error) {
+	buf := make([]byte, 4096)
+	for end := size; end > 0; {
+		start := max(0, end-int64(len(buf)))
+		n, err := f.ReadAt(buf[:end-start], start)
+		if err != nil && !(errors.Is(err, io.EOF) && int64(n) == end-start) {
+			return 0, err
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			return start + int64(i) + 1, nil
+		}
+		end = start
+	}
+	return 0, nil
+}
+
+// rollback truncates the file to the end of the last whole record and syncs.
+func (s *JSONFile) rollback() error {
+	if err := s.f.Truncate(s.off); err != nil {
+		return err
+	}
+	if err := s.f.Sync(); err != nil {
+		return err
+	}
+	s.dirty = false
+	return nil
 }
 
 func (s *JSONFile) Write(_ context.Context, r Record) error {
@@ -38,12 +114,36 @@ func (s *JSONFile) Write(_ context.Context, r Record) error {
 	if s.f == nil {
 		return errors.New("audit: file sink closed")
 	}
-	if _, err := s.f.Write(line); err != nil {
-		return fmt.Errorf("audit: write %s: %w", s.f.Name(), err)
+	start := s.off
+	if s.dirty && s.rollback() != nil {
+		// The fragment of an earlier failed write is still there: begin on
+		// a line of our own, after whatever the file holds now.
+		st, err := s.f.Stat()
+		if err != nil {
+			return fmt.Errorf("audit: stat %s: %w", s.f.Name(), err)
+		}
+		start = st.Size()
+		line = append([]byte{'\n'}, line...)
 	}
-	if err := s.f.Sync(); err != nil {
-		return fmt.Errorf("audit: sync %s: %w", s.f.Name(), err)
+	n, err := s.f.Write(line)
+	if err == nil && n < len(line) {
+		err = io.ErrShortWrite
 	}
+	if err == nil {
+		if err = s.f.Sync(); err != nil {
+			err = fmt.Errorf("audit: sync %s: %w", s.f.Name(), err)
+		}
+	} else {
+		err = fmt.Errorf("audit: write %s: %w", s.f.Name(), err)
+	}
+	if err != nil {
+		s.dirty = true // roll back to s.off, the end of the last whole record
+		if rerr := s.rollback(); rerr != nil {
+			err = fmt.Errorf("%w (and rolling back the partial record failed: %v)", err, rerr)
+		}
+		return err
+	}
+	s.off, s.dirty = start+int64(len(line)), false
 	return nil
 }
 
@@ -142,4 +242,75 @@ func (m *Memory) Query(_ context.Context, q Query) ([]Record, error) {
 		}
 	}
 	return out, nil
+}
+
+// MaxJSONLineBytes bounds one line read back by QueryJSONFile; longer lines
+// are skipped like any other line that is not a whole record.
+const MaxJSONLineBytes = 1 << 20
+
+// QueryJSONFile reads the records of a JSON-lines audit file that q selects,
+// oldest first. Lines that are not a whole record (the fragment a full disk
+// or a crash left, at the end or before a newline repair) are skipped, so a
+// torn line never hides the records around it.
+func QueryJSONFile(ctx context.Context, path string, q Query) ([]Record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("audit: open %s: %w", path, err)
+	}
+	defer f.Close()
+	limit := q.Limit
+	if limit <= 0 {
+		limit = DefaultQueryLimit
+	}
+	br := bufio.NewReaderSize(f, 64<<10)
+	var out []Record
+	for n := 0; ; n++ {
+		if n%1024 == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		line, tooLong, err := readLine(br, MaxJSONLineBytes)
+		if err != nil && err != io.EOF {
+			return nil, fmt.Errorf("audit: read %s: %w", path, err)
+		}
+		var r Record
+		if !tooLong && len(line) > 0 && json.Unmarshal(line, &r) == nil && q.Matches(r) {
+			out = append(out, r)
+			if len(out) == limit {
+				return out, nil
+			}
+		}
+		if err == io.EOF {
+			return out, nil
+		}
+	}
+}
+
+// readLine returns the next line without its newline, at most max bytes of
+// it (tooLong reports that the rest was discarded).
+func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
+	for {
+		chunk, isPrefix, err := br.ReadLine()
+		if len(line)+len(chunk) > max {
+			tooLong = true
+		} else {
+			line = append(line, chunk...)
+		}
+		if err != nil || !isPrefix {
+			return line, tooLong, err
+		}
+	}
+}
+
+// Query implements Reader by reading the file back (QueryJSONFile).
+func (s *JSONFile) Query(ctx context.Context, q Query) ([]Record, error) {
+	s.mu.Lock()
+	name := ""
+	if s.f != nil {
+		name = s.f.Name()
+	}
+	s.mu.Unlock()
+	if name == "" {
+		return nil, errors.New("audit: file sink closed")
+	}
+	return QueryJSONFile(ctx, name, q)
 }

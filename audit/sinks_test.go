@@ -24,7 +24,7 @@ func TestJSONFileAppendsOneLinePerRecord(t *testing.T) {
 	}
 	ctx := context.Background()
 	f.Write(ctx, audit.Record{Step: audit.StepReceived, Partner: "acme", MessageID: "m1"})
-	f.Write(ctx, audit.Record{Step: audit.StepReply, Partner: "acme", MessageID: "m1", Disposition: "processed"})
+	f.Write(ctx, audit.Record{Step: audit.StepReply, Partner: "acme", MessageID: "m1", Disposition: "processed/error: unexpected-processing-error", Incident: "GW-7K3QX9"})
 	f.Close()
 	if err := f.Write(ctx, audit.Record{}); err == nil {
 		t.Error("write after close succeeded")
@@ -40,7 +40,7 @@ func TestJSONFileAppendsOneLinePerRecord(t *testing.T) {
 		}
 		got = append(got, r)
 	}
-	if len(got) != 2 || got[1].Disposition != "processed" || got[0].Step != audit.StepReceived {
+	if len(got) != 2 || got[1].Disposition != "processed/error: unexpected-processing-error" || got[1].Incident != "GW-7K3QX9" || got[0].Step != audit.StepReceived {
 		t.Fatalf("records: %+v", got)
 	}
 }
@@ -61,4 +61,13 @@ func TestMultiAndBestEffort(t *testing.T) {
 	if err := be.Write(context.Background(), audit.Record{}); err != nil || be.Failures() != 1 {
 		t.Errorf("best effort: %v, failures %d", err, be.Failures())
 	}
+}
+
+func TestJSONFileReader(t *testing.T) {
+	f, err := audit.OpenJSONFile(filepath.Join(t.TempDir(), "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	audittest.ExerciseReader(t, f)
 }

@@ -186,7 +186,9 @@ func (sd *signedData) verify(content []byte, trusted []*x509.Certificate, now ti
 			if err == nil {
 				return s, nil
 			}
-			if firstErr == nil {
+			// A signature that verified with an expired certificate is the
+			// reason, whichever signer info or certificate came first.
+			if firstErr == nil || errors.Is(err, ErrCertificateExpired) && !errors.Is(firstErr, ErrCertificateExpired) {
 				firstErr = err
 			}
 		}
@@ -265,11 +267,29 @@ func verifySignerInfo(si *signerInfo, eContentType asn1.ObjectIdentifier, conten
 	}
 
 	if !now.IsZero() && (now.Before(cert.NotBefore) || now.After(cert.NotAfter)) {
-		return nil, fmt.Errorf("%w: %q valid %s to %s, now %s", ErrCertificateExpired, cert.Subject.CommonName,
-			cert.NotBefore.UTC().Format(time.RFC3339), cert.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		return nil, &CertificateValidityError{Subject: cert.Subject.CommonName, Serial: cert.SerialNumber.String(),
+			NotBefore: cert.NotBefore, NotAfter: cert.NotAfter, At: now}
 	}
 	return s, nil
 }
+
+// CertificateValidityError reports a signature that verified
+// cryptographically with a trusted certificate that is not valid at the
+// verification time (expired or not yet valid). It wraps
+// ErrCertificateExpired.
+type CertificateValidityError struct {
+	Subject             string // the certificate's common name
+	Serial              string // decimal serial number
+	NotBefore, NotAfter time.Time
+	At                  time.Time // the verification time
+}
+
+func (e *CertificateValidityError) Error() string {
+	return fmt.Sprintf("%v: %q valid %s to %s, now %s", ErrCertificateExpired, e.Subject,
+		e.NotBefore.UTC().Format(time.RFC3339), e.NotAfter.UTC().Format(time.RFC3339), e.At.UTC().Format(time.RFC3339))
+}
+
+func (e *CertificateValidityError) Unwrap() error { return ErrCertificateExpired }
 
 // isPKCS1SignatureOID accepts rsaEncryption (the usual CMS spelling) and the
 // hash-specific PKCS#1 v1.5 OIDs when they agree with the digest algorithm.

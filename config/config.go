@@ -51,6 +51,12 @@ type Config struct {
 	LogLevel string `mapstructure:"log_level"`
 	// Admin is the operators' listener (metrics, health, readiness).
 	Admin Admin `mapstructure:"admin"`
+	// CertWarning is how long before expiry a partner or identity
+	// certificate is warned about (partners check, serve).
+	CertWarning time.Duration `mapstructure:"cert_warning"`
+	// ReloadOnChange reloads the partner directory and identity keys when
+	// their files change (SIGHUP always reloads).
+	ReloadOnChange bool `mapstructure:"reload_on_change"`
 
 	// File is the configuration file that was read ("" when none).
 	File string `mapstructure:"-"`
@@ -169,6 +175,8 @@ var defaults = map[string]any{
 	"admin.tls.client_ca":        "",
 	"admin.pprof":                false,
 	"admin.ready_timeout":        2 * time.Second,
+	"cert_warning":               30 * 24 * time.Hour,
+	"reload_on_change":           true,
 }
 
 // Load reads path (may be "" for defaults and environment only). Relative
@@ -306,6 +314,9 @@ func (c *Config) validate() error {
 		errs = append(errs, errors.New("limits.max_body_bytes: must be positive"))
 	}
 	errs = append(errs, c.Admin.validate()...)
+	if c.CertWarning < 0 {
+		errs = append(errs, errors.New("cert_warning: must not be negative"))
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:

@@ -100,3 +100,20 @@ func TestDefaultsAndEnvironmentStayRelativeToWorkingDirectory(t *testing.T) {
 		t.Errorf("default/env paths moved: %q %q %q", c.QuarantineDir, c.Audit.File, c.Store)
 	}
 }
+
+func TestCertWarningAndReloadOnChange(t *testing.T) {
+	c, err := Load(write(t, "partners: p\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CertWarning != 30*24*time.Hour || !c.ReloadOnChange {
+		t.Fatalf("defaults: cert_warning %s, reload_on_change %v", c.CertWarning, c.ReloadOnChange)
+	}
+	c, err = Load(write(t, "cert_warning: 72h\nreload_on_change: false\n"))
+	if err != nil || c.CertWarning != 72*time.Hour || c.ReloadOnChange {
+		t.Fatalf("%v %+v", err, c)
+	}
+	if _, err := Load(write(t, "cert_warning: -1h\n")); err == nil || !strings.Contains(err.Error(), "cert_warning") {
+		t.Fatalf("negative cert_warning: %v", err)
+	}
+}

@@ -14,9 +14,12 @@ package envelope
 
 import (
 	"bytes"
+	"encoding/xml"
 	"errors"
 	"fmt"
+	"mime"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"gateway/dedup"
@@ -147,7 +150,9 @@ func (ic *Interchange) Key(partner string) dedup.Key {
 //   - "ISA": ASC X12, whose separators come from the fixed 106-byte ISA;
 //   - '<': XML; a root element in a urn:oasis:names:specification:ubl:schema:xsd:
 //     namespace is UBL, a StandardBusinessDocument in the UN/CEFACT SBDH
-//     namespace is a PEPPOL SBDH.
+//     namespace is a PEPPOL SBDH. A payload starting with '<' that does not
+//     parse to a root element (cut inside its declaration or root start
+//     tag, text before the root) is damaged, with standard "xml".
 //
 // Anything else, including XML with another root and text that merely starts
 // with those letters followed by a letter or digit, gives (nil,
@@ -207,6 +212,67 @@ func Extract(payload []byte) (*Interchange, error) {
 		return nil, err
 	}
 	return ic, nil
+}
+
+// standardXML names, in damaged-envelope errors, XML that does not parse
+// far enough to tell which standard it is in.
+const standardXML = "xml"
+
+// ExtractTyped is Extract for a payload whose MIME type is known. A payload
+// declared XML (application/xml, text/xml or any type with the +xml suffix,
+// RFC 7303) must be XML: if it is empty or starts with neither an XML
+// declaration nor an element (after a UTF-8 byte order mark and white
+// space) it is damaged, with standard "xml". A UTF-16 payload (byte order
+// mark FE FF or FF FE) is not read and gives ErrNoEnvelope. Otherwise the
+// type does not matter: the content decides, as for Extract.
+func ExtractTyped(contentType string, payload []byte) (*Interchange, error) {
+	ic, err := Extract(payload)
+	if err != ErrNoEnvelope || !isXMLType(contentType) {
+		return ic, err
+	}
+	if bytes.HasPrefix(payload, []byte{0xfe, 0xff}) || bytes.HasPrefix(payload, []byte{0xff, 0xfe}) {
+		return nil, ErrNoEnvelope
+	}
+	data := bytes.TrimLeft(bytes.TrimPrefix(payload, []byte("\xef\xbb\xbf")), " \t\r\n")
+	mt := mediaType(contentType)
+	switch {
+	case len(data) == 0:
+		return nil, damagedf(standardXML, "the payload is declared %s but is empty", mt)
+	case data[0] != '<':
+		return nil, damagedf(standardXML, "the payload is declared %s but does not start with an XML declaration or element", mt)
+	}
+	return nil, ErrNoEnvelope // XML with a root that is no business document
+}
+
+// mediaType is the lower-case type/subtype of a Content-Type value.
+func mediaType(contentType string) string {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		mt, _, _ = strings.Cut(contentType, ";")
+		mt = strings.ToLower(strings.TrimSpace(mt))
+	}
+	return mt
+}
+
+func isXMLType(contentType string) bool {
+	mt := mediaType(contentType)
+	return mt == "application/xml" || mt == "text/xml" || strings.HasSuffix(mt, "+xml") && strings.Contains(mt, "/")
+}
+
+// Reason is the text of an Extract or ExtractTyped error for the sending
+// partner: the standard and the problem as Error gives them, but without the
+// text of an underlying decoder error (an XML syntax error becomes its line
+// number). Errors that are not damaged envelopes give a generic sentence.
+func Reason(err error) string {
+	var d *damagedError
+	if !errors.As(err, &d) {
+		return "the business envelope could not be read"
+	}
+	var se *xml.SyntaxError
+	if errors.As(d.err, &se) {
+		return fmt.Sprintf("%s (line %d)", d.msg, se.Line)
+	}
+	return d.msg
 }
 
 // hasTag reports whether data starts with the segment tag followed by

@@ -181,9 +181,18 @@ func TestExtractInline(t *testing.T) {
 		{name: "text ISAAC", payload: edi("ISAAC NEWTON " + strings.Repeat("x", 120)), noEnvelope: true},
 		{name: "XML other root", payload: edi(`<?xml version="1.0"?><note><to>x</to></note>`), noEnvelope: true},
 		{name: "cXML with DOCTYPE", payload: edi(`<?xml version="1.0"?><!DOCTYPE cXML SYSTEM "http://xml.cxml.org/schemas/cXML/1.2.014/cXML.dtd"><cXML payloadID="1"/>`), noEnvelope: true},
-		{name: "not XML after <", payload: edi("<<<>>>"), noEnvelope: true},
 		{name: "HTML", payload: edi("<html><body>hi</body></html>"), noEnvelope: true},
-		{name: "text before root", payload: edi("<?xml version=\"1.0\"?>junk<Invoice/>"), noEnvelope: true},
+		// XML by its first bytes that does not parse to a root element is
+		// damaged: a UBL document cut inside its root start tag must not
+		// pass as "no envelope" and be delivered.
+		{name: "not XML after <", payload: edi("<<<>>>"),
+			wantErr: "xml: malformed XML before the root element: XML syntax error on line 1: expected element name after <"},
+		{name: "text before root", payload: edi("<?xml version=\"1.0\"?>junk<Invoice/>"), wantErr: "xml: text before the root element"},
+		{name: "UBL cut inside its root start tag", payload: edi(`<?xml version="1.0" encoding="UTF-8"?>` + "\n" + `<Invoice xmlns="urn:oasis:names:specification:ubl:schema:xsd:Invoice-2" xmlns:cbc="urn:oasis:na`),
+			wantErr: "xml: malformed XML before the root element: XML syntax error on line 2: unexpected EOF"},
+		{name: "XML declaration only", payload: edi(`<?xml version="1.0"?>` + "\n"), wantErr: "xml: the document ends before its root element"},
+		{name: "XML cut inside the declaration", payload: edi(`<?xml version="1.0" enc`),
+			wantErr: "xml: malformed XML before the root element: XML syntax error on line 1: unexpected EOF"},
 		{name: "UTF-16 BOM", payload: edi("\xff\xfe<\x00?\x00x\x00"), noEnvelope: true},
 
 		// EDIFACT variants.
@@ -491,5 +500,62 @@ func TestSameInterchangeSameKey(t *testing.T) {
 	b, errB := Extract(readTestdata(t, x12[1]))
 	if errA != nil || errB != nil || a.Key("acme") != b.Key("acme") {
 		t.Errorf("X12 with ~ and with newline terminators: %v %v, keys differ", errA, errB)
+	}
+}
+
+// TestExtractTyped: a payload declared XML by its MIME type must be XML; the
+// type does not change what is read from a payload that is XML or EDI.
+func TestExtractTyped(t *testing.T) {
+	ubl := []byte(`<Invoice xmlns="urn:oasis:names:specification:ubl:schema:xsd:Invoice-2" xmlns:cbc="urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2"><cbc:ID>I1</cbc:ID></Invoice>`)
+	tests := []struct {
+		ct, payload string
+		wantErr     string // "" ok, "none" ErrNoEnvelope
+	}{
+		{"application/xml", string(ubl), ""},
+		{"text/plain", string(ubl), ""},
+		{"application/xml", "UNB+UNOA:2+S:14+R:14+240315:0930+X'UNH+1+INVOIC:D:96A:UN'UNZ+1+X'", ""},
+		{"application/xml", "", "xml: the payload is declared application/xml but is empty"},
+		{"text/xml; charset=utf-8", "  \r\n", "xml: the payload is declared text/xml but is empty"},
+		{"application/vnd.peppol.invoice+xml", "%PDF-1.7", "xml: the payload is declared application/vnd.peppol.invoice+xml but does not start with an XML declaration or element"},
+		{"Application/XML", "garbage", "xml: the payload is declared application/xml but does not start with an XML declaration or element"},
+		{"application/xml", string(ubl[:40]), "xml: malformed XML before the root element: XML syntax error on line 1: unexpected EOF"},
+		{"application/xml", "<note/>", "none"},
+		{"application/xml", "\xff\xfe<\x00n\x00/\x00>\x00", "none"}, // UTF-16 is not read: transport dedup only
+		{"application/octet-stream", "garbage", "none"},
+		{"", "garbage", "none"},
+		{"not a media type;;", "garbage", "none"},
+	}
+	for _, tc := range tests {
+		ic, err := ExtractTyped(tc.ct, []byte(tc.payload))
+		switch tc.wantErr {
+		case "":
+			if err != nil || ic == nil {
+				t.Errorf("%s %q: %v", tc.ct, clip(tc.payload, 30), err)
+			}
+		case "none":
+			if err != ErrNoEnvelope {
+				t.Errorf("%s %q: %v, want ErrNoEnvelope", tc.ct, clip(tc.payload, 30), err)
+			}
+		default:
+			if !errors.Is(err, ErrDamaged) || err.Error() != tc.wantErr {
+				t.Errorf("%s %q: %v, want %q", tc.ct, clip(tc.payload, 30), err, tc.wantErr)
+			}
+		}
+	}
+}
+
+// TestReasonHasNoParserText: Reason, what partners are told, names the
+// standard and the problem but not the XML decoder's error text.
+func TestReasonHasNoParserText(t *testing.T) {
+	_, err := Extract([]byte("<Invoice xmlns=\"urn:oasis:names:specification:ubl:schema:xsd:Invoice-2\">\n<a></b></Invoice>"))
+	if got, want := Reason(err), "ubl: malformed XML (line 2)"; got != want {
+		t.Errorf("Reason = %q, want %q (error %v)", got, want, err)
+	}
+	_, err = Extract([]byte("UNB+UNOA:2+S:14+R:14+240315:0930+X'UNH+1+INVOIC:D:96A:UN'UNZ+1+Y'"))
+	if got := Reason(err); got != err.Error() || !strings.Contains(got, `UNZ 0020 "Y" does not match UNB 0020 "X"`) {
+		t.Errorf("Reason = %q, error %v", got, err)
+	}
+	if got := Reason(errors.New("invalid BER: length 97")); strings.Contains(got, "BER") {
+		t.Errorf("Reason of a foreign error = %q", got)
 	}
 }

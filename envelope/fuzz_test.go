@@ -86,8 +86,12 @@ func checkExtract(t *testing.T, data []byte) *Interchange {
 		}
 		if damaged {
 			msg := err.Error()
-			if !strings.HasPrefix(msg, "edifact: ") && !strings.HasPrefix(msg, "x12: ") && !strings.HasPrefix(msg, "ubl: ") && !strings.HasPrefix(msg, "sbdh: ") {
+			if !strings.HasPrefix(msg, "edifact: ") && !strings.HasPrefix(msg, "x12: ") && !strings.HasPrefix(msg, "ubl: ") &&
+				!strings.HasPrefix(msg, "sbdh: ") && !strings.HasPrefix(msg, "xml: ") {
 				t.Fatalf("damaged error %q does not name the standard", msg)
+			}
+			if r := Reason(err); r == "" || strings.Contains(r, "XML syntax error") || len(r) > len(msg) {
+				t.Fatalf("Reason %q of %q", r, msg)
 			}
 		}
 		return nil
@@ -119,6 +123,28 @@ func FuzzExtract(f *testing.F) {
 	f.Add([]byte("ISA*"))
 	f.Add([]byte("<x/>"))
 	f.Fuzz(func(t *testing.T, data []byte) { checkExtract(t, data) })
+}
+
+// FuzzExtractTyped feeds arbitrary payloads under XML and other MIME types:
+// the same properties as Extract, a declared-XML payload that is not XML is
+// damaged, and the type never turns a found envelope into an error.
+func FuzzExtractTyped(f *testing.F) {
+	addSeeds(f, ".xml")
+	for _, s := range []string{"", "  ", "garbage", "<?xml", "<Invoice xmlns=\"urn:oasis:names:specification:ubl:schema:xsd:Invoice-2\"", "\xff\xfe<\x00", "\xef\xbb\xbf<a/>"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		plain := checkExtract(t, data)
+		for _, ct := range []string{"application/xml", "text/xml; charset=utf-8", "application/vnd.x+xml", "application/octet-stream"} {
+			ic, err := ExtractTyped(ct, data)
+			if plain != nil && (err != nil || *ic != *plain) {
+				t.Fatalf("%s: %+v, %v; Extract found %+v", ct, ic, err, *plain)
+			}
+			if err != nil && err != ErrNoEnvelope && !errors.Is(err, ErrDamaged) {
+				t.Fatalf("%s: error %v is neither ErrNoEnvelope nor damaged", ct, err)
+			}
+		}
+	})
 }
 
 // FuzzExtractEDIFACT is seeded with the EDIFACT vectors.

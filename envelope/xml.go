@@ -76,8 +76,10 @@ func extractXML(data []byte) (*Interchange, error) {
 	d.Strict = true
 	d.CharsetReader = cs.reader
 
-	// Prolog: anything unreadable before the root element means this is not
-	// a document we know, so there is no business envelope.
+	// Prolog: the payload starts like XML ('<'), so it must parse to a root
+	// element; one that does not (cut inside its declaration or root start
+	// tag, text before the root) is damaged, not "no envelope": a UBL
+	// document cut inside its root start tag must not be delivered.
 	var (
 		root    xml.StartElement
 		doctype bool
@@ -85,8 +87,14 @@ func extractXML(data []byte) (*Interchange, error) {
 prolog:
 	for {
 		tok, err := d.Token()
-		if err != nil || d.InputOffset() > maxXMLSize {
-			return nil, ErrNoEnvelope
+		if errors.Is(err, io.EOF) {
+			return nil, damagedf(standardXML, "the document ends before its root element")
+		}
+		if err != nil {
+			return nil, damagedWrap(standardXML, err, "malformed XML before the root element")
+		}
+		if d.InputOffset() > maxXMLSize {
+			return nil, damagedf(standardXML, "document larger than %d bytes", maxXMLSize)
 		}
 		switch t := tok.(type) {
 		case xml.StartElement:
@@ -96,7 +104,7 @@ prolog:
 			doctype = true
 		case xml.CharData:
 			if len(bytes.TrimSpace(t)) > 0 {
-				return nil, ErrNoEnvelope
+				return nil, damagedf(standardXML, "text before the root element")
 			}
 		}
 	}

@@ -46,8 +46,9 @@ type payloadInterchange struct {
 }
 
 // extractInterchanges finds the business envelope of each payload. A
-// damaged envelope is an error: the message is refused rather than
-// processed without its business key.
+// damaged envelope is a *damagedEnvelope: the message is refused rather
+// than processed without its business key. Any other error is ours (a
+// payload that cannot be read back).
 func (p *Pipeline) extractInterchanges(m *Message) ([]payloadInterchange, error) {
 	limit := p.MaxEnvelopeBytes
 	if limit <= 0 {
@@ -69,12 +70,13 @@ func (p *Pipeline) extractInterchanges(m *Message) ([]payloadInterchange, error)
 		if err != nil {
 			return nil, fmt.Errorf("exchange: read payload %d: %w", i+1, err)
 		}
-		env, err := envelope.Extract(b)
+		env, err := envelope.ExtractTyped(pl.ContentType, b)
 		if err == envelope.ErrNoEnvelope {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("payload %d: %w", i+1, err)
+			return nil, &damagedEnvelope{reason: fmt.Sprintf("payload %d: %s", i+1, envelope.Reason(err)),
+				err: fmt.Errorf("payload %d: %w", i+1, err)}
 		}
 		ic := dedup.Interchange{Key: env.Key(m.Partner), Partner: m.Partner, Standard: env.Standard,
 			Sender: joinQualified(env.SenderQualifier, env.Sender), Recipient: joinQualified(env.RecipientQualifier, env.Recipient),
@@ -128,15 +130,9 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 				continue
 			}
 			release()
-			derr := fmt.Errorf("payload %d: %s interchange %s appears twice in the message with different content", pic.payload+1, pic.ic.Standard, pic.ic.Reference)
-			lg.Warn("damaged business envelope; message refused", "decision", "rejected", "err", derr)
-			p.auditBestEffort(ctx, r, audit.StepDecision, "rejected", "", derr)
-			reply, err := in.Replies.Failed(ctx, &Failure{Kind: Damaged, Err: derr, Reference: pic.ic.Reference})
-			if err != nil {
-				reply = p.internalError(ctx, r, lg, err)
-			} else {
-				p.auditBestEffort(ctx, r, audit.StepReply, "", reply.Disposition, nil)
-			}
+			why := fmt.Sprintf("payload %d: %s appears twice in the message with different content",
+				pic.payload+1, interchangeName(pic.ic.Standard, pic.ic.Reference))
+			reply := p.refuseDamaged(ctx, in, r, lg, &damagedEnvelope{reason: why, err: errors.New(why)}, pic.ic.Reference)
 			return nil, nil, &reply
 		}
 		seen[pic.ic.Key] = pic.hash
@@ -168,7 +164,7 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 			return nil, nil, &reply
 		case dedup.Duplicate:
 			if d.PayloadSHA256 != "" && d.PayloadSHA256 != pic.hash {
-				info := driftInfo{what: fmt.Sprintf("%s interchange %s", pic.ic.Standard, pic.ic.Reference),
+				info := driftInfo{what: interchangeName(pic.ic.Standard, pic.ic.Reference),
 					stored: d.PayloadSHA256, got: pic.hash, firstSeen: d.FirstSeen, reference: pic.ic.Reference}
 				if in.OnDrift == DriftAccept {
 					p.driftAudit(ctx, r, lg, info, "drift-accepted")
@@ -224,14 +220,54 @@ type driftInfo struct {
 	firstSeen   time.Time
 }
 
-func (d driftInfo) err() error {
-	return fmt.Errorf("%s was accepted on %s with payload SHA-256 %s; this delivery has %s",
+// reason is the drift text of both protocols' negative replies: what
+// clashed (the message id, or the standard and interchange reference), when
+// it was accepted and both hashes.
+func (d driftInfo) reason() string {
+	return fmt.Sprintf("%s was accepted on %s with payload SHA-256 %s; this delivery has payload SHA-256 %s",
 		d.what, d.firstSeen.UTC().Format(time.RFC3339), d.stored, d.got)
+}
+
+func (d driftInfo) err() error { return errors.New(d.reason()) }
+
+// interchangeName names an interchange for partners: "EDIFACT interchange
+// reference REF00042".
+func interchangeName(standard, reference string) string {
+	name := standard
+	switch standard {
+	case envelope.StandardEDIFACT:
+		name = "EDIFACT"
+	case envelope.StandardX12:
+		name = "X12"
+	case envelope.StandardUBL:
+		name = "UBL"
+	case envelope.StandardPeppolSBDH:
+		name = "PEPPOL SBDH"
+	}
+	return fmt.Sprintf("%s interchange reference %s", name, reference)
+}
+
+// damagedEnvelope is a payload refused for its business envelope: reason is
+// for the partner (no parser error text), err for the log and audit.
+type damagedEnvelope struct {
+	reason string
+	err    error
+}
+
+func (d *damagedEnvelope) Error() string { return d.err.Error() }
+func (d *damagedEnvelope) Unwrap() error { return d.err }
+
+func damagedReason(err error) string {
+	var d *damagedEnvelope
+	if errors.As(err, &d) {
+		return d.reason
+	}
+	return "the business envelope is damaged"
 }
 
 func (p *Pipeline) driftAudit(ctx context.Context, rec audit.Record, lg *slog.Logger, info driftInfo, decision string) {
 	p.Stats.Drift.Add(1)
-	lg.Error("payload drift: a key seen before arrived with a different payload", "decision", decision,
+	lg.Error("payload drift: a key seen before arrived with a different payload", "decision", decision, "incident", rec.Incident,
 		"what", info.what, "stored_sha256", info.stored, "payload_sha256", info.got, "first_seen", info.firstSeen)
 	p.auditBestEffort(ctx, rec, audit.StepDecision, decision, "", info.err())
 }
@@ -241,7 +277,7 @@ func (p *Pipeline) driftAudit(ctx context.Context, rec audit.Record, lg *slog.Lo
 // payload is first kept for an operator.
 func (p *Pipeline) driftReply(ctx context.Context, in Inbound, rec audit.Record, lg *slog.Logger, info driftInfo, pl Payload) Reply {
 	kind, decision := Drift, "drift"
-	derr := info.err()
+	reason := info.reason()
 	if in.OnDrift == DriftQuarantine {
 		path, err := p.quarantine(in.Message, pl, info)
 		if err != nil {
@@ -250,17 +286,13 @@ func (p *Pipeline) driftReply(ctx context.Context, in Inbound, rec audit.Record,
 			return p.unavailable(ctx, rec, err)
 		}
 		kind, decision = Quarantined, "quarantined"
-		derr = fmt.Errorf("%w; the payload was quarantined for an operator and not processed", derr)
+		reason += "; the payload was quarantined for an operator and not processed"
 		lg.Error("drifted payload quarantined", "path", path)
 	}
+	rec.Incident = NewIncident()
 	p.driftAudit(ctx, rec, lg, info, decision)
-	reply, err := in.Replies.Failed(ctx, &Failure{Kind: kind, Err: derr, StoredSHA256: info.stored, PayloadSHA256: info.got,
-		FirstSeen: info.firstSeen, Reference: info.reference})
-	if err != nil {
-		return p.internalError(ctx, rec, lg, err)
-	}
-	p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
-	return reply
+	return p.failed(ctx, in, rec, lg, &Failure{Kind: kind, Err: errors.New(reason), Reason: reason, StoredSHA256: info.stored,
+		PayloadSHA256: info.got, FirstSeen: info.firstSeen, Reference: info.reference, Incident: rec.Incident})
 }
 
 // quarantine keeps a drifted payload and a JSON description beside it under

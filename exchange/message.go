@@ -1,5 +1,5 @@
 // Package exchange is the receive pipeline shared by every protocol: claim
-// the transport key, run the handler once, audit, accept, reply. Protocol
+// the transport key, run the handler, audit, accept, reply. Protocol
 // packages parse and verify a request into a Message and give the pipeline
 // the protocol's replies; the pipeline owns every dedup decision.
 package exchange
@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/textproto"
 	"os"
+	"strconv"
 	"time"
 
 	"gateway/dedup"
@@ -38,6 +39,14 @@ type Message struct {
 	Payloads []Payload
 	// TransportKey is the dedup key of (protocol, sender, message id).
 	TransportKey dedup.Key
+	// IdempotencyKey is the stable key of this message for making the
+	// handler's external effects idempotent: every retransmission of the
+	// message (same sender, same message id; after a handler failure, a
+	// crash or a store outage) carries the same value. It is the transport
+	// key (64 lowercase hex, the audit records' "key"). For per-document
+	// effects use each Payload's IdempotencyKey, which also survives a
+	// resend of an interchange under a new message id.
+	IdempotencyKey string
 	// Interchanges are the business envelopes found in the payloads, in
 	// payload order (payloads without an envelope have none).
 	Interchanges []dedup.Interchange
@@ -58,7 +67,17 @@ type Payload struct {
 	SHA256 string
 	// Properties are protocol metadata of this part (AS4 PartProperties).
 	Properties map[string]string
-	body       Body
+	// IdempotencyKey is the stable key of this payload for making external
+	// effects idempotent (64 lowercase hex). A payload carrying a business
+	// interchange has its interchange key (the audit records'
+	// "interchange_key"), the same for a retransmission and for the same
+	// interchange resent under a new message id; any other payload has a key
+	// derived from the message's IdempotencyKey and its position in the
+	// message as sent. Under on_drift: accept a changed payload keeps the
+	// key of the id or reference it reuses; compare SHA256 as well if such a
+	// payload must be processed again.
+	IdempotencyKey string
+	body           Body
 }
 
 // Body is where a payload's bytes live: memory for small payloads, a spool
@@ -89,9 +108,15 @@ type FileBody string
 
 func (f FileBody) Open() (io.ReadCloser, error) { return os.Open(string(f)) }
 
-// Handler is the business plug-in: it receives each new message exactly once
-// per accepted key. An error (or panic) abandons the claim and answers the
-// partner negatively, so that its retransmission is processed anew.
+// Handler is the business plug-in. The gateway accepts each message exactly
+// once (one positive reply recorded per key; retransmissions get that reply
+// and no handler run), but the handler itself runs at least once per
+// accepted key: a crash or store outage between its side effect and the
+// accept runs it again for the partner's retransmission. It is exactly once
+// only when the handler is idempotent on the keys it is given
+// (Message.IdempotencyKey, Payload.IdempotencyKey). An error (or panic)
+// abandons the claim and answers the partner negatively, so that its
+// retransmission is processed anew.
 type Handler interface {
 	Handle(ctx context.Context, msg *Message) error
 }
@@ -100,3 +125,26 @@ type Handler interface {
 type HandlerFunc func(ctx context.Context, msg *Message) error
 
 func (f HandlerFunc) Handle(ctx context.Context, msg *Message) error { return f(ctx, msg) }
+
+// payloadKeyTag versions the idempotency key of a payload without an
+// interchange; changing its encoding would give retransmissions of messages
+// received by an older gateway new keys.
+const payloadKeyTag = "gateway/payload-idempotency-key/v1"
+
+// setIdempotencyKeys gives the message and each payload (in the order sent,
+// before duplicates are moved out) their idempotency keys; ics are the
+// payloads' interchanges.
+func setIdempotencyKeys(m *Message, ics []payloadInterchange) {
+	m.IdempotencyKey = string(m.TransportKey)
+	byPayload := map[int]dedup.Key{}
+	for _, pic := range ics {
+		byPayload[pic.payload] = pic.ic.Key
+	}
+	for i := range m.Payloads {
+		if k, ok := byPayload[i]; ok {
+			m.Payloads[i].IdempotencyKey = string(k)
+			continue
+		}
+		m.Payloads[i].IdempotencyKey = string(dedup.HashFields(payloadKeyTag, m.IdempotencyKey, strconv.Itoa(i+1)))
+	}
+}

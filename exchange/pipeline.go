@@ -44,14 +44,53 @@ const (
 	// for an operator.
 	Quarantined
 	// Damaged: a payload's business envelope (EDIFACT, X12, UBL, SBDH) is
-	// incomplete or inconsistent.
+	// incomplete or inconsistent, a payload that is XML does not parse, or
+	// the message carries one interchange twice with different bytes.
 	Damaged
+
+	// failureKindEnd follows the last kind: new kinds go above it, so that
+	// FailureKinds (and the tests of every protocol's mapping) include them.
+	failureKindEnd
 )
+
+// FailureKinds lists every FailureKind, for tests that check that each
+// protocol answers every kind.
+func FailureKinds() []FailureKind {
+	var out []FailureKind
+	for k := HandlerFailed; k < failureKindEnd; k++ {
+		out = append(out, k)
+	}
+	return out
+}
+
+func (k FailureKind) String() string {
+	switch k {
+	case HandlerFailed:
+		return "handler-failed"
+	case Drift:
+		return "drift"
+	case Quarantined:
+		return "quarantined"
+	case Damaged:
+		return "damaged"
+	}
+	return fmt.Sprintf("FailureKind(%d)", int(k))
+}
 
 // Failure describes a negative outcome for Replies.Failed.
 type Failure struct {
 	Kind FailureKind
-	Err  error
+	// Err is the detail for the log and audit; it is never sent to the
+	// partner (it may hold a parser's or the handler's error chain).
+	Err error
+	// Reason is what the partner is told, a sentence without Go error
+	// text: the damaged envelope (standard and problem) or the drift
+	// (standard, reference, both hashes; DriftReason). Empty for
+	// HandlerFailed, whose cause stays inside.
+	Reason string
+	// Incident is the reference of this refusal (NewIncident) that the
+	// reply quotes and the log and audit records carry.
+	Incident string
 	// For Drift: the hash stored with the first delivery and this one's.
 	StoredSHA256, PayloadSHA256 string
 	FirstSeen                   time.Time
@@ -74,6 +113,17 @@ const (
 	// operator and answers negatively.
 	DriftQuarantine DriftPolicy = "quarantine"
 )
+
+// DriftPolicyOf maps a partner file's on_drift value to its policy; an
+// empty or unknown value (the partner loader refuses unknown ones) is
+// DriftReject. Both protocols use it, so that they behave alike.
+func DriftPolicyOf(onDrift string) DriftPolicy {
+	switch p := DriftPolicy(onDrift); p {
+	case DriftAccept, DriftQuarantine:
+		return p
+	}
+	return DriftReject
+}
 
 // Inbound is one verified message handed to the pipeline by a protocol.
 type Inbound struct {
@@ -166,19 +216,17 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 			rec.InterchangeKey, rec.Reference = string(ics[0].ic.Key), ics[0].ic.Reference
 		}
 	}
+	setIdempotencyKeys(m, ics)
 	if err := p.audit(ctx, rec, audit.StepReceived, "", "", nil); err != nil {
 		lg.Error("audit unavailable", "err", err)
 		return p.unavailable(ctx, rec, err)
 	}
 	if damaged != nil {
-		lg.Warn("damaged business envelope; message refused", "decision", "rejected", "err", damaged)
-		p.auditBestEffort(ctx, rec, audit.StepDecision, "rejected", "", damaged)
-		reply, err := in.Replies.Failed(ctx, &Failure{Kind: Damaged, Err: damaged})
-		if err != nil {
-			return p.internalError(ctx, rec, lg, err)
+		var d *damagedEnvelope
+		if !errors.As(damaged, &d) {
+			return p.internalError(ctx, rec, lg, damaged)
 		}
-		p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
-		return reply
+		return p.refuseDamaged(ctx, in, rec, lg, damaged, "")
 	}
 	d, err := p.Store.Claim(ctx, dedup.ClaimRequest{Key: m.TransportKey, PayloadSHA256: hash, Window: in.Window})
 	if err != nil {
@@ -293,16 +341,13 @@ func (p *Pipeline) claimed(ctx context.Context, in Inbound, ics []payloadInterch
 	herr := p.runHandler(ctx, m)
 	if herr != nil {
 		p.Stats.HandlerErrors.Add(1)
-		lg.Error("handler failed; claim abandoned so the partner's retransmission is processed", "decision", "abandoned", "err", herr)
+		rec.Incident = NewIncident()
+		lg.Error("handler failed; claim abandoned so the partner's retransmission is processed", "decision", "abandoned",
+			"incident", rec.Incident, "err", herr)
 		releaseInterchanges()
 		p.abandon(ctx, m, token, lg)
 		p.auditBestEffort(ctx, rec, audit.StepHandler, "error", "", herr)
-		reply, err := in.Replies.Failed(ctx, &Failure{Kind: HandlerFailed, Err: herr})
-		if err != nil {
-			return p.internalError(ctx, rec, lg, err)
-		}
-		p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
-		return reply
+		return p.failed(ctx, in, rec, lg, &Failure{Kind: HandlerFailed, Err: herr, Incident: rec.Incident})
 	}
 	// The handler's side effect is done: from here on the outcome must be
 	// recorded even if the partner hung up (which cancels ctx), or its
@@ -445,10 +490,36 @@ func (p *Pipeline) unavailable(ctx context.Context, rec audit.Record, err error)
 	return reply
 }
 
+// failed builds the negative reply of f and audits it; f.Incident is set
+// and already logged with the detail.
+func (p *Pipeline) failed(ctx context.Context, in Inbound, rec audit.Record, lg *slog.Logger, f *Failure) Reply {
+	rec.Incident = f.Incident
+	reply, err := in.Replies.Failed(ctx, f)
+	if err != nil {
+		return p.internalError(ctx, rec, lg, fmt.Errorf("%s reply: %w", f.Kind, err))
+	}
+	reply.Incident = f.Incident
+	p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
+	return reply
+}
+
+// refuseDamaged refuses a message whose business envelope is damaged: the
+// partner gets the envelope's reason (envelope.Reason, no parser error
+// text) and an incident reference, the log and audit the full error.
+func (p *Pipeline) refuseDamaged(ctx context.Context, in Inbound, rec audit.Record, lg *slog.Logger, damaged error, reference string) Reply {
+	rec.Incident = NewIncident()
+	lg.Warn("damaged business envelope; message refused", "decision", "rejected", "incident", rec.Incident, "err", damaged)
+	p.auditBestEffort(ctx, rec, audit.StepDecision, "rejected", "", damaged)
+	return p.failed(ctx, in, rec, lg, &Failure{Kind: Damaged, Err: damaged, Reason: damagedReason(damaged),
+		Reference: reference, Incident: rec.Incident})
+}
+
 func (p *Pipeline) internalError(ctx context.Context, rec audit.Record, lg *slog.Logger, err error) Reply {
-	lg.Error("building reply failed", "err", err)
+	rec.Incident = NewIncident()
+	lg.Error("building reply failed", "incident", rec.Incident, "err", err)
 	reply := Reply{Status: http.StatusInternalServerError, Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
-		Body: []byte("internal error; the message was not processed, please retransmit\n"), Disposition: "http-500"}
+		Body:        []byte("internal error; the message was not processed, please retransmit (incident " + rec.Incident + ")\n"),
+		Disposition: "http-500", Incident: rec.Incident}
 	p.auditBestEffort(ctx, rec, audit.StepReply, "error", reply.Disposition, err)
 	return reply
 }

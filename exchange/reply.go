@@ -16,6 +16,10 @@ type Reply struct {
 	// Disposition names the reply for audit: an MDN disposition, "receipt",
 	// an ebMS error code, or "http-503".
 	Disposition string
+	// Incident is the incident reference of a negative reply (NewIncident),
+	// for protocols that must repeat it elsewhere (AS2 without an MDN
+	// answers with a plain HTTP status). It is not stored.
+	Incident string
 }
 
 type storedReply struct {

@@ -222,6 +222,9 @@ func (m *Metrics) ConfigReload(ok bool) {
 	}
 }
 
+// ConfigReloads is gateway_config_reloads_total (for tests).
+func (m *Metrics) ConfigReloads() *prometheus.CounterVec { return m.configReloads }
+
 // Certificate is one certificate the gateway trusts or holds.
 type Certificate struct {
 	Partner string // partner id, or "" for our own identity keys

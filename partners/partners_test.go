@@ -80,7 +80,7 @@ func TestLoadDirectory(t *testing.T) {
 	if got := len(d.AS2Certificates(p)); got != 2 {
 		t.Errorf("as2 certificates = %d, want 2 (rollover)", got)
 	}
-	if p.AS2.AllowedDigests[0] != "sha256" || p.AS2.DedupWindow.Std() != DefaultAS2Window || p.AS2.DuplicateDisposition != "warning" || p.OnDrift != "reject" {
+	if p.AS2.AllowedDigests[0] != "sha256" || p.AS2.DedupWindow.Std() != DefaultAS2Window || p.AS2.DuplicateDisposition != "warning" || p.OnDrift != "reject" || p.AS2.MICCompressed != "rfc5402" {
 		t.Errorf("defaults/normalisation: %+v", p.AS2)
 	}
 	if p4, ok := d.ByAS4("urn:oasis:names:tc:ebcore:partyid-type:unregistered", "urn:acme"); !ok || p4 != p {
@@ -118,6 +118,7 @@ func TestValidationNamesFileAndField(t *testing.T) {
 		{"pmode", strings.Replace(acme, "    - id: invoices\n      service", "    - service", 1), "as4.pmodes[0].id"},
 		{"as2id", strings.Replace(acme, "as2_id: ACME", "as2_id: \"A\\tB\"", 1), "as2.as2_id"},
 		{"window", strings.Replace(acme, "retry_window: 2d", "retry_window: soon", 1), "invalid duration"},
+		{"mic_compressed", strings.Replace(acme, "retry_window: 2d", "retry_window: 2d\n  mic_compressed: headers", 1), "as2.mic_compressed"},
 		{"empty", "id: lonely\n", "as2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -92,6 +92,9 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 type readiness struct {
 	Ready  bool              `json:"ready"`
 	Checks map[string]string `json:"checks"`
+	// Reload is the last reload attempt. A failed reload does not make the
+	// gateway unready: it keeps serving the configuration in force.
+	Reload string `json:"reload"`
 }
 
 // Ready runs the readiness checks: the store answers within
@@ -151,7 +154,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		s.Log.Warn("not ready", "checks", detail)
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
-	_ = json.NewEncoder(w).Encode(readiness{Ready: ok, Checks: detail})
+	_ = json.NewEncoder(w).Encode(readiness{Ready: ok, Checks: detail, Reload: s.ReloadStatus().String()})
 }
 
 // checkStore reaches the database: PostgreSQL answers a ping; SQLite
@@ -190,7 +193,7 @@ func (s *Server) checkAudit(ctx context.Context) error {
 }
 
 func (s *Server) checkPartners(ctx context.Context) error {
-	if s.Partners == nil || len(s.Partners.Partners) == 0 {
+	if d := s.Directory(); d == nil || len(d.Partners) == 0 {
 		return errors.New("no partners loaded")
 	}
 	return nil

@@ -7,12 +7,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"gateway/outbox"
 	"gateway/store/pgstore/pgtest"
@@ -357,19 +361,51 @@ func TestStartupLogNamesListeners(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// TestReloadMetricsAndReadiness: a broken partner file counts a failed
+// reload and shows on /readyz without making the gateway unready; the
+// next good reload counts a success and a partner it added becomes a
+// label value.
+func TestReloadMetricsAndReadiness(t *testing.T) {
+	f := newReloadFixture(t)
+	s := f.srv
+	readyz := func() (int, readiness) {
+		rec := httptest.NewRecorder()
+		s.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		var rd readiness
+		if err := json.Unmarshal(rec.Body.Bytes(), &rd); err != nil {
+			t.Fatalf("/readyz: %v %s", err, rec.Body.String())
+		}
+		return rec.Code, rd
+	}
+	reloads := func(result string) float64 {
+		return testutil.ToFloat64(s.Metrics.ConfigReloads().WithLabelValues(result))
+	}
+	if s.Metrics.Partner("new") != "unknown" {
+		t.Fatal("a partner not configured yet is a label value")
+	}
+	f.replace(filepath.Join(f.pdir, "broken.yaml"), "id: broken\nas2:\n  colour: red\n")
+	if st := f.next("broken file"); st.OK {
+		t.Fatalf("broken file reloaded: %s", st)
+	}
+	if reloads("failure") != 1 || reloads("success") != 0 {
+		t.Errorf("after the broken file: failure %v success %v", reloads("failure"), reloads("success"))
+	}
+	code, rd := readyz()
+	if code != 200 || !rd.Ready || !strings.Contains(rd.Reload, "reload failed") || !strings.Contains(rd.Reload, "broken.yaml") {
+		t.Errorf("/readyz after a failed reload: %d %+v", code, rd)
+	}
+	os.Remove(filepath.Join(f.pdir, "broken.yaml"))
+	f.writePartner("new", false)
+	if st := f.next("new partner"); !st.OK {
+		t.Fatalf("reload with the new partner: %s", st)
+	}
+	if reloads("success") != 1 {
+		t.Errorf("after the good reload: success %v", reloads("success"))
+	}
+	if s.Metrics.Partner("new") != "new" {
+		t.Error("the partner added by the reload is not a label value")
+	}
+	if _, rd := readyz(); !strings.Contains(rd.Reload, "reload ok") {
+		t.Errorf("/readyz after a good reload: %+v", rd)
+	}
 }

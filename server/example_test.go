@@ -15,8 +15,11 @@ import (
 )
 
 // A program that embeds the gateway with its own business handler: every
-// new message reaches Handle exactly once; retransmissions and resent
-// interchanges are answered by the gateway without calling it.
+// new message is accepted exactly once; retransmissions of accepted messages
+// and resent interchanges are answered by the gateway without calling it.
+// Handle runs at least once per accepted key (again after a crash between
+// its side effect and the accept): key its side effects on
+// Message.IdempotencyKey / Payload.IdempotencyKey to make them exactly once.
 func Example_embedding() {
 	cfg, err := config.Load("gateway.yaml")
 	if err != nil {

@@ -244,41 +244,45 @@ func (w *statusWriter) Flush() {
 	}
 }
 
-// certificates lists every partner certificate and identity key for
-// gateway_certificate_expiry_seconds.
+// certificates lists every partner certificate and identity key of the
+// configuration in force, for gateway_certificate_expiry_seconds.
 func (s *Server) certificates() []metrics.Certificate {
 	var out []metrics.Certificate
-	dir := s.Partners
-	for _, p := range dir.Partners {
-		if p.AS2 != nil {
-			for _, c := range dir.AS2Certificates(p) {
-				out = append(out, metrics.Certificate{Partner: p.ID, Kind: "as2", Cert: c})
-			}
-		}
-		if p.AS4 != nil {
-			for _, c := range dir.AS4Certificates(p) {
-				out = append(out, metrics.Certificate{Partner: p.ID, Kind: "as4", Cert: c})
-			}
-		}
-	}
-	for _, c := range s.identityCerts {
-		out = append(out, metrics.Certificate{Kind: "identity", Cert: c})
+	for _, c := range s.Current().Certificates {
+		out = append(out, metrics.Certificate{Partner: c.Partner, Kind: c.Use, Cert: c.Cert})
 	}
 	return out
 }
 
 // partnerIDs are the label values the metrics accept as partners.
 func (s *Server) partnerIDs() []string {
-	ids := make([]string, 0, len(s.Partners.Partners))
-	for _, p := range s.Partners.Partners {
+	dir := s.Directory()
+	ids := make([]string, 0, len(dir.Partners))
+	for _, p := range dir.Partners {
 		ids = append(ids, p.ID)
 	}
 	return ids
 }
 
 // RefreshMetrics tells the metrics about the current partner directory (the
-// partner label values); call it after the directory was replaced.
+// partner label values); reloads call it.
 func (s *Server) RefreshMetrics() { s.Metrics.SetPartners(s.partnerIDs()) }
+
+// startMetrics exports what is read at scrape time (certificates, outbox)
+// and counts reloads by result, refreshing the partner labels after each.
+func (s *Server) startMetrics() {
+	s.RefreshMetrics()
+	s.Metrics.WatchCertificates(s.certificates)
+	if st := s.outboxStats(s.Backend.Outbox()); st != nil {
+		s.Metrics.WatchOutbox(st)
+	}
+	s.OnReload(func(st ReloadStatus) {
+		s.Metrics.ConfigReload(st.OK)
+		if st.OK {
+			s.RefreshMetrics()
+		}
+	})
+}
 
 // outboxStats reads the outbox queue for the metrics, bounded by the
 // readiness timeout.

@@ -62,7 +62,7 @@ func main() {
 	}
 	defer srv.Close()
 	srv.SetHandler(&erp{})
-	fmt.Println("embedded gateway ready:", len(srv.Partners.Partners), "partners")
+	fmt.Println("embedded gateway ready:", len(srv.Directory().Partners), "partners")
 }
 `
 

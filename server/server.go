@@ -5,7 +5,6 @@ package server
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,19 +33,21 @@ var Version = "dev"
 type Server struct {
 	Config   *config.Config
 	Backend  store.Backend
-	Partners *partners.Directory
 	Pipeline *exchange.Pipeline
 	Log      *slog.Logger
 	// Metrics are served on the admin listener's /metrics.
 	Metrics *metrics.Metrics
 
+	// reload holds the partner directory and identity keys in force
+	// (Current, Directory, Reload: reload.go).
+	reload reloadState
+	notify func()
+
 	mux   *http.ServeMux
 	admin adminState
-	// identityCerts are our keys' certificates (for the expiry metric);
 	// endpoints name the mounted protocol endpoints (for the start-up log).
-	identityCerts []*x509.Certificate
-	endpoints     []string
-	closers       []func() error
+	endpoints []string
+	closers   []func() error
 	// background workers (the async MDN dispatcher) run while serving.
 	background []func(context.Context) error
 	// base is the context of every exchange; cancelled when shutdown runs
@@ -69,7 +70,6 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 	for _, w := range dir.Warnings {
 		log.Warn("partner configuration", "warning", w)
 	}
-	s.Partners = dir
 	be, err := store.Open(ctx, cfg.Store, dedup.Options{Lease: cfg.Lease})
 	if err != nil {
 		return nil, fmt.Errorf("server: open store %s: %w", cfg.Redacted(), err)
@@ -120,19 +120,16 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 		})
 	}
 	s.Pipeline = &exchange.Pipeline{Store: timedStore{Store: be, m: s.Metrics}, Audit: sink, Handler: timedHandler{h: handler, m: s.Metrics}, Log: log, Lease: cfg.Lease, Quarantine: cfg.QuarantineDir}
-	if err := s.checkWindows(); err != nil {
+	if err := checkWindows(dir, cfg.Retention); err != nil {
 		s.Close()
 		return nil, err
 	}
-	if err := s.mountProtocols(); err != nil {
+	if err := s.mountProtocols(dir); err != nil {
 		s.Close()
 		return nil, err
 	}
-	s.RefreshMetrics()
-	s.Metrics.WatchCertificates(s.certificates)
-	if st := s.outboxStats(s.Backend.Outbox()); st != nil {
-		s.Metrics.WatchOutbox(st)
-	}
+	s.startReloading()
+	s.startMetrics()
 	return s, nil
 }
 
@@ -201,7 +198,9 @@ func (s *Server) ServeListeners(ctx context.Context, ln, admin net.Listener) err
 	stopAdmin, err := s.startAdmin(admin, adminErr)
 	if err != nil {
 		ln.Close()
-		admin.Close()
+		if admin != nil {
+			admin.Close()
+		}
 		return err
 	}
 	defer stopAdmin(5 * time.Second)
@@ -255,7 +254,7 @@ func (s *Server) logListening(ln, admin net.Listener) {
 	}
 	s.Log.Info("gateway listening", "addr", ln.Addr().String(), "tls", c.TLS.Cert != "",
 		"endpoints", s.endpoints, "admin", adminAddr, "admin_tls", c.Admin.TLS.Cert != "",
-		"admin_auth", adminAuth(c.Admin), "store", c.Redacted(), "partners", len(s.Partners.Partners))
+		"admin_auth", adminAuth(c.Admin), "store", c.Redacted(), "partners", len(s.Directory().Partners))
 }
 
 func adminAuth(a config.Admin) string {

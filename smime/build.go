@@ -131,9 +131,11 @@ func Build(payload []byte, contentType, filename string, opts BuildOptions) (*Bu
 	if err != nil {
 		return nil, fmt.Errorf("smime: build: %w", err)
 	}
-	micInput := payload // unsigned, unencrypted: content without headers
-	if encrypting && !signing {
-		micInput = cur.bytes() // encrypted, unsigned: the (uncompressed) entity
+	micInput := payload // plain: content without headers
+	if (encrypting || opts.Compression != NoCompression) && !signing {
+		// Encrypted or compressed, unsigned: the uncompressed entity with
+		// its MIME headers (RFC 4130 §7.3.1, RFC 5402 §4).
+		micInput = cur.bytes()
 	}
 
 	if opts.Compression == CompressThenSign || (opts.Compression != NoCompression && !signing) {

@@ -17,8 +17,10 @@ import (
 //     own digest this equals its messageDigest;
 //   - encrypted, unsigned messages: the decrypted (and decompressed) MIME
 //     entity with its headers, or the bare payload;
-//   - unsigned, unencrypted messages: the (decompressed) content without
-//     MIME headers.
+//   - compressed, unsigned, unencrypted messages: the decompressed MIME
+//     entity with all its headers (RFC 5402 §4), or the content only with
+//     Options.ContentOnlyCompressedMIC;
+//   - plain messages: the content without MIME headers.
 func (r *Result) MIC(alg string) (string, error) {
 	h, err := cms.DigestHash(alg)
 	if err != nil {

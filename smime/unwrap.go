@@ -53,6 +53,11 @@ type Options struct {
 	// lines, converted to CRLF (for partners or proxies that turned CRLF
 	// into LF). The bytes that verified are always the MIC input.
 	StrictLineEndings bool
+	// ContentOnlyCompressedMIC takes the MIC of a compressed, unsigned,
+	// unencrypted message over the decompressed content without its MIME
+	// headers, for senders that digest it so. The default follows RFC 5402
+	// §4: the uncompressed data including all its MIME header fields.
+	ContentOnlyCompressedMIC bool
 }
 
 // Result is an unwrapped AS2 message.
@@ -214,7 +219,7 @@ func UnwrapEntity(e *Entity, opts Options) (*Result, error) {
 				res.ContentType = DefaultContentType
 			}
 			res.MediaType, _, _ = parseMediaType(res.ContentType)
-			res.setUnsignedMIC(inner, inner)
+			res.setUnsignedMIC(inner, inner, opts)
 			return res, nil
 		}
 		cur = next
@@ -232,19 +237,21 @@ func UnwrapEntity(e *Entity, opts Options) (*Result, error) {
 		res.ContentType = res.MediaType
 	}
 	res.Filename = cur.Filename()
-	res.setUnsignedMIC(innerUnsigned, payload)
+	res.setUnsignedMIC(innerUnsigned, payload, opts)
 	return res, nil
 }
 
 // setUnsignedMIC sets the MIC input of an unsigned message: RFC 4130 §7.3.1
-// and RFC 5402 §4 take an encrypted, unsigned message's MIC over the
-// decrypted (and decompressed) entity with its MIME headers, and an
-// unsigned, unencrypted message's over its content without headers.
-func (r *Result) setUnsignedMIC(innerEntity, content []byte) {
+// takes an encrypted, unsigned message's MIC over the decrypted entity with
+// its MIME headers, and RFC 5402 §4 an unsigned compressed one's over the
+// uncompressed data including all MIME header fields (encrypted or not,
+// unless opts.ContentOnlyCompressedMIC); a plain message's MIC is over its
+// content without headers.
+func (r *Result) setUnsignedMIC(innerEntity, content []byte, opts Options) {
 	if r.Signed {
 		return
 	}
-	if r.Encrypted {
+	if r.Encrypted || r.Compressed && !opts.ContentOnlyCompressedMIC {
 		r.micInput = innerEntity
 		return
 	}
@@ -316,7 +323,7 @@ func (r *Result) verifyMultipartSigned(e *Entity, params map[string]string, opts
 		candidates = appendLineEndingRepairs(candidates, signed)
 	}
 	now := opts.now()
-	var firstErr error
+	var errs []error
 	for i, c := range candidates {
 		s, err := cms.VerifyDetached(sig, c, opts.Trusted, now)
 		if err == nil {
@@ -327,14 +334,30 @@ func (r *Result) verifyMultipartSigned(e *Entity, params map[string]string, opts
 			}
 			return parts[0], nil
 		}
-		if firstErr == nil {
-			firstErr = err
-		}
+		errs = append(errs, err)
 		if !errors.Is(err, cms.ErrBadSignature) {
 			break // only a digest mismatch can be a line-ending problem
 		}
 	}
-	return nil, firstErr
+	return nil, verificationError(errs)
+}
+
+// verificationError classifies the failed verification attempts of one
+// signature (the exact bytes, then the line-ending repairs) regardless of
+// their order: if any attempt verified cryptographically but its
+// certificate is not valid now, that is the reason (authentication-failed
+// naming the certificate), since the other attempts only failed on bytes
+// that were not the signed ones; otherwise the first attempt's error.
+func verificationError(errs []error) error {
+	for _, err := range errs {
+		if errors.Is(err, cms.ErrCertificateExpired) {
+			return err
+		}
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("%w: no verification attempt", cms.ErrBadSignature)
+	}
+	return errs[0]
 }
 
 // appendLineEndingRepairs adds the signed part with its header block's bare

@@ -89,7 +89,7 @@ func verifySignatureValue(alg signatureAlgorithm, pub crypto.PublicKey, signed, 
 			return policyErr("RSA key of %d bits, at least %d required", k.N.BitLen(), minRSABits)
 		}
 		if err := rsa.VerifyPKCS1v15(k, alg.hash, digest(alg.hash, signed), sig); err != nil {
-			return authErr("signature value does not verify: %v", err)
+			return authErrCause(err, "signature value does not verify")
 		}
 		return nil
 	case *ecdsa.PublicKey:

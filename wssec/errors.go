@@ -56,3 +56,32 @@ func policyErr(format string, a ...any) error {
 func xmlErr(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidXML}, a...)...)
 }
+
+// causeError is one of our errors caused by a foreign one (a base64, XML,
+// X.509 or crypto package error): Error gives both for the log, Reason only
+// ours, so that partners are not shown another package's error text.
+type causeError struct {
+	ours, cause error
+}
+
+func (e *causeError) Error() string   { return e.ours.Error() + ": " + e.cause.Error() }
+func (e *causeError) Unwrap() []error { return []error{e.ours, e.cause} }
+
+func authErrCause(cause error, format string, a ...any) error {
+	return &causeError{authErr(format, a...), cause}
+}
+
+func xmlErrCause(cause error, format string, a ...any) error {
+	return &causeError{xmlErr(format, a...), cause}
+}
+
+// Reason is the text of an error of this package for the sending partner:
+// Error without the text of a foreign error that caused it (which stays in
+// Error, for the log).
+func Reason(err error) string {
+	var ce *causeError
+	if errors.As(err, &ce) {
+		return ce.ours.Error()
+	}
+	return err.Error()
+}

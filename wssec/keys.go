@@ -86,7 +86,7 @@ func (s *Signature) resolveTokenReference(r *etree.Element, trusted []*x509.Cert
 		}
 		id, err := decodeBase64(r.Text())
 		if err != nil {
-			return nil, authErr("KeyIdentifier: %v", err)
+			return nil, authErrCause(err, "KeyIdentifier is not base64")
 		}
 		switch vt {
 		case ValueTypeX509SKI:
@@ -139,7 +139,7 @@ func resolveX509Data(d *etree.Element, trusted []*x509.Certificate) (*x509.Certi
 	case isElement(k, NamespaceDSig, "X509SKI"):
 		id, err := decodeBase64(k.Text())
 		if err != nil {
-			return nil, authErr("X509SKI: %v", err)
+			return nil, authErrCause(err, "X509SKI is not base64")
 		}
 		return matchSKI(id, trusted)
 	case isElement(k, NamespaceDSig, "X509Certificate"):
@@ -153,7 +153,7 @@ func resolveX509Data(d *etree.Element, trusted []*x509.Certificate) (*x509.Certi
 func matchCertificate(b64 string, trusted []*x509.Certificate) (*x509.Certificate, error) {
 	der, err := decodeBase64(b64)
 	if err != nil {
-		return nil, authErr("certificate token: %v", err)
+		return nil, authErrCause(err, "certificate token is not base64")
 	}
 	for _, c := range trusted {
 		if bytes.Equal(c.Raw, der) {

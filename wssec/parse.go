@@ -56,7 +56,7 @@ func ParseEnvelope(r io.Reader, limits Limits) (*etree.Document, error) {
 	limits = limits.withDefaults()
 	b, err := io.ReadAll(io.LimitReader(r, limits.MaxBytes+1))
 	if err != nil {
-		return nil, xmlErr("read envelope: %v", err)
+		return nil, xmlErrCause(err, "the envelope could not be read")
 	}
 	if int64(len(b)) > limits.MaxBytes {
 		return nil, xmlErr("envelope larger than %d bytes", limits.MaxBytes)
@@ -89,7 +89,7 @@ func parseXML(b []byte, limits Limits) (*etree.Document, error) {
 		MaxDepth:      limits.MaxDepth + 1,
 	}
 	if err := doc.ReadFromBytes(b); err != nil {
-		return nil, xmlErr("parse: %v", err)
+		return nil, xmlErrCause(err, "the envelope is not well-formed XML")
 	}
 	return doc, nil
 }
@@ -116,7 +116,7 @@ func prescan(b []byte, limits Limits) error {
 			break
 		}
 		if err != nil {
-			return xmlErr("%v", err)
+			return xmlErrCause(err, "the envelope is not well-formed XML")
 		}
 		switch t := tok.(type) {
 		case xml.Directive:

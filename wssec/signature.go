@@ -118,7 +118,7 @@ func ParseSignature(doc *etree.Document, opts VerifyOptions) (*Signature, error)
 		return nil, policyErr("no ds:SignatureValue")
 	}
 	if s.value, err = decodeBase64(sv.Text()); err != nil {
-		return nil, authErr("ds:SignatureValue: %v", err)
+		return nil, authErrCause(err, "ds:SignatureValue is not base64")
 	}
 	return s, nil
 }
@@ -260,7 +260,7 @@ func (s *Signature) parseReference(re *etree.Element) (Reference, error) {
 	}
 	r.DigestValue = strings.TrimSpace(dv.Text())
 	if r.digest, err = decodeBase64(r.DigestValue); err != nil {
-		return r, authErr("reference %q: DigestValue: %v", r.URI, err)
+		return r, authErrCause(err, "reference %q: DigestValue is not base64", r.URI)
 	}
 	return r, nil
 }
@@ -275,7 +275,7 @@ func (s *Signature) VerifySignedInfo(cert *x509.Certificate) error {
 	}
 	signed, err := canonicalize(s.SignedInfo, s.c14n, s.PrefixList, nil)
 	if err != nil {
-		return authErr("canonicalize SignedInfo: %v", err)
+		return authErrCause(err, "ds:SignedInfo could not be canonicalized")
 	}
 	return verifySignatureValue(s.sigAlg, cert.PublicKey, signed, s.value, s.minRSABits)
 }
@@ -325,7 +325,7 @@ func (s *Signature) VerifyReference(i int, atts []Attachment) (*etree.Element, e
 			return nil, policyErr("reference %q: transform %q not supported for attachments", r.URI, r.Transforms[0].Algorithm)
 		}
 		if octets, err = attachmentOctets(att, complete, s.limits); err != nil {
-			return nil, authErr("reference %q: %v", r.URI, err)
+			return nil, authErrCause(err, "reference %q could not be digested", r.URI)
 		}
 	default:
 		return nil, policyErr("reference URI %q not supported (want #id or cid:)", r.URI)
@@ -362,7 +362,7 @@ func (s *Signature) elementOctets(r Reference, target *etree.Element) ([]byte, e
 	}
 	out, err := canonicalize(target, m, prefixList, skip)
 	if err != nil {
-		return nil, authErr("reference %q: %v", r.URI, err)
+		return nil, authErrCause(err, "reference %q could not be digested", r.URI)
 	}
 	return out, nil
 }
@@ -377,7 +377,7 @@ func cidContentID(uri string) (string, error) {
 	}
 	id, err := url.PathUnescape(uri[4:])
 	if err != nil {
-		return "", authErr("reference %q: invalid %%-encoding: %v", uri, err)
+		return "", authErrCause(err, "reference %q: invalid %%-encoding", uri)
 	}
 	return id, nil
 }

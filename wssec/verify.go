@@ -217,7 +217,7 @@ func (s *Signature) timestamp(opts VerifyOptions) (*Timestamp, *etree.Element, e
 		}
 		t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(c.Text()))
 		if err != nil {
-			return nil, nil, authErr("wsu:%s %q: %v", f.name, c.Text(), err)
+			return nil, nil, authErrCause(err, "wsu:%s %q is not an xsd:dateTime", f.name, c.Text())
 		}
 		*f.dst = t
 	}

@@ -29,7 +29,14 @@
 //     message; a duplicate gets the stored receipt byte for byte; a message
 //     in flight elsewhere gets 503 with Retry-After; a handler failure gets
 //     a signed EBMS:0004 error with HTTP 500 and a SOAP Receiver fault, so
-//     that the partner retransmits and the retransmission is processed anew.
+//     that the partner retransmits and the retransmission is processed anew;
+//     a damaged business envelope, drift and quarantined drift get a signed
+//     EBMS:0004 with HTTP 200: permanent, the same bytes would be refused
+//     again (see replies.Failed).
+//
+// Every eb:Error names an incident reference (exchange.NewIncident) that the
+// log line and the audit record of the refusal carry with the detail; the
+// partner gets our reason, never a parser's or crypto package's error text.
 //
 // Choices, with their reasons:
 //
@@ -210,12 +217,15 @@ func New(cfg Config) (*Endpoint, error) {
 	return &Endpoint{cfg: cfg, signer: signer, log: log}, nil
 }
 
-// trace is what the endpoint logs about one request.
+// trace is what the endpoint logs and audits about one request.
 type trace struct {
 	partner, messageID string
-	err                *as4.Error
-	pipeline           bool
-	test               bool
+	// key is the transport key, once the sender's party is known.
+	key      dedup.Key
+	err      *as4.Error
+	incident string
+	pipeline bool
+	test     bool
 }
 
 // ServeHTTP implements http.Handler.
@@ -244,6 +254,9 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	attrs := []any{"partner", tr.partner, "protocol", string(exchange.AS4), "message_id", tr.messageID,
 		"status", statusOf(reply), "disposition", reply.Disposition, "duration_ms", time.Since(start).Milliseconds()}
+	if tr.incident != "" {
+		attrs = append(attrs, "incident", tr.incident)
+	}
 	switch {
 	case tr.err != nil:
 		attrs = append(attrs, "error_code", tr.err.Code, "detail", tr.err.Detail)
@@ -259,13 +272,11 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// auditRejected records a message refused before the pipeline, as the AS2
-// endpoint does: the pipeline's audit sink gets a "rejected" reply record
-// with the ebMS error code as its disposition. A failure is logged; the
-// error signal is already sent.
+// auditRejected records a message refused before the pipeline, with the
+// detail the partner was not told and the incident it was.
 func (e *Endpoint) auditRejected(ctx context.Context, tr *trace, reply exchange.Reply) {
-	a := e.cfg.Pipeline.Audit
-	if a == nil {
+	sink := e.cfg.Pipeline.Audit
+	if sink == nil {
 		return
 	}
 	detail := tr.err.Detail
@@ -274,9 +285,10 @@ func (e *Endpoint) auditRejected(ctx context.Context, tr *trace, reply exchange.
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := a.Write(actx, audit.Record{Time: e.cfg.Now().UTC(), Step: audit.StepReply, Partner: tr.partner,
-		Protocol: string(exchange.AS4), MessageID: tr.messageID, Decision: "rejected", Disposition: reply.Disposition,
-		Error: detail}); err != nil {
+	err := sink.Write(actx, audit.Record{Time: e.cfg.Now().UTC(), Step: audit.StepReply, Partner: tr.partner,
+		Protocol: string(exchange.AS4), MessageID: dedup.NormalizeMessageID(tr.messageID), Key: string(tr.key),
+		Decision: "rejected", Disposition: reply.Disposition, Error: truncate(detail), Incident: tr.incident})
+	if err != nil {
 		e.log.Error("audit write failed", "partner", tr.partner, "protocol", string(exchange.AS4), "message_id", tr.messageID, "err", err)
 	}
 }
@@ -360,6 +372,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 			fmt.Sprintf("no trading partner agreement for eb:From PartyId %s", partyList(unverified.UserMessage.From)), nil), msgID)
 	}
 	tr.partner = partner.ID
+	tr.key = dedup.TransportKey(string(exchange.AS4), from.Type, from.Value, msgID)
 	pa := partner.AS4
 
 	if ae := e.refuseCBC(env.Doc); ae != nil {
@@ -446,18 +459,14 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		Received:     e.cfg.Now(),
 		Headers:      headers(um, pm),
 		Payloads:     payloads,
-		TransportKey: dedup.TransportKey(string(exchange.AS4), from.Type, from.Value, msgID),
-	}
-	onDrift := exchange.DriftReject
-	if partner.OnDrift == string(exchange.DriftAccept) {
-		onDrift = exchange.DriftAccept
+		TransportKey: tr.key,
 	}
 	tr.pipeline = true
 	return e.cfg.Pipeline.Process(ctx, exchange.Inbound{
 		Message: msg,
 		Replies: &replies{e: e, um: um, refs: refs},
 		Window:  pa.DedupWindow.Std(),
-		OnDrift: onDrift,
+		OnDrift: exchange.DriftPolicyOf(partner.OnDrift),
 	})
 }
 
@@ -718,9 +727,10 @@ func decryptError(err error) *as4.Error {
 }
 
 // securityError maps a wssec error to an ebMS error; its text describes the
-// message, not our keys, and is passed on.
+// message, not our keys, and is passed on without the text of foreign
+// errors (base64, XML, crypto) behind it (wssec.Reason).
 func securityError(err error) *as4.Error {
-	detail := truncate(err.Error())
+	detail := truncate(wssec.Reason(err))
 	switch wssec.Code(err) {
 	case wssec.CodePolicyNoncompliance:
 		return as4.PolicyNoncompliance(detail, err)

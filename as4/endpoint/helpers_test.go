@@ -24,6 +24,7 @@ import (
 	"net/textproto"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -208,6 +209,8 @@ type recorder struct {
 	msgs  []recorded
 	// before, if set, runs first; its error fails the delivery.
 	before func(call int) error
+	// observe, if set, sees every message handed to the handler.
+	observe func(m *exchange.Message)
 }
 
 type recorded struct {
@@ -219,8 +222,11 @@ func (r *recorder) Handle(ctx context.Context, m *exchange.Message) error {
 	r.mu.Lock()
 	r.calls++
 	n := r.calls
-	before := r.before
+	before, observe := r.before, r.observe
 	r.mu.Unlock()
+	if observe != nil {
+		observe(m)
+	}
 	if before != nil {
 		if err := before(n); err != nil {
 			return err
@@ -260,6 +266,8 @@ type harness struct {
 	handler *recorder
 	store   *sqlitestore.Store
 	logs    *logBuffer
+	// quarantine is the pipeline's quarantine directory.
+	quarantine string
 }
 
 type harnessOptions struct {
@@ -269,6 +277,11 @@ type harnessOptions struct {
 	now         func() time.Time
 	maxBody     int64
 	lease       time.Duration
+	// ledger turns on business-level (interchange) dedup; onDrift replaces
+	// acme's on_drift (default reject); quarantine is set as the
+	// pipeline's quarantine directory in either case.
+	ledger  bool
+	onDrift string
 }
 
 // defaultPartners is the generated agreement: acme (RSA and Ed25519
@@ -309,6 +322,9 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	k := getKeys(t)
 	if o.partnerYAML == nil {
 		o.partnerYAML = defaultPartners(t, k)
+		if o.onDrift != "" {
+			o.partnerYAML["acme.yaml"] = strings.Replace(o.partnerYAML["acme.yaml"], "on_drift: reject", "on_drift: "+o.onDrift, 1)
+		}
 	}
 	if o.keys == nil {
 		o.keys = []xmlenc.KeyPair{k.gatewayRSA, k.gatewayX25519}
@@ -325,9 +341,12 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	h := &harness{handler: &recorder{}, store: st, logs: &logBuffer{}}
+	h := &harness{handler: &recorder{}, store: st, logs: &logBuffer{}, quarantine: filepath.Join(t.TempDir(), "quarantine")}
 	log := slog.New(slog.NewJSONHandler(h.logs, nil))
-	pl := &exchange.Pipeline{Store: st, Audit: st.AuditSink(), Handler: h.handler, Log: log, Lease: o.lease}
+	pl := &exchange.Pipeline{Store: st, Audit: st.AuditSink(), Handler: h.handler, Log: log, Lease: o.lease, Quarantine: h.quarantine}
+	if o.ledger {
+		pl.Ledger = st
+	}
 	ep, err := endpoint.New(endpoint.Config{
 		Partners: dir, Keys: o.keys, Pipeline: pl,
 		PartyID: o.party.Value, PartyType: o.party.Type,
@@ -525,3 +544,6 @@ func wsuID(el *etree.Element) string {
 }
 
 func strip(s string) string { return strings.TrimSpace(s) }
+
+// incidentRE matches an incident reference (exchange.NewIncident).
+var incidentRE = regexp.MustCompile(`GW-[0-9A-HJKMNP-TV-Z]{6}`)

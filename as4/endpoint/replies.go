@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/beevik/etree"
 
@@ -33,21 +34,31 @@ func (r *replies) Duplicate(ctx context.Context, stored exchange.Reply, d dedup.
 	return stored, nil
 }
 
-// Failed answers a handler failure with a retryable error (HTTP 500, SOAP
-// Receiver fault, EBMS:0004) and payload drift with a permanent EBMS:0004
-// naming the message id and both hashes.
+// Failed answers every exchange.FailureKind with a signed EBMS:0004 Other
+// (severity failure) whose eb:ErrorDetail gives the reason and the
+// incident reference. A handler failure is retryable (HTTP 500, SOAP
+// Receiver fault), so the partner retransmits; drift, quarantine and a
+// damaged business envelope are permanent (HTTP 200), so it stops: the same
+// bytes would be refused again. EBMS:0004 because ebMS 3 Core §6.7 has no
+// code for the business document itself (0003 and 0011 are about the ebMS
+// header and payload references, 0303 about decompression), and phase4 too
+// answers errors of the business side with EBMS:0004.
 func (r *replies) Failed(ctx context.Context, f *exchange.Failure) (exchange.Reply, error) {
 	id := r.um.MessageInfo.MessageID
+	note := " (" + exchange.IncidentNote(f.Incident) + ")"
+	var detail string
+	retryable := false
 	switch f.Kind {
 	case exchange.HandlerFailed:
-		ae := as4.Other("the message was not delivered to the business application and is not acknowledged; retransmit it", f.Err).WithRef(id)
-		return r.e.signalError(ae, id, true)
-	case exchange.Drift:
-		ae := as4.Other(fmt.Sprintf("eb:MessageId %s was accepted before with payload SHA-256 %s; this message has payload SHA-256 %s: a changed document needs a new eb:MessageId",
-			id, f.StoredSHA256, f.PayloadSHA256), f.Err).WithRef(id)
-		return r.e.signalError(ae, id, false)
+		detail, retryable = "the message was not delivered to the business application and is not acknowledged; retransmit it", true
+	case exchange.Drift, exchange.Quarantined:
+		detail = "the message was not processed: " + f.Reason + "; a changed document needs a new eb:MessageId (and, for EDI, a new interchange reference)"
+	case exchange.Damaged:
+		detail = "the message was not processed: its business envelope is damaged: " + f.Reason
+	default:
+		return exchange.Reply{}, fmt.Errorf("as4 endpoint: no ebMS error for failure kind %s", f.Kind)
 	}
-	return exchange.Reply{}, fmt.Errorf("as4 endpoint: unknown failure kind %d", f.Kind)
+	return r.e.signalError(as4.Other(truncate(detail)+note, f.Err).WithRef(id), id, retryable)
 }
 
 // receiptReply builds and signs the receipt of um.
@@ -124,6 +135,8 @@ func (e *Endpoint) reject(tr *trace, ae *as4.Error, refTo string) exchange.Reply
 	if refTo != "" && ae.RefToMessageID == "" {
 		ae = ae.WithRef(refTo)
 	}
+	tr.incident = exchange.NewIncident()
+	ae.Detail = strings.TrimSpace(ae.Detail + " (" + exchange.IncidentNote(tr.incident) + ")")
 	tr.err = ae
 	reply, err := e.signalError(ae, refTo, false)
 	if err != nil {
@@ -139,11 +152,15 @@ func (e *Endpoint) internalError(tr *trace, err error) exchange.Reply {
 	} else {
 		tr.err.Err = errors.Join(tr.err.Err, err)
 	}
+	if tr.incident == "" {
+		tr.incident = exchange.NewIncident()
+	}
 	return exchange.Reply{
 		Status:      http.StatusInternalServerError,
 		Header:      http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
-		Body:        []byte("internal error; the message was not processed, please retransmit\n"),
+		Body:        []byte("internal error; the message was not processed, please retransmit (" + exchange.IncidentNote(tr.incident) + ")\n"),
 		Disposition: "http-500",
+		Incident:    tr.incident,
 	}
 }
 

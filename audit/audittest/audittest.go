@@ -25,7 +25,7 @@ func ExerciseReader(t *testing.T, s ReadableSink) {
 		{Time: base, Step: audit.StepReceived, Partner: "acme", Protocol: "as2", MessageID: "m1", Key: "k1", Reference: "R1", PayloadSHA256: "h1"},
 		{Time: base.Add(time.Second), Step: audit.StepDecision, Partner: "acme", Protocol: "as2", MessageID: "m1", Key: "k1", Reference: "R1", Decision: "new"},
 		{Time: base.Add(time.Hour), Step: audit.StepDecision, Partner: "acme", Protocol: "as2", MessageID: "m2", Key: "k2", Reference: "R1", Decision: "duplicate-interchange", InterchangeKey: "ik"},
-		{Time: base.Add(2 * time.Hour), Step: audit.StepReply, Partner: "beta", Protocol: "as4", MessageID: "m1", Key: "k3", Disposition: "receipt", Error: "ünïcode \x01"},
+		{Time: base.Add(2 * time.Hour), Step: audit.StepReply, Partner: "beta", Protocol: "as4", MessageID: "m1", Key: "k3", Disposition: "receipt", Error: "ünïcode \x01", Incident: "GW-7K3QX9"},
 	}
 	for _, r := range recs {
 		if err := s.Write(ctx, r); err != nil {
@@ -43,6 +43,7 @@ func ExerciseReader(t *testing.T, s ReadableSink) {
 		{"message any partner", audit.Query{MessageID: "m1"}, []int{0, 1, 3}},
 		{"key", audit.Query{Key: "k2"}, []int{2}},
 		{"reference", audit.Query{Reference: "R1"}, []int{0, 1, 2}},
+		{"incident", audit.Query{Incident: "GW-7K3QX9"}, []int{3}},
 		{"from", audit.Query{From: base.Add(time.Hour)}, []int{2, 3}},
 		{"to", audit.Query{To: base.Add(time.Hour)}, []int{0, 1}},
 		{"limit", audit.Query{Limit: 2}, []int{0, 1}},
@@ -61,7 +62,8 @@ func ExerciseReader(t *testing.T, s ReadableSink) {
 			g := got[i]
 			if !g.Time.Equal(w.Time) || g.Step != w.Step || g.Partner != w.Partner || g.MessageID != w.MessageID ||
 				g.Key != w.Key || g.Reference != w.Reference || g.Decision != w.Decision || g.Error != w.Error ||
-				g.InterchangeKey != w.InterchangeKey || g.Disposition != w.Disposition || g.PayloadSHA256 != w.PayloadSHA256 {
+				g.InterchangeKey != w.InterchangeKey || g.Disposition != w.Disposition || g.PayloadSHA256 != w.PayloadSHA256 ||
+				g.Incident != w.Incident {
 				t.Errorf("%s: record %d = %+v, want %+v", tc.name, i, g, w)
 			}
 		}

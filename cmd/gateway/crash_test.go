@@ -40,7 +40,9 @@ func freePort(t *testing.T) string {
 func startGateway(t *testing.T, cfg, addr string, extraEnv ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "serve", "-config", cfg)
-	cmd.Env = append(os.Environ(), append([]string{"GATEWAY_TEST_RUN_MAIN=1"}, extraEnv...)...)
+	// The admin listener on a port of the kernel's choice, so that tests
+	// (and other gateways on this machine) never compete for 9090.
+	cmd.Env = append(os.Environ(), append([]string{"GATEWAY_TEST_RUN_MAIN=1", "GATEWAY_ADMIN_LISTEN=127.0.0.1:0"}, extraEnv...)...)
 	logf, err := os.Create(filepath.Join(filepath.Dir(cfg), fmt.Sprintf("serve-%d.log", time.Now().UnixNano())))
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +123,7 @@ shutdown_timeout: 1s
 		sent <- err
 	}()
 	inbox := filepath.Join(dir, "inbox", "demo")
-	waitFor(t, func() bool { files, _ := os.ReadDir(inbox); return len(files) == 1 }, "payload written by the first run")
+	waitFor(t, func() bool { return len(inboxFiles(inbox)) == 1 }, "payload written by the first run")
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -146,10 +148,22 @@ shutdown_timeout: 1s
 	if !res.OK() || !strings.Contains(res.MDN.Disposition.String(), "duplicate-document") || !res.MDN.MICMatched {
 		t.Fatalf("second resend: %v %v", res.Problems, res.MDN.Disposition)
 	}
-	files, _ := os.ReadDir(inbox)
-	if len(files) != 1 {
-		t.Fatalf("inbox holds %d files, want exactly 1", len(files))
+	if files := inboxFiles(inbox); len(files) != 1 {
+		t.Fatalf("inbox holds %d files, want exactly 1: %v", len(files), files)
 	}
+}
+
+// inboxFiles lists the delivered payloads in dir: not the temporary files
+// (".tmp-…") of a write in progress, which a kill -9 can leave behind.
+func inboxFiles(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), ".") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
 }
 
 func waitFor(t *testing.T, cond func() bool, what string) {

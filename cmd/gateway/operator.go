@@ -112,7 +112,7 @@ func messages(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w: -limit must be positive", errUsage)
 	}
 	ctx := context.Background()
-	_, be, err := openBackend(ctx, *cfgPath)
+	_, be, err := openBackend(ctx, "messages", *cfgPath)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"strings"
 	"time"
 
 	"gateway/audit"
@@ -16,11 +19,31 @@ import (
 	"gateway/store"
 )
 
-// openBackend opens the configured store for an operator command.
-func openBackend(ctx context.Context, cfgPath string) (*config.Config, store.Backend, error) {
+// openBackend opens the configured store for an operator command that
+// reads or changes the gateway's state. It refuses rather than answer from a
+// database it would have to create: a configuration (-config,
+// $GATEWAY_CONFIG, or at least $GATEWAY_STORE) is required, a memory: store
+// holds no state between processes, and the SQLite file must exist.
+func openBackend(ctx context.Context, command, cfgPath string) (*config.Config, store.Backend, error) {
+	if _, storeSet := os.LookupEnv("GATEWAY_STORE"); cfgPath == "" && !storeSet {
+		return nil, nil, fmt.Errorf("%s needs a configuration: pass -config FILE or set $GATEWAY_CONFIG (or $GATEWAY_STORE); "+
+			"it does not fall back to the default store", command)
+	}
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		return nil, nil, err
+	}
+	if cfg.Store == "memory:" {
+		return nil, nil, fmt.Errorf("%s: the store is memory:, which keeps no state between processes", command)
+	}
+	if rest, ok := strings.CutPrefix(cfg.Store, "sqlite:"); ok {
+		path := strings.TrimPrefix(rest, "//")
+		if _, err := os.Stat(path); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, nil, fmt.Errorf("%s: the SQLite database %s does not exist (wrong -config or store setting?); not creating one", command, path)
+			}
+			return nil, nil, fmt.Errorf("%s: SQLite database: %w", command, err)
+		}
 	}
 	be, err := store.Open(ctx, cfg.Store, dedup.Options{Lease: cfg.Lease})
 	if err != nil {
@@ -40,7 +63,7 @@ func dedupPurge(args []string, stdout io.Writer) error {
 		return err
 	}
 	ctx := context.Background()
-	cfg, be, err := openBackend(ctx, *cfgPath)
+	cfg, be, err := openBackend(ctx, "dedup purge", *cfgPath)
 	if err != nil {
 		return err
 	}
@@ -90,7 +113,7 @@ func auditExport(args []string, stdout io.Writer) error {
 		*t.dst = v
 	}
 	ctx := context.Background()
-	_, be, err := openBackend(ctx, *cfgPath)
+	_, be, err := openBackend(ctx, "audit export", *cfgPath)
 	if err != nil {
 		return err
 	}

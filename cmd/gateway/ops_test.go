@@ -61,3 +61,55 @@ func TestAuditExportAndPurgeOnSQLite(t *testing.T) {
 		t.Fatalf("purge output %q", out.String())
 	}
 }
+
+// State commands never answer from a database they would have to create:
+// without a configuration they refuse, and with one naming an SQLite file
+// that does not exist they refuse rather than create it.
+func TestStateCommandsRefuseWithoutConfigOrDatabase(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	t.Setenv("GATEWAY_CONFIG", "")
+	t.Setenv("GATEWAY_STORE", "")
+	os.Unsetenv("GATEWAY_STORE")
+	missing := filepath.Join(dir, "cfg", "gateway.yaml")
+	os.MkdirAll(filepath.Join(dir, "cfg", "partners"), 0o750)
+	os.WriteFile(missing, []byte("store: sqlite:state/gw.db\npartners: partners\n"), 0o600)
+	mem := filepath.Join(dir, "cfg", "memory.yaml")
+	os.WriteFile(mem, []byte("store: \"memory:\"\npartners: partners\n"), 0o600)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"export without config", []string{"audit", "export", "-reference", "R"}, "needs a configuration"},
+		{"purge without config", []string{"dedup", "purge"}, "needs a configuration"},
+		{"export, database missing", []string{"audit", "export", "-config", missing, "-reference", "R"}, "does not exist"},
+		{"purge, database missing", []string{"dedup", "purge", "-config", missing}, "does not exist"},
+		{"export, memory store", []string{"audit", "export", "-config", mem}, "memory:"},
+		{"purge, memory store", []string{"dedup", "purge", "-config", mem}, "memory:"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(tc.args, &out, &errb)
+		if code == 0 || !strings.Contains(errb.String(), tc.want) || out.Len() != 0 {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q (want non-zero exit naming %q)", tc.name, code, out.String(), errb.String(), tc.want)
+		}
+	}
+	for _, p := range []string{filepath.Join(dir, "var"), filepath.Join(dir, "cfg", "state")} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s was created (%v)", p, err)
+		}
+	}
+
+	// An explicit store in the environment is a configuration too.
+	db := filepath.Join(dir, "env.db")
+	be, err := store.Open(context.Background(), "sqlite:"+db, dedup.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be.Close()
+	t.Setenv("GATEWAY_STORE", "sqlite:"+db)
+	var out, errb bytes.Buffer
+	if code := run([]string{"audit", "export", "-reference", "R"}, &out, &errb); code != 0 {
+		t.Fatalf("export with GATEWAY_STORE: exit %d, %s", code, errb.String())
+	}
+}

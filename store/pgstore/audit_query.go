@@ -29,6 +29,9 @@ func (a *AuditSink) Query(ctx context.Context, q audit.Query) ([]audit.Record, e
 	if q.Reference != "" {
 		add("reference = $%d", q.Reference)
 	}
+	if q.Incident != "" {
+		add("incident = $%d", q.Incident)
+	}
 	if !q.From.IsZero() {
 		add("recorded_at >= $%d", q.From)
 	}

@@ -25,6 +25,9 @@ func (a *AuditSink) Query(ctx context.Context, q audit.Query) ([]audit.Record, e
 	if q.Reference != "" {
 		add("reference = ?", q.Reference)
 	}
+	if q.Incident != "" {
+		add("incident = ?", q.Incident)
+	}
 	if !q.From.IsZero() {
 		add("recorded_at >= ?", q.From.UnixMicro())
 	}

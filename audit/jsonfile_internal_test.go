@@ -1,0 +1,176 @@
+package audit
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// faultyFile is an *os.File whose writes stop after room bytes (a full
+// disk: the first bytes of a record land, the rest is refused), whose Sync
+// can fail, and whose Truncate can fail.
+type faultyFile struct {
+	*os.File
+	room         int // -1: unlimited
+	failSync     bool
+	failTruncate bool
+}
+
+func (f *faultyFile) Write(b []byte) (int, error) {
+	if f.room < 0 || len(b) <= f.room {
+		if f.room >= 0 {
+			f.room -= len(b)
+		}
+		return f.File.Write(b)
+	}
+	n, _ := f.File.Write(b[:f.room])
+	f.room = 0
+	return n, syscall.ENOSPC
+}
+
+func (f *faultyFile) Sync() error {
+	if f.failSync {
+		return syscall.EIO
+	}
+	return f.File.Sync()
+}
+
+func (f *faultyFile) Truncate(n int64) error {
+	if f.failTruncate {
+		return syscall.EIO
+	}
+	return f.File.Truncate(n)
+}
+
+func openFaulty(t *testing.T, path string) (*JSONFile, *faultyFile) {
+	t.Helper()
+	osf, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff := &faultyFile{File: osf, room: -1}
+	s, err := newJSONFile(ff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, ff
+}
+
+// lines parses the file strictly: every line must be a whole record.
+func lines(t *testing.T, path string) []string {
+	t.Helper()
+	b, _ := os.ReadFile(path)
+	if len(b) > 0 && b[len(b)-1] != '\n' {
+		t.Errorf("file ends inside a record: %q", b)
+	}
+	var ids []string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		var r Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Errorf("invalid JSON line %q", sc.Text())
+			continue
+		}
+		ids = append(ids, r.MessageID)
+	}
+	return ids
+}
+
+func TestJSONFileFailedWriteIsRolledBack(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		fail func(*faultyFile)
+	}{
+		{"short write", func(f *faultyFile) { f.room = 25 }},
+		{"sync fails", func(f *faultyFile) { f.failSync = true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "audit.jsonl")
+			s, ff := openFaulty(t, path)
+			if err := s.Write(ctx, Record{MessageID: "m1"}); err != nil {
+				t.Fatal(err)
+			}
+			tc.fail(ff)
+			err := s.Write(ctx, Record{MessageID: "lost", Error: "a record longer than the room left on the disk"})
+			if err == nil {
+				t.Fatal("failed write reported success")
+			}
+			if tc.name == "short write" && !errors.Is(err, syscall.ENOSPC) {
+				t.Errorf("error %v does not wrap ENOSPC", err)
+			}
+			*ff = faultyFile{File: ff.File, room: -1} // space returns
+			if err := s.Write(ctx, Record{MessageID: "m2"}); err != nil {
+				t.Fatal(err)
+			}
+			if got := lines(t, path); len(got) != 2 || got[0] != "m1" || got[1] != "m2" {
+				t.Fatalf("records %q", got)
+			}
+		})
+	}
+}
+
+// When the rollback itself fails, the next record starts on a new line and
+// readers skip the fragment; once truncation works again the fragment goes.
+func TestJSONFileFragmentNeverGluesToNextRecord(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	s, ff := openFaulty(t, path)
+	s.Write(ctx, Record{MessageID: "m1"})
+	ff.room, ff.failTruncate = 25, true
+	if err := s.Write(ctx, Record{MessageID: "lost", Error: "longer than the room left"}); err == nil {
+		t.Fatal("failed write reported success")
+	}
+	ff.room = -1
+	if err := s.Write(ctx, Record{MessageID: "m2"}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	var valid, invalid int
+	for sc.Scan() {
+		var r Record
+		if json.Unmarshal(sc.Bytes(), &r) == nil {
+			valid++
+		} else {
+			invalid++
+		}
+	}
+	if valid != 2 || invalid != 1 {
+		t.Fatalf("%d whole records and %d fragments in %q", valid, invalid, b)
+	}
+	got, err := QueryJSONFile(ctx, path, Query{})
+	if err != nil || len(got) != 2 || got[0].MessageID != "m1" || got[1].MessageID != "m2" {
+		t.Fatalf("query: %v %+v", err, got)
+	}
+}
+
+// A crash in the middle of a record leaves a fragment at the end of the
+// file: opening the sink truncates it, and readers skip it before that.
+func TestJSONFileTornTailFromCrash(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	os.WriteFile(path, []byte(`{"message_id":"m1"}`+"\n"+`{"message_id":"m`), 0o640)
+	got, err := QueryJSONFile(ctx, path, Query{})
+	if err != nil || len(got) != 1 || got[0].MessageID != "m1" {
+		t.Fatalf("query over a torn tail: %v %+v", err, got)
+	}
+	s, err := OpenJSONFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Write(ctx, Record{MessageID: "m2"}); err != nil {
+		t.Fatal(err)
+	}
+	if ids := lines(t, path); len(ids) != 2 || ids[1] != "m2" {
+		t.Fatalf("records %q", ids)
+	}
+}
