@@ -153,3 +153,17 @@ func TestMessagesAndLogVocabulary(t *testing.T) {
 		}
 	}
 }
+
+func TestMessagesRefusesWithoutAStore(t *testing.T) {
+	t.Setenv("GATEWAY_CONFIG", "")
+	var out, errb bytes.Buffer
+	if code := run([]string{"messages"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "messages needs a configuration") {
+		t.Errorf("without a configuration: %d %s", code, errb.String())
+	}
+	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
+	os.WriteFile(cfg, []byte("store: sqlite:missing.db\n"), 0o600)
+	errb.Reset()
+	if code := run([]string{"messages", "-config", cfg}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "does not exist") {
+		t.Errorf("missing SQLite file: %d %s", code, errb.String())
+	}
+}
