@@ -26,6 +26,10 @@ type Config struct {
 	// Lease is how long a claim holds a message before another delivery may
 	// take it over; the handler must finish within it.
 	Lease time.Duration `mapstructure:"lease"`
+	// InFlightRetryAfter is the Retry-After sent to a delivery whose message
+	// another delivery is processing: "auto" (an estimate from recent
+	// handler times) or a duration; never more than the lease left.
+	InFlightRetryAfter string `mapstructure:"in_flight_retry_after"`
 	// Retention is how long accepted keys are kept (never less than the
 	// longest partner dedup window).
 	Retention time.Duration `mapstructure:"retention"`
@@ -144,6 +148,7 @@ var defaults = map[string]any{
 	"tls.key":                    "",
 	"store":                      "sqlite:var/gateway.db",
 	"lease":                      5 * time.Minute,
+	"in_flight_retry_after":      "auto",
 	"retention":                  90 * 24 * time.Hour,
 	"purge_interval":             time.Hour,
 	"partners":                   "partners",
@@ -291,6 +296,9 @@ func (c *Config) validate() error {
 	if c.Lease < time.Second {
 		errs = append(errs, fmt.Errorf("lease: %s is shorter than 1s", c.Lease))
 	}
+	if _, err := c.InFlightRetryAfterFixed(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Retention < time.Hour {
 		errs = append(errs, fmt.Errorf("retention: %s is shorter than 1h", c.Retention))
 	}
@@ -359,6 +367,19 @@ func IsLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// InFlightRetryAfterFixed is in_flight_retry_after as a duration: zero for
+// "auto", else the configured value (at least 1s).
+func (c *Config) InFlightRetryAfterFixed() (time.Duration, error) {
+	if c.InFlightRetryAfter == "auto" || c.InFlightRetryAfter == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(c.InFlightRetryAfter)
+	if err != nil || d < time.Second {
+		return 0, fmt.Errorf("in_flight_retry_after: %q is neither auto nor a duration of at least 1s", c.InFlightRetryAfter)
+	}
+	return d, nil
 }
 
 // redactURL hides a password in a store URL for messages.

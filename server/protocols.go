@@ -15,6 +15,7 @@ import (
 	"gateway/config"
 	"gateway/outbox"
 	"gateway/partners"
+	"gateway/retention"
 	"gateway/xmlenc"
 )
 
@@ -114,18 +115,9 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 
 // checkWindows refuses a retention shorter than a partner's dedup window:
 // purging inside a window would let a late retransmission through.
-func checkWindows(d *partners.Directory, retention time.Duration) error {
-	for _, p := range d.Partners {
-		var w time.Duration
-		if p.AS2 != nil && p.AS2.DedupWindow.Std() > w {
-			w = p.AS2.DedupWindow.Std()
-		}
-		if p.AS4 != nil && p.AS4.DedupWindow.Std() > w {
-			w = p.AS4.DedupWindow.Std()
-		}
-		if w > retention {
-			return fmt.Errorf("server: retention %s is shorter than partner %s's dedup window %s (%s)", retention, p.ID, w, p.File)
-		}
+func checkWindows(d *partners.Directory, retentionPeriod time.Duration) error {
+	if err := retention.CheckWindows(retentionPeriod, d.Partners); err != nil {
+		return fmt.Errorf("server: %w", err)
 	}
 	return nil
 }

@@ -120,6 +120,8 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 		})
 	}
 	s.Pipeline = &exchange.Pipeline{Store: timedStore{Store: be, m: s.Metrics}, Audit: sink, Handler: timedHandler{h: handler, m: s.Metrics}, Log: log, Lease: cfg.Lease, Quarantine: cfg.QuarantineDir}
+	s.Pipeline.InFlightRetryAfter, _ = cfg.InFlightRetryAfterFixed() // validated by config.Load
+	s.background = append(s.background, s.Pipeline.RetryAbandons)
 	if err := checkWindows(dir, cfg.Retention); err != nil {
 		s.Close()
 		return nil, err
