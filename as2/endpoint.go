@@ -165,7 +165,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	lg := e.log.With("protocol", "as2", "message_id", req.MessageID, "as2_from", req.From, "as2_to", req.To)
+	lg := e.log.With("protocol", "as2", "message_id", dedup.NormalizeMessageID(req.MessageID), "as2_from", req.From, "as2_to", req.To)
 	if r.ContentLength > e.cfg.MaxBodyBytes {
 		// Refused before a byte of the body is read.
 		lg.Warn("as2 message refused: body too large", "status", http.StatusRequestEntityTooLarge, "limit", e.cfg.MaxBodyBytes, "content_length", r.ContentLength)

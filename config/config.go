@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,6 +53,8 @@ type Config struct {
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
 	// LogLevel: debug, info, warn, error.
 	LogLevel string `mapstructure:"log_level"`
+	// Admin is the operators' listener (metrics, health, readiness).
+	Admin Admin `mapstructure:"admin"`
 	// CertWarning is how long before expiry a partner or identity
 	// certificate is warned about (partners check, serve).
 	CertWarning time.Duration `mapstructure:"cert_warning"`
@@ -67,6 +70,31 @@ type Config struct {
 type TLS struct {
 	Cert string `mapstructure:"cert"`
 	Key  string `mapstructure:"key"`
+}
+
+// Admin configures the admin listener: /metrics, /healthz, /readyz and,
+// when enabled, /debug/pprof/. Partners never reach it.
+type Admin struct {
+	// Listen is the admin listen address; a non-loopback address needs
+	// Token or TLS.ClientCA.
+	Listen string `mapstructure:"listen"`
+	// Token is the bearer token every admin request must carry. It is read
+	// from GATEWAY_ADMIN_TOKEN or from TokenFile, never from the YAML file.
+	Token     string   `mapstructure:"token"`
+	TokenFile string   `mapstructure:"token_file"`
+	TLS       AdminTLS `mapstructure:"tls"`
+	// Pprof mounts net/http/pprof under /debug/pprof/.
+	Pprof bool `mapstructure:"pprof"`
+	// ReadyTimeout bounds each /readyz check (store, audit).
+	ReadyTimeout time.Duration `mapstructure:"ready_timeout"`
+}
+
+// AdminTLS serves the admin listener over HTTPS; ClientCA, when set,
+// requires a client certificate issued by it (mTLS).
+type AdminTLS struct {
+	Cert     string `mapstructure:"cert"`
+	Key      string `mapstructure:"key"`
+	ClientCA string `mapstructure:"client_ca"`
 }
 
 // Identity is the gateway's own names and keys.
@@ -159,6 +187,14 @@ var defaults = map[string]any{
 	"archive_dir":                "var/archive",
 	"shutdown_timeout":           30 * time.Second,
 	"log_level":                  "info",
+	"admin.listen":               "127.0.0.1:9090",
+	"admin.token":                "",
+	"admin.token_file":           "",
+	"admin.tls.cert":             "",
+	"admin.tls.key":              "",
+	"admin.tls.client_ca":        "",
+	"admin.pprof":                false,
+	"admin.ready_timeout":        2 * time.Second,
 	"cert_warning":               30 * 24 * time.Hour,
 	"reload_on_change":           true,
 }
@@ -213,7 +249,8 @@ func Load(path string) (*Config, error) {
 		base := filepath.Dir(path)
 		for key, p := range map[string]*string{"tls.cert": &c.TLS.Cert, "tls.key": &c.TLS.Key, "partners": &c.Partners,
 			"handler.inbox": &c.Handler.Inbox, "audit.file": &c.Audit.File, "spool_dir": &c.SpoolDir,
-			"quarantine_dir": &c.QuarantineDir, "archive_dir": &c.ArchiveDir} {
+			"quarantine_dir": &c.QuarantineDir, "archive_dir": &c.ArchiveDir, "admin.token_file": &c.Admin.TokenFile,
+			"admin.tls.cert": &c.Admin.TLS.Cert, "admin.tls.key": &c.Admin.TLS.Key, "admin.tls.client_ca": &c.Admin.TLS.ClientCA} {
 			if fromFile(v, key) {
 				*p = resolve(base, *p)
 			}
@@ -226,6 +263,18 @@ func Load(path string) (*Config, error) {
 		}
 		if rest, ok := strings.CutPrefix(c.Store, "sqlite:"); ok && rest != "" && fromFile(v, "store") && !strings.HasPrefix(rest, "//") {
 			c.Store = "sqlite:" + resolve(base, rest)
+		}
+	}
+	if path != "" && fromFile(v, "admin.token") {
+		return nil, fmt.Errorf("config: %s: admin.token: keep the token out of the file; set GATEWAY_ADMIN_TOKEN or admin.token_file", path)
+	}
+	if c.Admin.Token == "" && c.Admin.TokenFile != "" {
+		b, err := os.ReadFile(c.Admin.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: %s: admin.token_file: %w", displayName(path), err)
+		}
+		if c.Admin.Token = strings.TrimSpace(string(b)); c.Admin.Token == "" {
+			return nil, fmt.Errorf("config: %s: admin.token_file: %s is empty", displayName(path), c.Admin.TokenFile)
 		}
 	}
 	if err := c.validate(); err != nil {
@@ -255,6 +304,14 @@ func resolve(base, p string) string {
 		return p
 	}
 	return filepath.Join(base, p)
+}
+
+// Check validates c again, after a program changed it (command-line flags).
+func (c *Config) Check() error {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("config: %s: %w", displayName(c.File), err)
+	}
+	return nil
 }
 
 func (c *Config) validate() error {
@@ -311,6 +368,7 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", v.name))
 		}
 	}
+	errs = append(errs, c.Admin.validate()...)
 	if c.CertWarning < 0 {
 		errs = append(errs, errors.New("cert_warning: must not be negative"))
 	}
@@ -320,6 +378,42 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("log_level: %q is not one of debug, info, warn, error", c.LogLevel))
 	}
 	return errors.Join(errs...)
+}
+
+func (a *Admin) validate() []error {
+	var errs []error
+	if a.Listen == "" {
+		errs = append(errs, errors.New("admin.listen: required"))
+	} else if !IsLoopback(a.Listen) && a.Token == "" && a.TLS.ClientCA == "" {
+		errs = append(errs, fmt.Errorf("admin.listen: %s is not a loopback address: set an admin token (GATEWAY_ADMIN_TOKEN or admin.token_file) or admin.tls.client_ca", a.Listen))
+	}
+	if (a.TLS.Cert == "") != (a.TLS.Key == "") {
+		errs = append(errs, errors.New("admin.tls: cert and key must be set together"))
+	}
+	if a.TLS.ClientCA != "" && a.TLS.Cert == "" {
+		errs = append(errs, errors.New("admin.tls.client_ca: needs admin.tls.cert and admin.tls.key"))
+	}
+	if a.Token != "" && len(a.Token) < 16 {
+		errs = append(errs, errors.New("admin token: shorter than 16 characters"))
+	}
+	if a.ReadyTimeout <= 0 {
+		errs = append(errs, errors.New("admin.ready_timeout: must be positive"))
+	}
+	return errs
+}
+
+// IsLoopback reports whether a listen address binds only the loopback
+// interface (127.0.0.0/8, ::1 or localhost); ":9090" binds every interface.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // InFlightRetryAfterFixed is in_flight_retry_after as a duration: zero for

@@ -418,7 +418,11 @@ func (p *Pipeline) accept(ctx context.Context, m *Message, token dedup.Token, he
 	if rec.Reference != "" {
 		lg = lg.With("reference", rec.Reference)
 	}
-	lg.Info("message accepted", "decision", decision, "disposition", reply.Disposition)
+	msg := "message accepted"
+	if decision == "duplicate-interchange" {
+		msg = "duplicate interchange answered; not processed again"
+	}
+	lg.Info(msg, "decision", decision, "disposition", reply.Disposition)
 	p.auditBestEffort(ctx, rec, audit.StepReply, decision, reply.Disposition, nil)
 	return reply
 }

@@ -92,8 +92,11 @@ func Handler(next http.Handler, o BodyOptions) http.Handler {
 		if o.MinRate > 0 {
 			b.rc = http.NewResponseController(w)
 		}
+		// WithContext copies the request: net/http still sees its own body
+		// when it decides how to close the connection after a refusal.
+		r = r.WithContext(WithReservation(r.Context(), res))
 		r.Body = b
-		next.ServeHTTP(w, r.WithContext(WithReservation(r.Context(), res)))
+		next.ServeHTTP(w, r)
 	})
 }
 

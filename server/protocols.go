@@ -26,8 +26,8 @@ import (
 // arrives (Reload replaces it).
 func (s *Server) mountProtocols(dir *partners.Directory) error {
 	cfg := s.Config
-	s.Pipeline.Ledger = s.Backend
-	ob := s.Backend.Outbox()
+	s.Pipeline.Ledger = timedLedger{Ledger: s.Backend, m: s.Metrics}
+	ob := countedOutbox{Store: s.Backend.Outbox(), m: s.Metrics}
 	// Every attempt re-checks the URL against the partner's current
 	// agreement and the addresses it connects to (issue 8 item 4).
 	d := &outbox.Dispatcher{Store: ob, Log: s.Log, UserAgent: "gateway/" + Version, Audit: s.Pipeline.Audit,
@@ -60,11 +60,13 @@ func (s *Server) mountProtocols(dir *partners.Directory) error {
 	}
 	if snap.as2 != nil {
 		s.reload.as2Mounted = true
-		s.mux.Handle(cfg.AS2.Path, bodyLimits("as2", s.handle(func(c *Snapshot) http.Handler { return c.as2 })))
+		s.mux.Handle(cfg.AS2.Path, instrumentHTTP(s.Metrics, "as2", bodyLimits("as2", s.handle(func(c *Snapshot) http.Handler { return c.as2 }))))
+		s.endpoints = append(s.endpoints, "as2 "+cfg.AS2.Path)
 	}
 	if snap.as4 != nil {
 		s.reload.as4Mounted = true
-		s.mux.Handle(cfg.AS4.Path, bodyLimits("as4", s.handle(func(c *Snapshot) http.Handler { return c.as4 })))
+		s.mux.Handle(cfg.AS4.Path, instrumentHTTP(s.Metrics, "as4", bodyLimits("as4", s.handle(func(c *Snapshot) http.Handler { return c.as4 }))))
+		s.endpoints = append(s.endpoints, "as4 "+cfg.AS4.Path)
 	}
 	return nil
 }
