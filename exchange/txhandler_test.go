@@ -334,3 +334,22 @@ func TestTxHandlerNeedsATxAcceptor(t *testing.T) {
 		t.Fatalf("Process: %d %s", r.Status, r.Body)
 	}
 }
+
+// The handler's context carries the transaction and ends inside the lease.
+func TestTxHandlerContextEndsInsideTheLease(t *testing.T) {
+	f := txBackends(t)["sqlite"](t)
+	f.p.Lease = 10 * time.Second
+	var deadline time.Time
+	var ok bool
+	start := time.Now()
+	f.p.TxHandler = TxHandlerFunc(func(ctx context.Context, tx Tx, m *Message) error {
+		deadline, ok = ctx.Deadline()
+		// A store write with the handler's ctx joins the transaction (with
+		// one SQLite connection, it would otherwise wait for it forever).
+		return f.p.Audit.Write(ctx, audit.Record{Key: string(m.TransportKey), Step: "test"})
+	})
+	r, _ := f.send("m1", "x", nil)
+	if r.Status != 200 || !ok || deadline.After(start.Add(f.p.Lease)) || deadline.Before(start.Add(f.p.Lease/2)) {
+		t.Fatalf("reply %d; handler deadline %v (set %v), lease ends %v", r.Status, deadline, ok, start.Add(f.p.Lease))
+	}
+}
