@@ -115,7 +115,8 @@ type KeyPair struct {
 
 // Handler selects the business handler.
 type Handler struct {
-	// Type: "dir" (write payloads under Inbox/<partner>/).
+	// Type: "dir" (write payloads under Inbox/<partner>/) or "table" (a row
+	// per payload in the gateway's database, in the accept transaction).
 	Type  string `mapstructure:"type"`
 	Inbox string `mapstructure:"inbox"`
 }
@@ -334,8 +335,8 @@ func (c *Config) validate() error {
 	if c.Retention < time.Hour {
 		errs = append(errs, fmt.Errorf("retention: %s is shorter than 1h", c.Retention))
 	}
-	if c.Handler.Type != "dir" {
-		errs = append(errs, fmt.Errorf("handler.type: %q is not one of: dir", c.Handler.Type))
+	if c.Handler.Type != "dir" && c.Handler.Type != "table" {
+		errs = append(errs, fmt.Errorf("handler.type: %q is not one of: dir, table", c.Handler.Type))
 	}
 	if c.Handler.Type == "dir" && c.Handler.Inbox == "" {
 		errs = append(errs, errors.New("handler.inbox: required for the dir handler"))

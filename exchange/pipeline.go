@@ -173,6 +173,11 @@ type Pipeline struct {
 	// (DefaultMaxPendingAbandons when zero); see RetryAbandons.
 	MaxPendingAbandons int
 	pendingAbandons    pendingAbandons
+
+	// TxHandler, when set, is run instead of Handler, inside the store's
+	// accept transaction (see TxHandler); the store must be a
+	// dedup.TxAcceptor (CheckTxHandler).
+	TxHandler TxHandler
 }
 
 // PayloadSHA256 is the hash of a message's payloads used for drift
@@ -346,6 +351,9 @@ func (p *Pipeline) claimed(ctx context.Context, in Inbound, ics []payloadInterch
 			return p.internalError(ctx, rec, lg, err)
 		}
 		return p.accept(ctx, m, token, nil, reply, rec, lg, "duplicate-interchange")
+	}
+	if p.TxHandler != nil {
+		return p.claimedTx(ctx, in, token, held, releaseInterchanges, rec, lg)
 	}
 	started := time.Now()
 	herr := p.runHandler(ctx, m)

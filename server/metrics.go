@@ -131,6 +131,24 @@ func (s timedStore) Abandon(ctx context.Context, key dedup.Key, token dedup.Toke
 
 func (s timedStore) observe(op string, start time.Time) { s.m.StoreOp(op, time.Since(start)) }
 
+// timeStore wraps be for the store latency metric, keeping its transactional
+// accept (dedup.TxAcceptor) visible when it has one.
+func timeStore(be dedup.Store, m *metrics.Metrics) dedup.Store {
+	t := timedStore{Store: be, m: m}
+	if _, ok := be.(dedup.TxAcceptor); ok {
+		return timedTxStore{t}
+	}
+	return t
+}
+
+// timedTxStore is a timedStore over a store with a transactional accept.
+type timedTxStore struct{ timedStore }
+
+func (s timedTxStore) AcceptTx(ctx context.Context, key dedup.Key, token dedup.Token, reply []byte, fn func(ctx context.Context, tx dedup.Tx) error) error {
+	defer s.observe("accept_tx", time.Now())
+	return s.Store.(dedup.TxAcceptor).AcceptTx(ctx, key, token, reply, fn)
+}
+
 // timedLedger observes the latency of the business ledger calls.
 type timedLedger struct {
 	dedup.Ledger

@@ -54,6 +54,7 @@ type Server struct {
 	// out of time so that handlers stop and claims are abandoned.
 	base       context.Context
 	cancelBase context.CancelFunc
+	fault      *faultKill // crash tests only (fault.go)
 }
 
 // New opens the store and loads partners and keys. The caller must Close it.
@@ -92,6 +93,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 	}
 	sink = metricsSink{Sink: sink, m: s.Metrics}
 	var handler exchange.Handler
+	var txHandler exchange.TxHandler
 	switch cfg.Handler.Type {
 	case "dir":
 		if err := os.MkdirAll(cfg.Handler.Inbox, 0o750); err != nil {
@@ -99,11 +101,18 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 			return nil, fmt.Errorf("server: inbox: %w", err)
 		}
 		handler = inbox.Dir{Root: cfg.Handler.Inbox}
+	case "table":
+		t, err := inbox.OpenTable(ctx, be)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("server: handler.type table: %w", err)
+		}
+		txHandler = t
 	default:
 		s.Close()
 		return nil, fmt.Errorf("server: unknown handler type %q", cfg.Handler.Type)
 	}
-	if d, err := time.ParseDuration(os.Getenv("GATEWAY_FAULT_HANDLER_DELAY")); err == nil && d > 0 {
+	if d, err := time.ParseDuration(os.Getenv("GATEWAY_FAULT_HANDLER_DELAY")); err == nil && d > 0 && handler != nil {
 		// Fault injection for crash tests: the handler's side effect is
 		// done, the accept is not, for d.
 		log.Warn("fault injection: handler delay after side effect", "delay", d)
@@ -119,9 +128,31 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 			return nil
 		})
 	}
-	s.Pipeline = &exchange.Pipeline{Store: timedStore{Store: be, m: s.Metrics}, Audit: sink, Handler: timedHandler{h: handler, m: s.Metrics}, Log: log, Lease: cfg.Lease, Quarantine: cfg.QuarantineDir}
+	if path := os.Getenv("GATEWAY_FAULT_JOURNAL"); path != "" && handler != nil {
+		h, closeJournal, err := journalHandler(path, handler)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		log.Warn("fault injection: plain handler journal", "file", path)
+		s.closers = append(s.closers, closeJournal)
+		handler = h
+	}
+	s.fault = newFaultKill(log)
+	if handler != nil {
+		handler = timedHandler{h: s.fault.wrapHandler(handler), m: s.Metrics}
+	}
+	if txHandler != nil {
+		txHandler = s.fault.wrapTxHandler(txHandler)
+	}
+	s.Pipeline = &exchange.Pipeline{Store: timeStore(be, s.Metrics), Audit: sink, Handler: handler, Log: log, Lease: cfg.Lease, Quarantine: cfg.QuarantineDir,
+		TxHandler: txHandler}
 	s.Pipeline.InFlightRetryAfter, _ = cfg.InFlightRetryAfterFixed() // validated by config.Load
 	s.background = append(s.background, s.Pipeline.RetryAbandons)
+	if err := s.Pipeline.CheckTxHandler(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if err := checkWindows(dir, cfg.Retention); err != nil {
 		s.Close()
 		return nil, err
@@ -139,6 +170,17 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 // program with its own plug-in).
 func (s *Server) SetHandler(h exchange.Handler) {
 	s.Pipeline.Handler = timedHandler{h: h, m: s.Metrics}
+}
+
+// SetTxHandler makes h the business handler, run inside the store's accept
+// transaction (see exchange.TxHandler), in place of any Handler. It fails,
+// changing nothing, when the store cannot run it (memory:).
+func (s *Server) SetTxHandler(h exchange.TxHandler) error {
+	if _, ok := s.Pipeline.Store.(dedup.TxAcceptor); !ok {
+		return fmt.Errorf("server: %w (store %s)", exchange.ErrNoTxAcceptor, s.Config.Redacted())
+	}
+	s.Pipeline.TxHandler = s.fault.wrapTxHandler(h)
+	return nil
 }
 
 // PartnerHandler is the HTTP handler of the partner listener: the protocol
@@ -183,11 +225,12 @@ func (s *Server) ServeListeners(ctx context.Context, ln, admin net.Listener) err
 	// Serve still waits for their claims to be abandoned or accepted: the
 	// caller closes the store when Serve returns.
 	var inflight sync.WaitGroup
+	mux := s.fault.wrapHTTP(s.mux)
 	hs := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inflight.Add(1)
 			defer inflight.Done()
-			s.mux.ServeHTTP(w, r)
+			mux.ServeHTTP(w, r)
 		}),
 		ReadHeaderTimeout: c.Limits.ReadHeaderTimeout,
 		ReadTimeout:       c.Limits.ReadTimeout,
