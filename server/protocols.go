@@ -105,6 +105,7 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 	snap := &Snapshot{Partners: dir, Keys: cfg.Identity.Keys, CertWarning: cfg.CertWarning, Loaded: time.Now()}
 	ids, _ := certcheck.IdentityCerts(cfg.Identity.Keys)
 	snap.Certificates = append(ids, certcheck.PartnerCerts(dir)...)
+	snap.Certificates = append(snap.Certificates, trustCerts(dir, cfg.Peppol)...)
 	id := s.Config.Identity // names and paths are fixed at start
 	if s.trust == nil {
 		s.trust = &trust.Checker{Log: s.Log}

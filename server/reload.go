@@ -235,7 +235,8 @@ func diffPartners(a, b *Snapshot) (added, removed, changed []string) {
 		case !ok:
 			added = append(added, id)
 		case !reflect.DeepEqual(p, q) || !sameCertList(a.Partners.AS2Certificates(q), b.Partners.AS2Certificates(p)) ||
-			!sameCertList(a.Partners.AS4Certificates(q), b.Partners.AS4Certificates(p)):
+			!sameCertList(a.Partners.AS4Certificates(q), b.Partners.AS4Certificates(p)) ||
+			!sameTrust(a.Partners.AS2Trust(q), b.Partners.AS2Trust(p)) || !sameTrust(a.Partners.AS4Trust(q), b.Partners.AS4Trust(p)):
 			changed = append(changed, id)
 		}
 	}
