@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -206,6 +208,14 @@ func TestCRL(t *testing.T) {
 	both := p.policy(trust.Revocation{Mode: trust.ModeBoth, OCSPResponder: trusttest.DownURL(t)})
 	if _, err := (&trust.Checker{}).Check(ctx, both, revoked.Cert, nil); !errors.Is(err, trust.ErrRevoked) {
 		t.Fatalf("both: %v", err)
+	}
+	// A redirect to a non-http(s) URL is not followed.
+	redir := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "file:///etc/passwd", http.StatusFound)
+	}))
+	defer redir.Close()
+	if _, err := (&trust.Checker{}).Check(ctx, p.policy(trust.Revocation{Mode: trust.ModeCRL, CRLURLs: []string{redir.URL + "/x.crl"}}), good.Cert, nil); !errors.Is(err, trust.ErrUndetermined) || !strings.Contains(err.Error(), "only http and https are followed") {
+		t.Fatalf("redirect: %v", err)
 	}
 	// A response over the size limit is refused.
 	p.files.Set("/big.crl", make([]byte, 2048))
