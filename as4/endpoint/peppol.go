@@ -29,7 +29,9 @@ func (e *Endpoint) peppolPartner(from as4.Party) (*partners.Partner, as4.PartyID
 		}
 		return &partners.Partner{ID: PeppolPartnerID, OnDrift: "reject", AS4: &partners.AS4{
 			PartyID: pid.Value, PartyType: pid.Type,
-			ClockSkew: partners.Duration(5 * time.Minute), DedupWindow: partners.Duration(partners.DefaultAS4Window),
+			// Peppol AS4 profile: payloads are always encrypted.
+			RequireEncryption: true,
+			ClockSkew:         partners.Duration(5 * time.Minute), DedupWindow: partners.Duration(partners.DefaultAS4Window),
 			PModes: []partners.PMode{{ID: "peppol"}},
 			Trust:  partners.Trust{Model: "ca", PartyIDIsCN: true},
 		}}, pid, true

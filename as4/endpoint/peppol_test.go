@@ -93,6 +93,7 @@ func TestPeppolAccessPoint(t *testing.T) {
 		service, action      string
 		payload              []byte // replaces the SBDH
 		issuerSerial         bool   // KeyInfo by IssuerSerial instead of the BST reference
+		plain                bool   // not encrypted
 	}
 	good := func(from trusttest.Issued, rcpt string) msg {
 		cn := from.Cert.Subject.CommonName
@@ -102,7 +103,9 @@ func TestPeppolAccessPoint(t *testing.T) {
 	var c *client.Client
 	build := func(id string, m msg) *client.Outgoing {
 		c = rsaClient(k)
-		c.Encryption = nil
+		if m.plain {
+			c.Encryption = nil
+		}
 		c.Signer, c.Certificate = m.from.Key, m.from.Cert
 		payload := m.payload
 		if payload == nil {
@@ -162,6 +165,7 @@ func TestPeppolAccessPoint(t *testing.T) {
 		{"service is not the SBDH process", func(m *msg) { m.service = "urn:fdc:peppol.eu:2017:poacc:ordering:01:1.0" }, "EBMS:0004", "eb:Service"},
 		{"action is not the SBDH document type", func(m *msg) { m.action = "busdox-docid-qns::urn:other" }, "EBMS:0004", "eb:Action"},
 		{"no SBDH", func(m *msg) { m.payload = invoiceXML }, "EBMS:0004", "SBDH"},
+		{"not encrypted", func(m *msg) { m.plain = true }, as4.CodePolicyNoncompliance, "not encrypted"},
 	}
 	for i, tc := range refused {
 		m := good(ap1, ourParticipants[0])
@@ -221,7 +225,7 @@ func TestPeppolAccessPoint(t *testing.T) {
 // reference with ds:X509Data/ds:X509IssuerSerial (KeyInfo is not signed).
 func keyInfoByIssuerSerial(t *testing.T, doc *etree.Document, c *x509.Certificate) {
 	t.Helper()
-	ki := find(doc.Root(), wssec.NamespaceDSig, "KeyInfo")
+	ki := find(find(doc.Root(), wssec.NamespaceDSig, "Signature"), wssec.NamespaceDSig, "KeyInfo")
 	for _, ch := range ki.ChildElements() {
 		ki.RemoveChild(ch)
 	}
