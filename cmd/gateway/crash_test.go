@@ -17,6 +17,7 @@ import (
 
 	"gateway/as2client"
 	"gateway/cms"
+	"gateway/inbox"
 )
 
 // TestMain lets the test binary act as the gateway binary: the crash test
@@ -118,8 +119,8 @@ shutdown_timeout: 1s
 		_, err := client.Send(ctx, msg)
 		sent <- err
 	}()
-	inbox := filepath.Join(dir, "inbox", "demo")
-	waitFor(t, func() bool { files, _ := os.ReadDir(inbox); return len(files) == 1 }, "payload written by the first run")
+	inboxDir := filepath.Join(dir, "inbox", "demo")
+	waitFor(t, func() bool { files, _ := inbox.Payloads(inboxDir); return len(files) == 1 }, "payload written by the first run")
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ shutdown_timeout: 1s
 	if !res.OK() || !strings.Contains(res.MDN.Disposition.String(), "duplicate-document") || !res.MDN.MICMatched {
 		t.Fatalf("second resend: %v %v", res.Problems, res.MDN.Disposition)
 	}
-	files, _ := os.ReadDir(inbox)
+	files, _ := inbox.Payloads(inboxDir)
 	if len(files) != 1 {
 		t.Fatalf("inbox holds %d files, want exactly 1", len(files))
 	}
