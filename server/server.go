@@ -19,7 +19,6 @@ import (
 	"gateway/config"
 	"gateway/dedup"
 	"gateway/exchange"
-	"gateway/inbox"
 	"gateway/partners"
 	"gateway/retention"
 	"gateway/store"
@@ -82,17 +81,10 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 	if cfg.Audit.BestEffort {
 		sink = audit.BestEffort(sink, log)
 	}
-	var handler exchange.Handler
-	switch cfg.Handler.Type {
-	case "dir":
-		if err := os.MkdirAll(cfg.Handler.Inbox, 0o750); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("server: inbox: %w", err)
-		}
-		handler = inbox.Dir{Root: cfg.Handler.Inbox}
-	default:
+	handler, err := buildHandler(cfg, log)
+	if err != nil {
 		s.Close()
-		return nil, fmt.Errorf("server: unknown handler type %q", cfg.Handler.Type)
+		return nil, err
 	}
 	if d, err := time.ParseDuration(os.Getenv("GATEWAY_FAULT_HANDLER_DELAY")); err == nil && d > 0 {
 		// Fault injection for crash tests: the handler's side effect is
