@@ -323,7 +323,7 @@ func (c *Config) validate() error {
 		if c.legacyHandler {
 			errs = append(errs, errors.New("handler and handlers are both set: move the handler into handlers (a last entry without match)"))
 		}
-		errs = append(errs, validateRoutes(c.Handlers)...)
+		errs = append(errs, validateRoutes(c.Handlers, c.Lease)...)
 	}
 	for i, k := range c.Identity.Keys {
 		if k.Cert == "" || k.Key == "" {
@@ -348,7 +348,7 @@ func (c *Config) validate() error {
 
 var routeName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 
-func validateRoutes(routes []Route) []error {
+func validateRoutes(routes []Route, lease time.Duration) []error {
 	var errs []error
 	seen := map[string]int{}
 	catchAll := -1
@@ -415,8 +415,8 @@ func validateRoutes(routes []Route) []error {
 					bad("http.url: holds a password; put the credential in the environment variable named by http.auth_header_env")
 				}
 			}
-			if h.Timeout < 0 {
-				bad("http.timeout: negative")
+			if h.Timeout < 0 || h.Timeout >= lease {
+				bad("http.timeout: %s is not between 0 and the lease (%s), within which the handler must finish", h.Timeout, lease)
 			}
 			if (h.CertFile == "") != (h.KeyFile == "") {
 				bad("http.cert_file and http.key_file must be set together")
@@ -435,8 +435,8 @@ func validateRoutes(routes []Route) []error {
 			if len(e.Command) == 0 || e.Command[0] == "" {
 				bad("exec.command: required (the program and its arguments as a list; no shell)")
 			}
-			if e.Timeout < 0 {
-				bad("exec.timeout: negative")
+			if e.Timeout < 0 || e.Timeout >= lease {
+				bad("exec.timeout: %s is not between 0 and the lease (%s), within which the handler must finish", e.Timeout, lease)
 			}
 			if e.MaxOutputBytes < 0 {
 				bad("exec.max_output_bytes: negative")
@@ -444,6 +444,8 @@ func validateRoutes(routes []Route) []error {
 			for _, n := range e.Env {
 				if !envName.MatchString(n) {
 					bad("exec.env: %q is not an environment variable name", n)
+				} else if strings.HasPrefix(strings.ToUpper(n), "GATEWAY_") {
+					bad("exec.env: %s: GATEWAY_ names are the metadata and the gateway's own settings (which may hold secrets), never passed on", n)
 				}
 			}
 		}

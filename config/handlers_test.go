@@ -98,6 +98,10 @@ func TestHandlersConfigErrors(t *testing.T) {
 		{"handlers:\n  - name: a\n    match: {protocol: as2, service: x}\n    type: dir\n    dir: {inbox: in}\n" + last, "AS4 values"},
 		{"handlers:\n  - name: a\n    match: {content_type: edifact}\n    type: dir\n    dir: {inbox: in}\n" + last, "not a media type pattern"},
 		{"handler:\n  inbox: in\nhandlers:\n" + last, "handler and handlers are both set"},
+		{"lease: 1m\nhandlers:\n  - name: a\n    type: http\n    http: {url: \"https://erp/in\", timeout: 1m}\n", "http.timeout: 1m0s is not between 0 and the lease (1m0s)"},
+		{"lease: 1m\nhandlers:\n  - name: a\n    type: exec\n    exec: {command: [x], timeout: 2m}\n", "exec.timeout: 2m0s is not between 0 and the lease"},
+		{"handlers:\n  - name: a\n    type: exec\n    exec: {command: [x], env: [GATEWAY_STORE]}\n", "exec.env: GATEWAY_STORE: GATEWAY_ names"},
+		{"handlers:\n  - name: a\n    type: exec\n    exec: {command: [x], env: [\"A=B\"]}\n", `exec.env: "A=B" is not`},
 	} {
 		_, err := Load(write(t, tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
