@@ -23,7 +23,7 @@ func checkName(t *testing.T, name string) {
 	if filepath.Base(name) != name || strings.ContainsAny(name, "/\\\x00") {
 		t.Fatalf("name %q has a path separator or NUL", name)
 	}
-	if len(name)+len(SidecarSuffix) > 255 {
+	if len(name) > 226 || len(name)+len(SidecarSuffix) > 255 {
 		t.Fatalf("name %q (%d bytes) too long for a file system with its sidecar", name, len(name))
 	}
 	for _, r := range name {
