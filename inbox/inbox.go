@@ -240,9 +240,10 @@ func sanitize(s string) string {
 
 // sanitizeID makes a message id or reference a file name part: safe
 // characters only (every other character, or invalid byte, becomes _), no
-// leading dots, at most n bytes (the start is kept).
+// leading dot (hidden file), - or + (taken for an option by rm * and
+// other tools), at most n bytes (the start is kept).
 func sanitizeID(s string, n int) string {
-	out := strings.TrimLeft(mapSafe(s), ".")
+	out := strings.TrimLeft(mapSafe(s), ".-+")
 	if len(out) > n {
 		out = out[:n]
 	}

@@ -20,6 +20,9 @@ func checkName(t *testing.T, name string) {
 	if name == "" || name == "." || name == ".." || strings.HasPrefix(name, ".") {
 		t.Fatalf("name %q is empty, a dot name or hidden", name)
 	}
+	if strings.HasPrefix(name, "-") || strings.HasPrefix(name, "+") {
+		t.Fatalf("name %q would be taken for a command-line option", name)
+	}
 	if filepath.Base(name) != name || strings.ContainsAny(name, "/\\\x00") {
 		t.Fatalf("name %q has a path separator or NUL", name)
 	}
@@ -81,6 +84,8 @@ func TestHostileMessageIDsAndFilenames(t *testing.T) {
 		{"a/b\\c:d*e?f\"g<h>i|j", "C:\\Windows\\system32\\x.dll", ""},
 		{"id", "report" + SidecarSuffix, ""},
 		{"...hidden", "...hidden", ""},
+		{"-rf", "-rf", ""},
+		{"--+-.-x", "x.edi", ""},
 		{"id", strings.Repeat(".", 300), ""},
 	} {
 		p := payload(tc.filename, "body")
