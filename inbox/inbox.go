@@ -178,26 +178,47 @@ func FileName(m *exchange.Message, i int) string {
 			prefix += "_" + ref
 		}
 	}
-	return prefix + "-" + LegacyFileName(m, i)
+	return prefix + "-" + keyed(m, i, sanitize)
 }
 
 // LegacyFileName is the name earlier versions gave payload i of m (key16,
-// sha12 and file name); a payload found under it is not written again.
+// sha12 and the file name as they sanitised it); a payload found under it
+// is not written again.
 func LegacyFileName(m *exchange.Message, i int) string {
-	p := m.Payloads[i]
-	return fmt.Sprintf("%s-%s-%s", string(m.TransportKey)[:min(16, len(m.TransportKey))], p.SHA256[:min(12, len(p.SHA256))], baseName(p))
+	return keyed(m, i, legacySanitize)
 }
 
-func baseName(p exchange.Payload) string {
+func keyed(m *exchange.Message, i int, clean func(string) string) string {
+	p := m.Payloads[i]
 	base := p.Filename
 	if base == "" {
 		base = p.ContentID
 	}
-	base = sanitize(base)
+	base = clean(base)
 	if base == "" {
 		base = "payload" + extension(p.ContentType)
 	}
-	return base
+	return fmt.Sprintf("%s-%s-%s", string(m.TransportKey)[:min(16, len(m.TransportKey))], p.SHA256[:min(12, len(p.SHA256))], base)
+}
+
+// legacySanitize is the file name sanitiser of earlier versions, kept
+// unchanged for LegacyFileName.
+func legacySanitize(s string) string {
+	s = filepath.Base(strings.ReplaceAll(s, "\\", "/"))
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	out := strings.TrimLeft(b.String(), ".")
+	if len(out) > 100 {
+		out = out[len(out)-100:]
+	}
+	return out
 }
 
 func extension(ct string) string {

@@ -202,7 +202,11 @@ func TestIdempotentRewriteKeepsOneSidecar(t *testing.T) {
 // findable names) is not written a second time by a rerun after upgrade.
 func TestLegacyNameCountsAsWritten(t *testing.T) {
 	root := t.TempDir()
-	m := msg(payload("a.edi", "one"))
+	m := msg(payload("a+b@c.edi", "one"))
+	// The name the previous version gave this payload.
+	if got := LegacyFileName(m, 0); got != string(m.TransportKey)[:16]+"-"+m.Payloads[0].SHA256[:12]+"-a_b_c.edi" {
+		t.Fatalf("legacy name %q", got)
+	}
 	dir := filepath.Join(root, "acme")
 	os.MkdirAll(dir, 0o750)
 	if err := os.WriteFile(filepath.Join(dir, LegacyFileName(m, 0)), []byte("one"), 0o600); err != nil {
