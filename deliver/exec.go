@@ -131,6 +131,15 @@ func (e *Exec) run(ctx context.Context, m *exchange.Message, i int) error {
 	if stdout.total > 0 {
 		lg.Debug("command stdout", "stdout", printable(stdout.buf, 1024, stdout.total))
 	}
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// The command exited, but something it started still holds its
+		// output: the exit status decides, the rest of its group goes.
+		killProcessGroup(cmd)
+		lg.Warn("command left a process holding its output open; process group killed", "exit", cmd.ProcessState.String())
+		if cmd.ProcessState.Success() {
+			return nil
+		}
+	}
 	if err == nil {
 		return nil
 	}

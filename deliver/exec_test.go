@@ -216,3 +216,35 @@ func TestExecConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// A command that exits 0 but leaves a child holding its output open
+// succeeds (its exit status decides) after the pipe grace, and the child
+// is killed with its process group.
+func TestExecLeftoverChildIsKilledAndExitStatusDecides(t *testing.T) {
+	var logs logLines
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	sh := script(t, "cat >/dev/null\nsleep 60 &\necho $! > "+pidFile+"\nexit 0\n")
+	e := newExec(t, ExecConfig{Command: []string{sh}, Log: logs.logger()})
+	m := testMessage()
+	m.Payloads = m.Payloads[:1]
+	start := time.Now()
+	if err := e.Handle(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %s", d)
+	}
+	b, _ := os.ReadFile(pidFile)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	deadline := time.Now().Add(3 * time.Second)
+	for pid > 0 && syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("left-over child %d still runs", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(logs.records(t, "command left a process holding its output open; process group killed")) != 1 {
+		t.Errorf("no warning logged: %s", logs.buf.String())
+	}
+}
