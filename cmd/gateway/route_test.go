@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -66,7 +67,7 @@ echo "$GATEWAY_PARTNER $GATEWAY_PROTOCOL $GATEWAY_MESSAGE_ID $GATEWAY_SERVICE $G
 	cfg.Handlers = []config.Route{
 		{Name: "erp", Match: config.RouteMatch{Protocol: "as2", ContentType: "application/edi*"}, Type: "http",
 			HTTP: config.HTTPHandler{URL: erp.URL + "/inbound", AuthHeaderEnv: "ERP_AUTH"}},
-		{Name: "mapper", Match: config.RouteMatch{Protocol: "as4", Service: "urn:demo:invoic*", Action: "Deliver"}, Type: "exec",
+		{Name: "mapper", Match: config.RouteMatch{Protocol: "as4", Service: "urn:demo:invoic*", Action: "Deliver", ContentType: "*/xml"}, Type: "exec",
 			Exec: config.ExecHandler{Command: []string{mapper}}},
 		{Name: "default", Type: "dir", Dir: config.DirHandler{Inbox: filepath.Join(dir, "inbox")}},
 	}
@@ -109,20 +110,20 @@ echo "$GATEWAY_PARTNER $GATEWAY_PROTOCOL $GATEWAY_MESSAGE_ID $GATEWAY_SERVICE $G
 	payload := filepath.Join(t.TempDir(), "invoice.xml")
 	ubl := `<?xml version="1.0"?><Invoice xmlns="urn:oasis:names:specification:ubl:schema:xsd:Invoice-2" xmlns:cbc="urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2"><cbc:ID>R-AS4-1</cbc:ID></Invoice>`
 	os.WriteFile(payload, []byte(ubl), 0o600)
-	send := func() (int, string) {
+	send := func(payload, id string) (int, string) {
 		var o, e bytes.Buffer
 		code := run([]string{"send-as4", "-url", srv.URL + "/as4",
 			"-key", filepath.Join(demo, "keys", "demo-partner.key"), "-cert", filepath.Join(demo, "partners", "demo-partner.pem"),
 			"-receipt-cert", filepath.Join(demo, "keys", "gateway.pem"), "-encrypt-cert", filepath.Join(demo, "keys", "gateway.pem"),
 			"-from", "urn:demo:partner", "-from-type", "urn:oasis:names:tc:ebcore:partyid-type:unregistered",
 			"-to", "urn:demo:gateway", "-to-type", "urn:oasis:names:tc:ebcore:partyid-type:unregistered",
-			"-service", "urn:demo:invoicing", "-action", "Deliver", "-message-id", "as4-route@demo", payload}, &o, &e)
+			"-service", "urn:demo:invoicing", "-action", "Deliver", "-message-id", id, payload}, &o, &e)
 		return code, o.String() + e.String()
 	}
-	if code, text := send(); code == 0 || !strings.Contains(text, "refused") {
+	if code, text := send(payload, "as4-route@demo"); code == 0 || !strings.Contains(text, "refused") {
 		t.Fatalf("AS4 first send (mapper exits 1): %d %s", code, text)
 	}
-	if code, text := send(); code != 0 || !strings.Contains(text, "signature valid") {
+	if code, text := send(payload, "as4-route@demo"); code != 0 || !strings.Contains(text, "signature valid") {
 		t.Fatalf("AS4 retransmission: %d %s", code, text)
 	}
 	var mapped []string
@@ -149,5 +150,47 @@ echo "$GATEWAY_PARTNER $GATEWAY_PROTOCOL $GATEWAY_MESSAGE_ID $GATEWAY_SERVICE $G
 	}
 	if files, _ := inbox.Payloads(filepath.Join(dir, "inbox", "demo")); len(files) != 0 {
 		t.Errorf("inbox holds %v: a routed message also reached the default", files)
+	}
+
+	// What no route takes reaches the inbox, findable by message id and
+	// reference: AS2 XML (erp takes EDI only), AS4 EDIFACT (mapper takes
+	// XML only).
+	xmsg, err := c.Prepare([]byte(strings.Replace(ubl, "R-AS4-1", "R-AS2-2", 1)), "application/xml", "invoice.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.Send(context.Background(), xmsg); err != nil || !res.OK() {
+		t.Fatalf("AS2 XML: %v %+v", err, res)
+	}
+	ediFile := filepath.Join(t.TempDir(), "orders.edi")
+	os.WriteFile(ediFile, []byte(strings.ReplaceAll(string(edi), "ROUTE1", "ROUTE4")), 0o600)
+	if code, text := send(ediFile, "as4-dir@demo"); code != 0 || !strings.Contains(text, "signature valid") {
+		t.Fatalf("AS4 EDIFACT: %d %s", code, text)
+	}
+	files, _ := inbox.Payloads(filepath.Join(dir, "inbox", "demo"))
+	if len(files) != 2 {
+		t.Fatalf("inbox holds %v", files)
+	}
+	as2ID := strings.Trim(xmsg.ID, "<>")
+	for _, want := range []struct{ prefix, protocol, ref string }{{as2ID + "_R-AS2-2-", "as2", "R-AS2-2"}, {"as4-dir@demo_ROUTE4-", "as4", "ROUTE4"}} {
+		var found string
+		for _, f := range files {
+			if strings.HasPrefix(f, want.prefix) {
+				found = f
+			}
+		}
+		if found == "" {
+			t.Errorf("no inbox file starts with %q: %v", want.prefix, files)
+			continue
+		}
+		var side inbox.Sidecar
+		b, err := os.ReadFile(filepath.Join(dir, "inbox", "demo", found+inbox.SidecarSuffix))
+		if err != nil || json.Unmarshal(b, &side) != nil {
+			t.Fatalf("sidecar of %s: %v %s", found, err, b)
+		}
+		if side.Protocol != want.protocol || side.Partner != "demo" || side.Interchange == nil || side.Interchange.Reference != want.ref ||
+			side.IdempotencyKey != side.Interchange.Key || side.File != found || len(side.SHA256) != 64 {
+			t.Errorf("sidecar of %s: %s", found, b)
+		}
 	}
 }
