@@ -63,7 +63,13 @@ func NewHTTP(c HTTPConfig) (*HTTP, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("deliver: http %s: url %q is not an http:// or https:// URL", c.Name, redact(c.URL))
 	}
-	h.redactedURL = u.Redacted()
+	// Errors name the URL without a password or query (which may hold a
+	// token).
+	shown := *u
+	if shown.RawQuery != "" {
+		shown.RawQuery = "…"
+	}
+	h.redactedURL = shown.Redacted()
 	if h.timeout <= 0 {
 		h.timeout = 30 * time.Second
 	}

@@ -119,10 +119,13 @@ func TestHTTPFailureStatusFailsWithTruncatedResponse(t *testing.T) {
 		io.WriteString(w, "database down\n"+strings.Repeat("x", 4<<20))
 	}))
 	defer srv.Close()
-	h := newHTTP(t, HTTPConfig{URL: srv.URL, MaxResponseBytes: 1 << 20})
+	h := newHTTP(t, HTTPConfig{URL: srv.URL + "/in?api_key=tok3n", MaxResponseBytes: 1 << 20})
 	err := h.Handle(context.Background(), testMessage())
 	if err == nil || !strings.Contains(err.Error(), "status 500") || !strings.Contains(err.Error(), "database down") {
 		t.Fatalf("err = %v", err)
+	}
+	if strings.Contains(err.Error(), "tok3n") {
+		t.Errorf("error shows the URL's query: %v", err)
 	}
 	if len(err.Error()) > 1024 {
 		t.Errorf("error holds %d bytes of response", len(err.Error()))
