@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"strings"
 	"time"
 
@@ -133,6 +134,10 @@ type inbound struct {
 	partner  *partners.Partner // nil when unknown
 	mode     delivery
 	asyncURL string
+	// asyncPending is a Receipt-Delivery-Option of a partner without
+	// as2.async_mdn_urls: followed only once the message proved to be
+	// signed by the partner (decideAsync); until then the MDN is sync.
+	asyncPending string
 	// signMDN and signDigest: whether and with which digest our MDN is signed.
 	signMDN    bool
 	signDigest string
@@ -215,6 +220,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.reject(r.Context(), w, x, mdn.DispInsufficientMessageSecurity, why, nil)
 		return
 	}
+	e.decideAsync(x, res.Signed)
 	x.micAlg = e.micAlgFor(x, res)
 	if x.mic, err = res.MIC(x.micAlg.digest); err != nil {
 		e.reject(r.Context(), w, x, mdn.DispUnexpectedProcessingError, "the MIC could not be computed", err)
@@ -279,7 +285,16 @@ func (e *Endpoint) planMDN(x *inbound) {
 			x.lg.Warn("async MDN requested but no outbox is configured; answering synchronously")
 			x.mode = deliverSync
 		default:
-			x.mode, x.asyncURL = deliverAsync, u
+			x.mode = deliverSync
+			pu, _ := url.Parse(u)
+			switch pol := x.partner.AS2.AsyncMDN(pu); {
+			case !pol.Listed:
+				x.asyncPending = u
+			case pol.Pattern == nil:
+				e.refuseAsync(x, u, "it matches none of the partner's as2.async_mdn_urls")
+			default:
+				x.mode, x.asyncURL = deliverAsync, u
+			}
 		}
 	default:
 		x.mode = deliverSync

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -195,7 +196,9 @@ type env struct {
 }
 
 type envOptions struct {
-	// partnerYAML is the as2 section's policy lines (indented by 2).
+	// partnerYAML is the as2 section's policy lines (indented by 2);
+	// "{{MDN}}" stands for the async MDN receiver's base URL. The default
+	// allows unsigned messages and lists the receiver's /mdn.
 	partnerYAML string
 	maxBody     int64
 	now         func() time.Time
@@ -212,6 +215,8 @@ type envOptions struct {
 	ledger bool
 	// onDrift is acme's on_drift (default: none, i.e. reject).
 	onDrift string
+	// lookup replaces the dispatcher's resolver.
+	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
 type syncBuffer struct {
@@ -236,10 +241,14 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	writeCertPEM(t, filepath.Join(pdir, "acme-1.pem"), k.p1.Cert)
 	writeCertPEM(t, filepath.Join(pdir, "acme-2.pem"), k.p2.Cert)
+	// The partner's async MDN receiver exists before its partner file,
+	// which may list it: "{{MDN}}" in partnerYAML is its base URL.
+	mdns := newMDNReceiver(t)
 	policy := o.partnerYAML
 	if policy == "" {
-		policy = "  require_signature: false\n"
+		policy = "  require_signature: false\n  async_mdn_urls: [\"{{MDN}}/mdn\"]\n"
 	}
+	policy = strings.ReplaceAll(policy, "{{MDN}}", mdns.srv.URL)
 	acme := "id: acme\nname: ACME\n"
 	if o.onDrift != "" {
 		acme += "on_drift: " + o.onDrift + "\n"
@@ -291,7 +300,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 		}
 		ob = st.Outbox() // the durable outbox in the same database
 	}
-	disp := &outbox.Dispatcher{Store: ob, Log: log, PollInterval: 50 * time.Millisecond, BaseBackoff: 50 * time.Millisecond, Timeout: 10 * time.Second}
+	disp := &outbox.Dispatcher{Store: ob, Log: log, PollInterval: 50 * time.Millisecond, BaseBackoff: 50 * time.Millisecond, Timeout: 10 * time.Second,
+		Authorize: AsyncMDNAuthorizer(dir), Audit: pl.Audit, LookupNetIP: o.lookup}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = disp.Run(ctx) }()
@@ -311,7 +321,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	srv := httptest.NewServer(ep)
 	t.Cleanup(srv.Close)
-	return &env{srv: srv, ep: ep, dir: dir, handler: h, audit: pl.Audit, store: st, outbox: ob, mdns: newMDNReceiver(t), root: root, logs: logs}
+	return &env{srv: srv, ep: ep, dir: dir, handler: h, audit: pl.Audit, store: st, outbox: ob, mdns: mdns, root: root, logs: logs}
 }
 
 // client returns a sender acting as the partner ACME (signing with its

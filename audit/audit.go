@@ -15,6 +15,9 @@ const (
 	StepDecision Step = "decision"
 	StepHandler  Step = "handler"
 	StepReply    Step = "reply"
+	// StepDelivery is the fate of a reply sent on the gateway's own
+	// connection (an async MDN), when it is refused.
+	StepDelivery Step = "delivery"
 )
 
 // Record is one audited step of one exchange.
@@ -31,7 +34,8 @@ type Record struct {
 	// Reference is the business interchange reference (UNB 0020, ISA13, …).
 	Reference string `json:"reference,omitempty"`
 	// Decision: new, duplicate, in-flight, reused, drift, rejected, unavailable,
-	// accepted, abandoned, ok, error.
+	// accepted, abandoned, ok, error; async-mdn-refused (the MDN went on the
+	// response instead), refused (an async MDN delivery).
 	Decision      string `json:"decision,omitempty"`
 	PayloadSHA256 string `json:"payload_sha256,omitempty"`
 	// Disposition is the reply sent: an MDN disposition, "receipt", an ebMS

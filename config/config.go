@@ -27,6 +27,10 @@ type Config struct {
 	// Lease is how long a claim holds a message before another delivery may
 	// take it over; the handler must finish within it.
 	Lease time.Duration `mapstructure:"lease"`
+	// InFlightRetryAfter is the Retry-After sent to a delivery whose message
+	// another delivery is processing: "auto" (an estimate from recent
+	// handler times) or a duration; never more than the lease left.
+	InFlightRetryAfter string `mapstructure:"in_flight_retry_after"`
 	// Retention is how long accepted keys are kept (never less than the
 	// longest partner dedup window).
 	Retention time.Duration `mapstructure:"retention"`
@@ -54,6 +58,12 @@ type Config struct {
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
 	// LogLevel: debug, info, warn, error.
 	LogLevel string `mapstructure:"log_level"`
+	// CertWarning is how long before expiry a partner or identity
+	// certificate is warned about (partners check, serve).
+	CertWarning time.Duration `mapstructure:"cert_warning"`
+	// ReloadOnChange reloads the partner directory and identity keys when
+	// their files change (SIGHUP always reloads).
+	ReloadOnChange bool `mapstructure:"reload_on_change"`
 
 	// File is the configuration file that was read ("" when none).
 	File string `mapstructure:"-"`
@@ -176,6 +186,7 @@ var defaults = map[string]any{
 	"tls.key":                    "",
 	"store":                      "sqlite:var/gateway.db",
 	"lease":                      5 * time.Minute,
+	"in_flight_retry_after":      "auto",
 	"retention":                  90 * 24 * time.Hour,
 	"purge_interval":             time.Hour,
 	"partners":                   "partners",
@@ -199,6 +210,8 @@ var defaults = map[string]any{
 	"archive_dir":                "var/archive",
 	"shutdown_timeout":           30 * time.Second,
 	"log_level":                  "info",
+	"cert_warning":               30 * 24 * time.Hour,
+	"reload_on_change":           true,
 }
 
 // Load reads path (may be "" for defaults and environment only). Relative
@@ -309,6 +322,9 @@ func (c *Config) validate() error {
 	if c.Lease < time.Second {
 		errs = append(errs, fmt.Errorf("lease: %s is shorter than 1s", c.Lease))
 	}
+	if _, err := c.InFlightRetryAfterFixed(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Retention < time.Hour {
 		errs = append(errs, fmt.Errorf("retention: %s is shorter than 1h", c.Retention))
 	}
@@ -337,6 +353,9 @@ func (c *Config) validate() error {
 	}
 	if c.Limits.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("limits.max_body_bytes: must be positive"))
+	}
+	if c.CertWarning < 0 {
+		errs = append(errs, errors.New("cert_warning: must not be negative"))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -457,6 +476,19 @@ func validateRoutes(routes []Route, lease time.Duration) []error {
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// InFlightRetryAfterFixed is in_flight_retry_after as a duration: zero for
+// "auto", else the configured value (at least 1s).
+func (c *Config) InFlightRetryAfterFixed() (time.Duration, error) {
+	if c.InFlightRetryAfter == "auto" || c.InFlightRetryAfter == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(c.InFlightRetryAfter)
+	if err != nil || d < time.Second {
+		return 0, fmt.Errorf("in_flight_retry_after: %q is neither auto nor a duration of at least 1s", c.InFlightRetryAfter)
+	}
+	return d, nil
+}
 
 // redactURL hides a password in a store URL for messages.
 func redactURL(s string) string {

@@ -78,6 +78,8 @@ func TestUnknownKeysAndBadValuesAreErrors(t *testing.T) {
 		{"tls:\n  cert: a.pem\n", "tls"},
 		{"as2:\n  path: as2\n", "as2.path"},
 		{"log_level: loud\n", "log_level"},
+		{"in_flight_retry_after: soon\n", "in_flight_retry_after"},
+		{"in_flight_retry_after: 100ms\n", "in_flight_retry_after"},
 	} {
 		_, err := Load(write(t, tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -98,5 +100,34 @@ func TestDefaultsAndEnvironmentStayRelativeToWorkingDirectory(t *testing.T) {
 	}
 	if c.QuarantineDir != "var/quarantine" || c.Audit.File != "var/audit.jsonl" || c.Store != "sqlite:var/gateway.db" {
 		t.Errorf("default/env paths moved: %q %q %q", c.QuarantineDir, c.Audit.File, c.Store)
+	}
+}
+
+func TestCertWarningAndReloadOnChange(t *testing.T) {
+	c, err := Load(write(t, "partners: p\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CertWarning != 30*24*time.Hour || !c.ReloadOnChange {
+		t.Fatalf("defaults: cert_warning %s, reload_on_change %v", c.CertWarning, c.ReloadOnChange)
+	}
+	c, err = Load(write(t, "cert_warning: 72h\nreload_on_change: false\n"))
+	if err != nil || c.CertWarning != 72*time.Hour || c.ReloadOnChange {
+		t.Fatalf("%v %+v", err, c)
+	}
+	if _, err := Load(write(t, "cert_warning: -1h\n")); err == nil || !strings.Contains(err.Error(), "cert_warning") {
+		t.Fatalf("negative cert_warning: %v", err)
+	}
+}
+
+func TestInFlightRetryAfter(t *testing.T) {
+	for body, want := range map[string]time.Duration{"": 0, "in_flight_retry_after: auto\n": 0, "in_flight_retry_after: 15s\n": 15 * time.Second} {
+		c, err := Load(write(t, body))
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if got, err := c.InFlightRetryAfterFixed(); err != nil || got != want {
+			t.Errorf("%q: %v %v, want %v", body, got, err, want)
+		}
 	}
 }

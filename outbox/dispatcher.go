@@ -9,9 +9,12 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sync"
 	"time"
+
+	"gateway/audit"
 )
 
 // Dispatcher defaults.
@@ -38,11 +41,21 @@ const maxErrorBody = 256
 // a stopped one left.
 type Dispatcher struct {
 	Store Store
-	// Client posts the deliveries; nil means a client with Timeout that
-	// does not follow redirects.
-	Client *http.Client
-	Log    *slog.Logger
-	// Timeout bounds one attempt (default 60s) when Client is nil.
+	// Authorize is asked before every attempt whether the delivery may
+	// still be made, against the partner agreement as it is now: an error
+	// refuses it (given up at once, logged and audited); the Permit names
+	// the non-public networks it may connect to. Nil allows every URL, to
+	// public addresses only.
+	Authorize func(ctx context.Context, del Delivery) (Permit, error)
+	// LookupNetIP resolves a delivery's host at each attempt (nil: the
+	// system resolver). Every address is checked against the Permit before
+	// and while connecting; connections are not reused, no proxy is used
+	// and redirects are not followed.
+	LookupNetIP func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Audit receives a record for every refused delivery (optional).
+	Audit audit.Sink
+	Log   *slog.Logger
+	// Timeout bounds one attempt (default 60s).
 	Timeout time.Duration
 	// Batch is how many deliveries one round leases (default 16);
 	// Concurrency how many are posted at once (default 4).
@@ -70,10 +83,30 @@ type Dispatcher struct {
 
 	once   sync.Once
 	wakeCh chan struct{}
+	hc     *http.Client
 }
 
 func (d *Dispatcher) init() {
-	d.once.Do(func() { d.wakeCh = make(chan struct{}, 1) })
+	d.once.Do(func() {
+		d.wakeCh = make(chan struct{}, 1)
+		d.hc = &http.Client{
+			Timeout: orDefault(d.Timeout, DefaultTimeout),
+			Transport: &http.Transport{
+				// No proxy: the address connected to is the one checked.
+				Proxy:       nil,
+				DialContext: d.dialContext,
+				// A new connection, resolved and checked, for every attempt:
+				// a pooled one could carry another partner's permit or an
+				// address the name no longer has.
+				DisableKeepAlives:      true,
+				TLSHandshakeTimeout:    30 * time.Second,
+				MaxResponseHeaderBytes: 64 << 10,
+			},
+			// A redirected POST becomes a GET without the body, whose 2xx would
+			// count as delivered: a redirect is a failed attempt instead.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	})
 }
 
 // Notify wakes a waiting Run at once (call it after Enqueue). It never blocks.
@@ -104,18 +137,6 @@ func orDefault[T int | time.Duration](v, def T) T {
 		return def
 	}
 	return v
-}
-
-func (d *Dispatcher) client() *http.Client {
-	if d.Client != nil {
-		return d.Client
-	}
-	return &http.Client{
-		Timeout: orDefault(d.Timeout, DefaultTimeout),
-		// A redirected POST becomes a GET without the body, whose 2xx would
-		// count as delivered: a redirect is a failed attempt instead.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
 }
 
 // Backoff is the delay before attempt n+1 after n failed attempts (n >= 1):
@@ -196,7 +217,17 @@ func (d *Dispatcher) attempt(ctx context.Context, del Delivery) {
 	lg := d.log().With("partner", del.Partner, "message_id", del.MessageID, "delivery", del.ID,
 		"attempt", attempt, "url", redactURL(del.URL))
 	start := d.now()
-	status, perr := d.post(ctx, del)
+	var permit Permit
+	var status int
+	var perr error
+	if d.Authorize != nil {
+		if permit, perr = d.Authorize(ctx, del); perr != nil {
+			perr = &RefusedError{Reason: perr.Error()}
+		}
+	}
+	if perr == nil {
+		status, perr = d.post(withPermit(ctx, permit), del)
+	}
 	if ctx.Err() != nil && perr != nil {
 		// Shutting down: the attempt did not really happen; the lease runs
 		// out and the delivery is picked up after the restart.
@@ -206,6 +237,11 @@ func (d *Dispatcher) attempt(ctx context.Context, del Delivery) {
 	// The outcome must be recorded even when ctx ends now.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	var refused *RefusedError
+	if errors.As(perr, &refused) {
+		d.refuse(rctx, lg, del, refused)
+		return
+	}
 	elapsed := d.now().Sub(start)
 	if perr == nil {
 		if err := d.Store.Delivered(rctx, del.ID); err != nil {
@@ -234,6 +270,25 @@ func (d *Dispatcher) attempt(ctx context.Context, del Delivery) {
 		return
 	}
 	lg.Warn("outbox: attempt failed; will retry", "status", status, "err", msg, "retry_in", delay.Round(time.Millisecond))
+}
+
+// refuse gives up a delivery the partner agreement or the address check
+// refuses: a refusal is a decision, not a transient failure, and retrying
+// it for 48 hours would only repeat it.
+func (d *Dispatcher) refuse(ctx context.Context, lg *slog.Logger, del Delivery, r *RefusedError) {
+	msg := r.Error()
+	if err := d.Store.GiveUp(ctx, del.ID, msg); err != nil {
+		lg.Error("outbox: refusal not recorded", "reason", r.Reason, "err", err)
+		return
+	}
+	lg.Error("outbox: delivery refused; not retried", "reason", r.Reason)
+	if d.Audit == nil {
+		return
+	}
+	if err := d.Audit.Write(ctx, audit.Record{Time: d.now().UTC(), Step: audit.StepDelivery, Partner: del.Partner,
+		Protocol: "as2", MessageID: del.MessageID, Decision: "refused", Error: "async MDN " + redactURL(del.URL) + " " + msg}); err != nil {
+		lg.Error("outbox: audit write failed", "err", err)
+	}
 }
 
 // backoff is Backoff with jitter: uniformly in [d/2, d].
@@ -265,7 +320,8 @@ func (d *Dispatcher) post(ctx context.Context, del Delivery) (int, error) {
 	if d.UserAgent != "" {
 		req.Header.Set("User-Agent", d.UserAgent)
 	}
-	resp, err := d.client().Do(req)
+	d.init()
+	resp, err := d.hc.Do(req)
 	if err != nil {
 		var uerr *url.Error
 		if errors.As(err, &uerr) {

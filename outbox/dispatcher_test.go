@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,7 +63,13 @@ func (l *logBuf) String() string              { l.mu.Lock(); defer l.mu.Unlock()
 
 func newDispatcher(st Store, clk *fakeClock, logs io.Writer) *Dispatcher {
 	return &Dispatcher{Store: st, Now: clk.Now, Jitter: func() float64 { return 0.5 }, MaxAttempts: 3,
-		Log: slog.New(slog.NewTextHandler(logs, nil)), Timeout: 5 * time.Second, UserAgent: "gateway-test"}
+		Log: slog.New(slog.NewTextHandler(logs, nil)), Timeout: 5 * time.Second, UserAgent: "gateway-test",
+		Authorize: allowLoopback}
+}
+
+// allowLoopback permits the test receivers, which listen on loopback.
+func allowLoopback(context.Context, Delivery) (Permit, error) {
+	return Permit{Private: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}, nil
 }
 
 func TestBackoff(t *testing.T) {
@@ -210,7 +217,7 @@ func TestDispatcherRunNotifyAndShutdown(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(block)
-	disp := &Dispatcher{Store: st, PollInterval: time.Hour, Log: slog.New(slog.DiscardHandler)}
+	disp := &Dispatcher{Store: st, PollInterval: time.Hour, Log: slog.New(slog.DiscardHandler), Authorize: allowLoopback}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- disp.Run(ctx) }()

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -103,6 +104,17 @@ type AS2 struct {
 	// RetryWindow is how long the partner's product keeps retransmitting;
 	// `partners check` warns when it exceeds DedupWindow.
 	RetryWindow Duration `yaml:"retry_window"`
+	// AsyncMDNURLs are the URL patterns (see URLPattern) a
+	// Receipt-Delivery-Option must match to get an asynchronous MDN. Without
+	// them only messages signed by the partner get one, and only to public
+	// addresses.
+	AsyncMDNURLs []string `yaml:"async_mdn_urls"`
+	// AsyncMDNPrivateNetworks are non-public networks (CIDR) that hosts of
+	// matched name patterns may resolve to; public addresses need no entry.
+	AsyncMDNPrivateNetworks []string `yaml:"async_mdn_private_networks"`
+
+	asyncPatterns []*URLPattern
+	privateNets   []netip.Prefix
 }
 
 // AS4 is a partner's AS4 agreement.
@@ -363,6 +375,23 @@ func (p *Partner) validate() error {
 		}
 		if a.DedupWindow == 0 {
 			a.DedupWindow = Duration(DefaultAS2Window)
+		}
+		for i, raw := range a.AsyncMDNURLs {
+			pat, err := ParseURLPattern(raw)
+			if err != nil {
+				return f(fmt.Sprintf("as2.async_mdn_urls[%d]", i), "%v", err)
+			}
+			a.asyncPatterns = append(a.asyncPatterns, pat)
+		}
+		if len(a.AsyncMDNPrivateNetworks) > 0 && len(a.AsyncMDNURLs) == 0 {
+			return f("as2.async_mdn_private_networks", "needs as2.async_mdn_urls: without a list, async MDNs go to public addresses only")
+		}
+		for i, raw := range a.AsyncMDNPrivateNetworks {
+			n, err := parsePrivateNetwork(raw)
+			if err != nil {
+				return f(fmt.Sprintf("as2.async_mdn_private_networks[%d]", i), "%v", err)
+			}
+			a.privateNets = append(a.privateNets, n)
 		}
 	}
 	if a := p.AS4; a != nil {

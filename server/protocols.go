@@ -1,32 +1,72 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"time"
 
 	"gateway/as2"
 	"gateway/as4"
 	"gateway/as4/endpoint"
+	"gateway/certcheck"
 	"gateway/cms"
+	"gateway/config"
 	"gateway/outbox"
+	"gateway/partners"
+	"gateway/retention"
 	"gateway/xmlenc"
 )
 
-// mountProtocols registers the AS2 and AS4 endpoints on the mux and starts
-// the async MDN dispatcher.
-func (s *Server) mountProtocols() error {
+// mountProtocols builds the first configuration snapshot, registers the AS2
+// and AS4 endpoints on the mux and starts the async MDN dispatcher. The
+// mux's handlers serve each request from the snapshot current when it
+// arrives (Reload replaces it).
+func (s *Server) mountProtocols(dir *partners.Directory) error {
 	cfg := s.Config
+	s.Pipeline.Ledger = s.Backend
+	ob := s.Backend.Outbox()
+	// Every attempt re-checks the URL against the partner's current
+	// agreement and the addresses it connects to (issue 8 item 4).
+	d := &outbox.Dispatcher{Store: ob, Log: s.Log, UserAgent: "gateway/" + Version, Audit: s.Pipeline.Audit,
+		Authorize: func(ctx context.Context, del outbox.Delivery) (outbox.Permit, error) {
+			return as2.AsyncMDNAuthorizer(s.Directory())(ctx, del)
+		}}
+	s.notify = d.Notify
+	s.background = append(s.background, d.Run)
+	snap, err := s.buildSnapshot(dir, cfg)
+	if err != nil {
+		return err
+	}
+	s.reload.current.Store(snap)
+	now := time.Now()
+	s.reload.status.Store(&ReloadStatus{Time: now, Trigger: "start", OK: true, LastSuccess: now, Partners: len(dir.Partners)})
+	if snap.as2 != nil {
+		s.reload.as2Mounted = true
+		s.mux.Handle(cfg.AS2.Path, s.handle(func(c *Snapshot) http.Handler { return c.as2 }))
+	}
+	if snap.as4 != nil {
+		s.reload.as4Mounted = true
+		s.mux.Handle(cfg.AS4.Path, s.handle(func(c *Snapshot) http.Handler { return c.as4 }))
+	}
+	return nil
+}
+
+// buildSnapshot reads the identity keys of cfg and builds the endpoints on
+// them and dir. The AS2 endpoint exists when identity.as2_id is set, the
+// AS4 endpoint when identity.party_id is set and a key is usable for AS4.
+func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Snapshot, error) {
 	var as2Keys []cms.KeyPair
 	var as4Keys []xmlenc.KeyPair
 	for i, k := range cfg.Identity.Keys {
 		certPEM, err := os.ReadFile(k.Cert)
 		if err != nil {
-			return fmt.Errorf("server: identity.keys[%d].cert: %w", i, err)
+			return nil, fmt.Errorf("server: identity.keys[%d].cert: %w", i, err)
 		}
 		keyPEM, err := os.ReadFile(k.Key)
 		if err != nil {
-			return fmt.Errorf("server: identity.keys[%d].key: %w", i, err)
+			return nil, fmt.Errorf("server: identity.keys[%d].key: %w", i, err)
 		}
 		if kp, err := cms.ParseKeyPair(certPEM, keyPEM); err == nil {
 			as2Keys = append(as2Keys, kp)
@@ -37,56 +77,45 @@ func (s *Server) mountProtocols() error {
 		}
 		kp4, err := endpoint.ParseKeyPair(certPEM, keyPEM)
 		if err != nil {
-			return fmt.Errorf("server: identity.keys[%d]: %w", i, err)
+			return nil, fmt.Errorf("server: identity.keys[%d] (%s, %s): %w", i, k.Cert, k.Key, err)
 		}
 		as4Keys = append(as4Keys, kp4)
 	}
-
-	s.Pipeline.Ledger = s.Backend
-	ob := s.Backend.Outbox()
-	d := &outbox.Dispatcher{Store: ob, Log: s.Log, UserAgent: "gateway/" + Version}
-	notify := d.Notify
-	s.background = append(s.background, d.Run)
-	if cfg.Identity.AS2ID != "" {
+	snap := &Snapshot{Partners: dir, Keys: cfg.Identity.Keys, CertWarning: cfg.CertWarning, Loaded: time.Now()}
+	ids, _ := certcheck.IdentityCerts(cfg.Identity.Keys)
+	snap.Certificates = append(ids, certcheck.PartnerCerts(dir)...)
+	id := s.Config.Identity // names and paths are fixed at start
+	if id.AS2ID != "" {
 		ep, err := as2.NewEndpoint(as2.Config{
-			Partners: s.Partners, OurID: cfg.Identity.AS2ID, Keys: as2Keys, Pipeline: s.Pipeline,
-			Outbox: ob, Notify: notify, SpoolDir: cfg.SpoolDir, MaxBodyBytes: cfg.Limits.MaxBodyBytes,
+			Partners: dir, OurID: id.AS2ID, Keys: as2Keys, Pipeline: s.Pipeline,
+			Outbox: s.Backend.Outbox(), Notify: s.notify, SpoolDir: s.Config.SpoolDir, MaxBodyBytes: s.Config.Limits.MaxBodyBytes,
 			Log: s.Log, ReportingUA: "gateway/" + Version,
 		})
 		if err != nil {
-			return fmt.Errorf("server: as2: %w", err)
+			return nil, fmt.Errorf("server: as2: %w", err)
 		}
-		s.mux.Handle(cfg.AS2.Path, ep)
+		snap.as2 = ep
 	}
-	if cfg.Identity.PartyID != "" && len(as4Keys) > 0 {
+	if id.PartyID != "" && len(as4Keys) > 0 {
 		ep, err := endpoint.New(endpoint.Config{
-			Partners: s.Partners, Keys: as4Keys, Pipeline: s.Pipeline,
-			PartyID: cfg.Identity.PartyID, PartyType: cfg.Identity.PartyType,
-			Limits:   as4.Limits{MaxMessageSize: cfg.Limits.MaxBodyBytes},
-			SpoolDir: cfg.SpoolDir, Log: s.Log,
+			Partners: dir, Keys: as4Keys, Pipeline: s.Pipeline,
+			PartyID: id.PartyID, PartyType: id.PartyType,
+			Limits:   as4.Limits{MaxMessageSize: s.Config.Limits.MaxBodyBytes},
+			SpoolDir: s.Config.SpoolDir, Log: s.Log,
 		})
 		if err != nil {
-			return fmt.Errorf("server: as4: %w", err)
+			return nil, fmt.Errorf("server: as4: %w", err)
 		}
-		s.mux.Handle(cfg.AS4.Path, ep)
+		snap.as4 = ep
 	}
-	return nil
+	return snap, nil
 }
 
 // checkWindows refuses a retention shorter than a partner's dedup window:
 // purging inside a window would let a late retransmission through.
-func (s *Server) checkWindows() error {
-	for _, p := range s.Partners.Partners {
-		var w time.Duration
-		if p.AS2 != nil && p.AS2.DedupWindow.Std() > w {
-			w = p.AS2.DedupWindow.Std()
-		}
-		if p.AS4 != nil && p.AS4.DedupWindow.Std() > w {
-			w = p.AS4.DedupWindow.Std()
-		}
-		if w > s.Config.Retention {
-			return fmt.Errorf("server: retention %s is shorter than partner %s's dedup window %s (%s)", s.Config.Retention, p.ID, w, p.File)
-		}
+func checkWindows(d *partners.Directory, retentionPeriod time.Duration) error {
+	if err := retention.CheckWindows(retentionPeriod, d.Partners); err != nil {
+		return fmt.Errorf("server: %w", err)
 	}
 	return nil
 }

@@ -32,9 +32,13 @@ var Version = "dev"
 type Server struct {
 	Config   *config.Config
 	Backend  store.Backend
-	Partners *partners.Directory
 	Pipeline *exchange.Pipeline
 	Log      *slog.Logger
+
+	// reload holds the partner directory and identity keys in force
+	// (Current, Directory, Reload: reload.go).
+	reload reloadState
+	notify func()
 
 	mux     *http.ServeMux
 	closers []func() error
@@ -60,7 +64,6 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 	for _, w := range dir.Warnings {
 		log.Warn("partner configuration", "warning", w)
 	}
-	s.Partners = dir
 	be, err := store.Open(ctx, cfg.Store, dedup.Options{Lease: cfg.Lease})
 	if err != nil {
 		return nil, fmt.Errorf("server: open store %s: %w", cfg.Redacted(), err)
@@ -103,7 +106,9 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 		})
 	}
 	s.Pipeline = &exchange.Pipeline{Store: be, Audit: sink, Handler: handler, Log: log, Lease: cfg.Lease, Quarantine: cfg.QuarantineDir}
-	if err := s.checkWindows(); err != nil {
+	s.Pipeline.InFlightRetryAfter, _ = cfg.InFlightRetryAfterFixed() // validated by config.Load
+	s.background = append(s.background, s.Pipeline.RetryAbandons)
+	if err := checkWindows(dir, cfg.Retention); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -111,10 +116,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.Handle("GET /debug/vars", expvar.Handler())
-	if err := s.mountProtocols(); err != nil {
+	if err := s.mountProtocols(dir); err != nil {
 		s.Close()
 		return nil, err
 	}
+	s.startReloading()
 	return s, nil
 }
 
@@ -173,7 +179,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 	}()
 	purgeDone := s.startPurge(ctx)
-	s.Log.Info("gateway listening", "addr", ln.Addr().String(), "tls", c.TLS.Cert != "", "store", c.Redacted(), "partners", len(s.Partners.Partners))
+	s.Log.Info("gateway listening", "addr", ln.Addr().String(), "tls", c.TLS.Cert != "", "store", c.Redacted(), "partners", len(s.Directory().Partners))
 	select {
 	case err := <-errc:
 		purgeDone()

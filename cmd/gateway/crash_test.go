@@ -120,7 +120,7 @@ shutdown_timeout: 1s
 		sent <- err
 	}()
 	inboxDir := filepath.Join(dir, "inbox", "demo")
-	waitFor(t, func() bool { files, _ := inbox.Payloads(inboxDir); return len(files) == 1 }, "payload written by the first run")
+	waitFor(t, func() bool { return len(inboxFiles(inboxDir)) == 1 }, "payload written by the first run")
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -145,10 +145,17 @@ shutdown_timeout: 1s
 	if !res.OK() || !strings.Contains(res.MDN.Disposition.String(), "duplicate-document") || !res.MDN.MICMatched {
 		t.Fatalf("second resend: %v %v", res.Problems, res.MDN.Disposition)
 	}
-	files, _ := inbox.Payloads(inboxDir)
-	if len(files) != 1 {
-		t.Fatalf("inbox holds %d files, want exactly 1", len(files))
+	if files := inboxFiles(inboxDir); len(files) != 1 {
+		t.Fatalf("inbox holds %d files, want exactly 1: %v", len(files), files)
 	}
+}
+
+// inboxFiles lists the delivered payloads in dir: not the temporary files
+// a kill -9 during the write leaves behind, nor the sidecars
+// (inbox.Payloads).
+func inboxFiles(dir string) []string {
+	names, _ := inbox.Payloads(dir)
+	return names
 }
 
 func waitFor(t *testing.T, cond func() bool, what string) {

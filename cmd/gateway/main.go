@@ -18,7 +18,9 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
+	"gateway/certcheck"
 	"gateway/config"
 	"gateway/partners"
 	"gateway/server"
@@ -154,11 +156,27 @@ func serve(args []string, stderr io.Writer) error {
 	server.Version = versionString()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP reloads the partner directory and identity keys; without this
+	// it would end the process without a graceful shutdown.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	srv, err := server.New(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: reloading partners and identity keys")
+				_ = srv.ReloadOnSignal(ctx) // the outcome is logged and in ReloadStatus
+			}
+		}
+	}()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
@@ -174,12 +192,18 @@ func partnersCheck(args []string, stdout io.Writer) error {
 		return err
 	}
 	path := *dir
-	if path == "" {
+	var keys []config.KeyPair
+	warnAhead := certcheck.DefaultWarning
+	if path == "" || *cfgPath != "" {
+		// With a configuration, our identity keys are checked too.
 		cfg, err := config.Load(*cfgPath)
 		if err != nil {
 			return err
 		}
-		path = cfg.Partners
+		if path == "" {
+			path = cfg.Partners
+		}
+		keys, warnAhead = cfg.Identity.Keys, cfg.CertWarning
 	}
 	d, err := partners.Load(path)
 	if err != nil {
@@ -198,6 +222,14 @@ func partnersCheck(args []string, stdout io.Writer) error {
 	for _, w := range d.Warnings {
 		fmt.Fprintln(stdout, "warning:", w)
 	}
-	fmt.Fprintf(stdout, "%d partners, %d warnings\n", len(d.Partners), len(d.Warnings))
+	_, findings := certcheck.All(d, keys, time.Now(), warnAhead)
+	nerr := certcheck.Errors(findings)
+	for _, f := range findings {
+		fmt.Fprintf(stdout, "%s: %s\n", f.Severity, f)
+	}
+	fmt.Fprintf(stdout, "%d partners, %d warnings, %d errors\n", len(d.Partners), len(d.Warnings)+len(findings)-nerr, nerr)
+	if nerr > 0 {
+		return fmt.Errorf("%d certificate errors (expired certificates or identity keys that do not match their certificates)", nerr)
+	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -29,6 +30,8 @@ import (
 // it.
 type demoGateway struct {
 	url, config string
+	// mdnAddr is the address the demo partner's copy lists for async MDNs.
+	mdnAddr string
 	// busy is how many requests get 503 Retry-After: 1 before the endpoint
 	// answers.
 	busy atomic.Int32
@@ -69,15 +72,37 @@ func startDemoGateway(t *testing.T) *demoGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := partners.Load(demoPath(t, "partners"))
+	// The demo partner lists http://127.0.0.1:9090/mdn for async MDNs; the
+	// tests' copy lists a free port instead.
+	tmp := t.TempDir()
+	pdir := filepath.Join(tmp, "partners")
+	if err := os.MkdirAll(pdir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	pem, _ := os.ReadFile(demoPath(t, "partners/demo-partner.pem"))
+	yml, _ := os.ReadFile(demoPath(t, "partners/demo.yaml"))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &demoGateway{runs: map[string]int{}}
+	mdnAddr := ln.Addr().String()
+	ln.Close()
+	yml = bytes.Replace(yml, []byte("http://127.0.0.1:9090/mdn"), []byte("http://"+mdnAddr+"/mdn"), 1)
+	if err := os.WriteFile(filepath.Join(pdir, "demo-partner.pem"), pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pdir, "demo.yaml"), yml, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := partners.Load(pdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &demoGateway{runs: map[string]int{}, mdnAddr: mdnAddr}
 	log := slog.New(slog.DiscardHandler)
 	pl := &exchange.Pipeline{Store: dedup.NewMemoryStore(dedup.Options{}), Audit: &audit.Memory{}, Handler: g, Log: log}
 	ob := outbox.NewMemory()
-	disp := &outbox.Dispatcher{Store: ob, Log: log, PollInterval: 50 * time.Millisecond}
+	disp := &outbox.Dispatcher{Store: ob, Log: log, PollInterval: 50 * time.Millisecond, Authorize: as2.AsyncMDNAuthorizer(dir)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); disp.Run(ctx) }()
@@ -97,9 +122,8 @@ func startDemoGateway(t *testing.T) *demoGateway {
 	}))
 	t.Cleanup(srv.Close)
 	g.url = srv.URL + "/as2"
-	tmp := t.TempDir()
 	g.config = filepath.Join(tmp, "gateway.yaml")
-	cfg := "listen: " + strings.TrimPrefix(srv.URL, "http://") + "\nstore: memory\npartners: " + demoPath(t, "partners") +
+	cfg := "listen: " + strings.TrimPrefix(srv.URL, "http://") + "\nstore: memory\npartners: " + pdir +
 		"\nidentity:\n  as2_id: GATEWAY\n  keys:\n    - cert: " + demoPath(t, "keys/gateway.pem") + "\n      key: " + demoPath(t, "keys/gateway.key") +
 		"\nhandler:\n  type: dir\n  inbox: " + filepath.Join(tmp, "inbox") + "\n"
 	if err := os.WriteFile(g.config, []byte(cfg), 0o600); err != nil {
@@ -158,7 +182,7 @@ func TestSendAsPartnerFromConfig(t *testing.T) {
 	file := writePayload(t, "big.bin", big)
 	var out, errb bytes.Buffer
 	code := run([]string{"send", "-config", g.config, "-partner", "demo", "-key", demoPath(t, "keys/demo-partner.key"),
-		"-file", file, "-compress", "-encrypt", "aes128-gcm", "-sign", "sha512", "-mdn", "async", "-async-listen", "127.0.0.1:0", "-wait", "20s"}, &out, &errb)
+		"-file", file, "-compress", "-encrypt", "aes128-gcm", "-sign", "sha512", "-mdn", "async", "-async-listen", g.mdnAddr, "-wait", "20s"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
 	}

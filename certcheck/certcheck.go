@@ -1,0 +1,237 @@
+// Package certcheck is the one place that judges the certificates the
+// gateway relies on: partner certificates from the partner directory and the
+// certificates of our identity keys. `gateway partners check` prints its
+// findings; `serve` logs them at start, after every reload and daily.
+package certcheck
+
+import (
+	"crypto/rsa"
+	"crypto/x509"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"gateway/as4/endpoint"
+	"gateway/config"
+	"gateway/partners"
+)
+
+// DefaultWarning is how long before expiry a certificate is warned about
+// when the configuration does not say (config key cert_warning).
+const DefaultWarning = 30 * 24 * time.Hour
+
+// MinRSABits is the smallest RSA modulus that is not warned about.
+const MinRSABits = 2048
+
+// Severity of a finding.
+type Severity int
+
+const (
+	// Warning: the gateway works, but an operator should act (expiry ahead,
+	// weak key, not yet valid).
+	Warning Severity = iota
+	// Error: the certificate is expired, or an identity key does not belong
+	// to its certificate.
+	Error
+)
+
+func (s Severity) String() string {
+	if s == Error {
+		return "error"
+	}
+	return "warning"
+}
+
+// Cert is one certificate the gateway uses, with where it is configured.
+type Cert struct {
+	// Owner is "partner ID" or "identity".
+	Owner string
+	// Partner is the partner id ("" for our own keys).
+	Partner string
+	// Use is "as2", "as4" or "identity".
+	Use string
+	// File is the PEM/DER file the certificate was read from.
+	File string
+	// Config is the file and field that names File (a partner file's
+	// as2.certificates[i], or identity.keys[i].cert).
+	Config string
+	Cert   *x509.Certificate
+}
+
+// Finding is one problem found.
+type Finding struct {
+	Severity Severity
+	// Cert is the certificate concerned; for a key that does not match its
+	// certificate, Cert.File is the certificate and KeyFile the key.
+	Cert    Cert
+	KeyFile string
+	// Msg says what is wrong, for an operator.
+	Msg string
+}
+
+func (f Finding) String() string {
+	s := fmt.Sprintf("%s: %s", f.where(), f.Msg)
+	return s
+}
+
+func (f Finding) where() string {
+	w := f.Cert.Owner
+	if f.Cert.Config != "" {
+		w += " (" + f.Cert.Config + ")"
+	}
+	if f.Cert.File != "" {
+		w += " " + f.Cert.File
+	}
+	if f.KeyFile != "" {
+		w += " with key " + f.KeyFile
+	}
+	return w
+}
+
+// PartnerCerts lists every certificate of the directory, with the file it
+// came from.
+func PartnerCerts(d *partners.Directory) []Cert {
+	var out []Cert
+	for _, p := range d.Partners {
+		if p.AS2 != nil {
+			out = append(out, partnerCerts(d, p, "as2", p.AS2.Certificates, d.AS2Certificates(p))...)
+		}
+		if p.AS4 != nil {
+			out = append(out, partnerCerts(d, p, "as4", p.AS4.Certificates, d.AS4Certificates(p))...)
+		}
+	}
+	return out
+}
+
+// partnerCerts maps the loaded certificates back to the files the partner
+// file names (a file may hold several certificates).
+func partnerCerts(d *partners.Directory, p *partners.Partner, use string, files []string, loaded []*x509.Certificate) []Cert {
+	var out []Cert
+	i := 0
+	for fi, f := range files {
+		path := f
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(d.Dir, path)
+		}
+		certs, err := partners.ReadCertificates(path)
+		if err != nil {
+			continue // changed since the directory was loaded; judged below by what was loaded
+		}
+		for _, c := range certs {
+			if i < len(loaded) && loaded[i].Equal(c) {
+				out = append(out, Cert{Owner: "partner " + p.ID, Partner: p.ID, Use: use, File: path,
+					Config: fmt.Sprintf("%s %s.certificates[%d]", p.File, use, fi), Cert: loaded[i]})
+				i++
+			}
+		}
+	}
+	for ; i < len(loaded); i++ {
+		out = append(out, Cert{Owner: "partner " + p.ID, Partner: p.ID, Use: use, Config: fmt.Sprintf("%s %s.certificates", p.File, use), Cert: loaded[i]})
+	}
+	return out
+}
+
+// IdentityCerts reads our identity key pairs: their certificates, plus an
+// Error finding for a key that cannot be read or does not belong to its
+// certificate (naming both files).
+func IdentityCerts(keys []config.KeyPair) ([]Cert, []Finding) {
+	var out []Cert
+	var bad []Finding
+	for i, k := range keys {
+		c := Cert{Owner: "identity", Use: "identity", File: k.Cert, Config: fmt.Sprintf("identity.keys[%d]", i)}
+		kp, err := endpoint.LoadKeyPair(k.Cert, k.Key)
+		if err != nil {
+			if certs, rerr := partners.ReadCertificates(k.Cert); rerr == nil {
+				c.Cert = certs[0]
+				out = append(out, c)
+			}
+			bad = append(bad, Finding{Severity: Error, Cert: c, KeyFile: k.Key, Msg: unwrapKeyError(err, k)})
+			continue
+		}
+		c.Cert = kp.Cert
+		out = append(out, c)
+	}
+	return out, bad
+}
+
+// unwrapKeyError drops the file names LoadKeyPair adds (the finding names
+// them already).
+func unwrapKeyError(err error, k config.KeyPair) string {
+	s := err.Error()
+	s = strings.TrimPrefix(s, "as4 key pair "+k.Cert+", "+k.Key+": ")
+	return strings.TrimPrefix(s, "as4 key pair: ")
+}
+
+// Check judges certs at now: expired or not yet valid certificates, expiry
+// within warnAhead, RSA keys below MinRSABits. Findings are ordered errors
+// first, then by expiry.
+func Check(certs []Cert, now time.Time, warnAhead time.Duration) []Finding {
+	var out []Finding
+	for _, c := range certs {
+		x := c.Cert
+		if x == nil {
+			continue
+		}
+		name := x.Subject.String()
+		if name == "" {
+			name = "serial " + x.SerialNumber.String()
+		}
+		switch left := x.NotAfter.Sub(now); {
+		case left <= 0:
+			out = append(out, Finding{Severity: Error, Cert: c,
+				Msg: fmt.Sprintf("certificate %s expired on %s", name, x.NotAfter.UTC().Format(time.RFC3339))})
+		case left <= warnAhead:
+			out = append(out, Finding{Severity: Warning, Cert: c,
+				Msg: fmt.Sprintf("certificate %s expires on %s (in %s)", name, x.NotAfter.UTC().Format(time.RFC3339), days(left))})
+		}
+		if now.Before(x.NotBefore) {
+			out = append(out, Finding{Severity: Warning, Cert: c,
+				Msg: fmt.Sprintf("certificate %s is not valid before %s", name, x.NotBefore.UTC().Format(time.RFC3339))})
+		}
+		if pub, ok := x.PublicKey.(*rsa.PublicKey); ok && pub.N.BitLen() < MinRSABits {
+			out = append(out, Finding{Severity: Warning, Cert: c,
+				Msg: fmt.Sprintf("certificate %s has a %d-bit RSA key (below %d bits)", name, pub.N.BitLen(), MinRSABits)})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Severity != out[j].Severity {
+			return out[i].Severity > out[j].Severity
+		}
+		return out[i].Cert.Cert.NotAfter.Before(out[j].Cert.Cert.NotAfter)
+	})
+	return out
+}
+
+// days renders a duration as whole days, or hours below a day.
+func days(d time.Duration) string {
+	if d < 24*time.Hour {
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	n := int(d / (24 * time.Hour))
+	if n == 1 {
+		return "1 day"
+	}
+	return fmt.Sprintf("%d days", n)
+}
+
+// All runs every check over a partner directory and our identity keys.
+func All(d *partners.Directory, keys []config.KeyPair, now time.Time, warnAhead time.Duration) (certs []Cert, findings []Finding) {
+	ids, bad := IdentityCerts(keys)
+	certs = append(ids, PartnerCerts(d)...)
+	findings = append(bad, Check(certs, now, warnAhead)...)
+	sort.SliceStable(findings, func(i, j int) bool { return findings[i].Severity > findings[j].Severity })
+	return certs, findings
+}
+
+// Errors counts the Error findings.
+func Errors(fs []Finding) int {
+	n := 0
+	for _, f := range fs {
+		if f.Severity == Error {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,125 @@
+package certcheck
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gateway/config"
+	"gateway/internal/testpki"
+	"gateway/partners"
+)
+
+var now = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+func write(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fixture: partner "old" (AS2, expired certificate), partner "soon" (AS4,
+// a certificate expiring in 3 days and a 1024-bit one valid for years),
+// partner "fine"; identity key 0 matches, key 1 does not.
+func fixture(t *testing.T) (*partners.Directory, []config.KeyPair) {
+	t.Helper()
+	keys := testpki.RSAKeys(t, 3)
+	weak, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pdir := filepath.Join(dir, "partners")
+	os.Mkdir(pdir, 0o750)
+	write(t, filepath.Join(pdir, "old.pem"), testpki.CertPEM(testpki.SelfSigned(t, keys[0], testpki.Cert{CommonName: "old", NotAfter: now.Add(-time.Hour)})))
+	write(t, filepath.Join(pdir, "soon.pem"), testpki.CertPEM(
+		testpki.SelfSigned(t, keys[1], testpki.Cert{CommonName: "soon", NotAfter: now.Add(3 * 24 * time.Hour)}),
+		testpki.SelfSigned(t, weak, testpki.Cert{CommonName: "weak"})))
+	write(t, filepath.Join(pdir, "fine.pem"), testpki.CertPEM(testpki.SelfSigned(t, keys[2], testpki.Cert{CommonName: "fine"})))
+	write(t, filepath.Join(pdir, "old.yaml"), []byte("id: old\nas2:\n  as2_id: OLD\n  certificates: [old.pem]\n"))
+	write(t, filepath.Join(pdir, "soon.yaml"), []byte("id: soon\nas4:\n  party_id: urn:soon\n  certificates: [soon.pem]\n  pmodes:\n    - id: p\n"))
+	write(t, filepath.Join(pdir, "fine.yaml"), []byte("id: fine\nas2:\n  as2_id: FINE\n  certificates: [fine.pem]\n"))
+	d, err := partners.Load(pdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := testpki.SelfSigned(t, keys[0], testpki.Cert{CommonName: "us"})
+	c0, k0 := testpki.WriteKeyPair(t, dir, "us", good, keys[0])
+	c1, _ := testpki.WriteKeyPair(t, dir, "us-new", testpki.SelfSigned(t, keys[1], testpki.Cert{CommonName: "us new"}), keys[1])
+	// The classic rotation mistake: the new certificate with the old key.
+	return d, []config.KeyPair{{Cert: c0, Key: k0}, {Cert: c1, Key: k0}}
+}
+
+func TestAllFindsExpiredExpiringWeakAndMismatchedKey(t *testing.T) {
+	d, keys := fixture(t)
+	certs, fs := All(d, keys, now, DefaultWarning)
+	if len(certs) != 6 {
+		t.Fatalf("%d certificates, want 6 (2 identity, 4 partner): %+v", len(certs), certs)
+	}
+	var got []string
+	for _, f := range fs {
+		got = append(got, f.Severity.String()+" "+f.String())
+	}
+	t.Log(strings.Join(got, "\n"))
+	want := []struct {
+		sev  Severity
+		subs []string
+	}{
+		{Error, []string{"identity (identity.keys[1])", keys[1].Cert, "with key " + keys[1].Key, "does not belong to certificate CN=us new"}},
+		{Error, []string{"partner old", "old.yaml as2.certificates[0]", filepath.Join(d.Dir, "old.pem"), "CN=old expired on 2026-12-01T11:00:00Z"}},
+		{Warning, []string{"partner soon", "soon.yaml as4.certificates[0]", "CN=soon expires on 2026-12-04T12:00:00Z (in 3 days)"}},
+		{Warning, []string{"partner soon", "CN=weak has a 1024-bit RSA key (below 2048 bits)"}},
+	}
+	if len(fs) != len(want) {
+		t.Fatalf("%d findings, want %d:\n%s", len(fs), len(want), strings.Join(got, "\n"))
+	}
+	for i, w := range want {
+		if fs[i].Severity != w.sev {
+			t.Errorf("finding %d: severity %v, want %v: %s", i, fs[i].Severity, w.sev, got[i])
+		}
+		for _, s := range w.subs {
+			if !strings.Contains(got[i], s) {
+				t.Errorf("finding %d lacks %q: %s", i, s, got[i])
+			}
+		}
+	}
+	if Errors(fs) != 2 {
+		t.Errorf("Errors = %d, want 2", Errors(fs))
+	}
+}
+
+func TestCheckWarningWindowIsConfigurable(t *testing.T) {
+	d, _ := fixture(t)
+	certs := PartnerCerts(d)
+	// 2 days ahead: "soon" (3 days) is no longer warned about.
+	for _, f := range Check(certs, now, 48*time.Hour) {
+		if strings.Contains(f.Msg, "CN=soon") {
+			t.Fatalf("warned with a 2-day window: %s", f)
+		}
+	}
+	// 20 years ahead: every valid certificate is warned about.
+	fs := Check(certs, now, 20*365*24*time.Hour)
+	expiring := 0
+	for _, f := range fs {
+		if strings.Contains(f.Msg, "expires on") {
+			expiring++
+		}
+	}
+	if expiring != 3 {
+		t.Fatalf("%d expiry warnings with a 20-year window, want 3: %v", expiring, fs)
+	}
+}
+
+func TestIdentityCertsUnreadableKey(t *testing.T) {
+	_, keys := fixture(t)
+	keys[0].Key = filepath.Join(t.TempDir(), "missing.key")
+	_, bad := IdentityCerts(keys[:1])
+	if len(bad) != 1 || bad[0].Severity != Error || !strings.Contains(bad[0].String(), "missing.key") {
+		t.Fatalf("findings %v", bad)
+	}
+}
