@@ -63,3 +63,14 @@ func TestNewBuildsRouterForHandlers(t *testing.T) {
 		t.Fatalf("legacy handler %#v", s2.Pipeline.Handler)
 	}
 }
+
+// Handler routes are built at start: a reload names a changed route list
+// as needing a restart instead of silently keeping the old one.
+func TestChangedHandlersNeedARestart(t *testing.T) {
+	a := demoConfig(t)
+	b := *a
+	b.Handlers = []config.Route{{Name: "default", Type: "dir", Dir: config.DirHandler{Inbox: "elsewhere"}}}
+	if got := needsRestart(a, &b); strings.Join(got, ",") != "handlers" {
+		t.Fatalf("needsRestart = %v", got)
+	}
+}
