@@ -35,6 +35,7 @@ import (
 	"gateway/outbox"
 	"gateway/partners"
 	"gateway/smime"
+	"gateway/trust"
 )
 
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is zero.
@@ -214,6 +215,15 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answerOnResponse(x)
 		e.reject(r.Context(), w, x, d, why, err)
 		return
+	}
+	if res.Signed && res.Signer != nil {
+		// Key size, judged like AS4 does (validity: cms, at e.cfg.Now). A
+		// weak key allowed by as2.allow_weak_keys is logged when loaded.
+		if _, err := trust.CheckKeySize(res.Signer.Cert, trust.Policy{AllowWeakKeys: p.AS2.AllowWeakKeys}); err != nil {
+			answerOnResponse(x)
+			e.reject(r.Context(), w, x, mdn.DispAuthenticationFailed, "the signer's "+err.Error(), nil)
+			return
+		}
 	}
 	if why := policyViolation(p.AS2, res); why != "" {
 		answerOnResponse(x)

@@ -32,8 +32,9 @@ const (
 	// Warning: the gateway works, but an operator should act (expiry ahead,
 	// weak key, not yet valid).
 	Warning Severity = iota
-	// Error: the certificate is expired, or an identity key does not belong
-	// to its certificate.
+	// Error: the certificate is expired or has an RSA key below 2048 bits
+	// that allow_weak_keys does not admit, or an identity key does not
+	// belong to its certificate.
 	Error
 )
 
@@ -58,6 +59,9 @@ type Cert struct {
 	// as2.certificates[i], or identity.keys[i].cert).
 	Config string
 	Cert   *x509.Certificate
+	// AllowWeakKeys: the partner section sets allow_weak_keys, so a short
+	// RSA key is accepted (warned about) rather than refused (an error).
+	AllowWeakKeys bool
 }
 
 // Finding is one problem found.
@@ -122,15 +126,23 @@ func partnerCerts(d *partners.Directory, p *partners.Partner, use string, files 
 		for _, c := range certs {
 			if i < len(loaded) && loaded[i].Equal(c) {
 				out = append(out, Cert{Owner: "partner " + p.ID, Partner: p.ID, Use: use, File: path,
-					Config: fmt.Sprintf("%s %s.certificates[%d]", p.File, use, fi), Cert: loaded[i]})
+					Config: fmt.Sprintf("%s %s.certificates[%d]", p.File, use, fi), Cert: loaded[i], AllowWeakKeys: allowWeak(p, use)})
 				i++
 			}
 		}
 	}
 	for ; i < len(loaded); i++ {
-		out = append(out, Cert{Owner: "partner " + p.ID, Partner: p.ID, Use: use, Config: fmt.Sprintf("%s %s.certificates", p.File, use), Cert: loaded[i]})
+		out = append(out, Cert{Owner: "partner " + p.ID, Partner: p.ID, Use: use, Config: fmt.Sprintf("%s %s.certificates", p.File, use), Cert: loaded[i],
+			AllowWeakKeys: allowWeak(p, use)})
 	}
 	return out
+}
+
+func allowWeak(p *partners.Partner, use string) bool {
+	if use == "as2" {
+		return p.AS2 != nil && p.AS2.AllowWeakKeys
+	}
+	return p.AS4 != nil && p.AS4.AllowWeakKeys
 }
 
 // IdentityCerts reads our identity key pairs: their certificates, plus an
@@ -165,7 +177,8 @@ func unwrapKeyError(err error, k config.KeyPair) string {
 }
 
 // Check judges certs at now: expired or not yet valid certificates, expiry
-// within warnAhead, RSA keys below MinRSABits. Findings are ordered errors
+// within warnAhead, RSA keys below MinRSABits (an error unless the
+// partner allows weak keys). Findings are ordered errors
 // first, then by expiry.
 func Check(certs []Cert, now time.Time, warnAhead time.Duration) []Finding {
 	var out []Finding
@@ -191,8 +204,13 @@ func Check(certs []Cert, now time.Time, warnAhead time.Duration) []Finding {
 				Msg: fmt.Sprintf("certificate %s is not valid before %s", name, x.NotBefore.UTC().Format(time.RFC3339))})
 		}
 		if pub, ok := x.PublicKey.(*rsa.PublicKey); ok && pub.N.BitLen() < MinRSABits {
-			out = append(out, Finding{Severity: Warning, Cert: c,
-				Msg: fmt.Sprintf("certificate %s has a %d-bit RSA key (below %d bits)", name, pub.N.BitLen(), MinRSABits)})
+			// Refused where it is used (package trust) unless allowed.
+			sev, what := Error, "refused; allow_weak_keys accepts it from a legacy peer"
+			if c.AllowWeakKeys {
+				sev, what = Warning, "accepted because allow_weak_keys is set"
+			}
+			out = append(out, Finding{Severity: sev, Cert: c,
+				Msg: fmt.Sprintf("certificate %s has a %d-bit RSA key (below %d bits): %s", name, pub.N.BitLen(), MinRSABits, what)})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {

@@ -73,6 +73,9 @@ type Identity struct {
 	// Keys are our certificate/key pairs: the first signs MDNs and receipts;
 	// all are tried for decryption (rollover).
 	Keys []KeyPair `mapstructure:"keys"`
+	// AllowWeakKeys accepts our own RSA keys of 1024 to 2047 bits (refused
+	// by default at start and on reload).
+	AllowWeakKeys bool `mapstructure:"allow_weak_keys"`
 }
 
 // KeyPair names a PEM certificate file and its PEM private key file.
@@ -123,6 +126,7 @@ var defaults = map[string]any{
 	"identity.party_id":          "",
 	"identity.party_type":        "",
 	"identity.keys":              []map[string]any{},
+	"identity.allow_weak_keys":   false,
 	"handler.type":               "dir",
 	"handler.inbox":              "var/inbox",
 	"audit.file":                 "",

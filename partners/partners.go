@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"gateway/trust"
 )
 
 // Duration is a time.Duration written in YAML as "168h", "30m", "7d" or "0".
@@ -85,6 +87,9 @@ type AS2 struct {
 	RequireSignature  bool     `yaml:"require_signature"`
 	RequireEncryption bool     `yaml:"require_encryption"`
 	RequireSignedMDN  bool     `yaml:"require_signed_mdn"`
+	// AllowWeakKeys accepts RSA certificates of 1024 to 2047 bits from
+	// this partner (legacy peers); logged at WARN when loaded.
+	AllowWeakKeys bool `yaml:"allow_weak_keys"`
 	// AllowedDigests for signatures and MICs; empty allows sha1, sha224,
 	// sha256, sha384 and sha512 (never md5 unless listed).
 	AllowedDigests []string `yaml:"allowed_digests"`
@@ -125,6 +130,9 @@ type AS4 struct {
 	// Certificates are the partner's signing certificates (rollover: several).
 	Certificates      []string `yaml:"certificates"`
 	RequireEncryption bool     `yaml:"require_encryption"`
+	// AllowWeakKeys accepts RSA certificates of 1024 to 2047 bits from
+	// this partner (legacy peers); logged at WARN when loaded.
+	AllowWeakKeys bool `yaml:"allow_weak_keys"`
 	// ClockSkew tolerated on wsu:Timestamp (default 5m).
 	ClockSkew   Duration `yaml:"clock_skew"`
 	DedupWindow Duration `yaml:"dedup_window"`
@@ -218,6 +226,7 @@ func Load(dir string) (*Directory, error) {
 				continue
 			}
 			d.certs["as2\x00"+p.ID] = certs
+			d.warnWeak(path, "as2", p.AS2.AllowWeakKeys, certs)
 			if p.AS2.RetryWindow > p.AS2.DedupWindow {
 				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as2.dedup_window %s is shorter than as2.retry_window %s: a late retransmission would be processed as new",
 					path, p.AS2.DedupWindow.Std(), p.AS2.RetryWindow.Std()))
@@ -236,6 +245,7 @@ func Load(dir string) (*Directory, error) {
 				continue
 			}
 			d.certs["as4\x00"+p.ID] = certs
+			d.warnWeak(path, "as4", p.AS4.AllowWeakKeys, certs)
 			if p.AS4.RetryWindow > p.AS4.DedupWindow {
 				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as4.dedup_window %s is shorter than as4.retry_window %s: a late retransmission would be processed as new",
 					path, p.AS4.DedupWindow.Std(), p.AS4.RetryWindow.Std()))
@@ -262,6 +272,20 @@ func (d *Directory) loadCerts(file, field string, paths []string) ([]*x509.Certi
 		out = append(out, certs...)
 	}
 	return out, nil
+}
+
+// warnWeak records a warning for every certificate of a section that is
+// only accepted because the section sets allow_weak_keys.
+func (d *Directory) warnWeak(file, section string, allow bool, certs []*x509.Certificate) {
+	if !allow {
+		return
+	}
+	for _, c := range certs {
+		if weak, _ := trust.CheckKeySize(c, trust.Policy{AllowWeakKeys: true}); weak {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("%s: %s.allow_weak_keys accepts certificate %q (serial %X) with a %d-bit RSA key",
+				file, section, c.Subject.String(), c.SerialNumber, trust.KeyBits(c)))
+		}
+	}
 }
 
 // ReadCertificates reads every certificate of a PEM file, or one DER certificate.

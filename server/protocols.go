@@ -15,6 +15,7 @@ import (
 	"gateway/config"
 	"gateway/outbox"
 	"gateway/partners"
+	"gateway/trust"
 	"gateway/xmlenc"
 )
 
@@ -77,6 +78,15 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 		kp4, err := endpoint.ParseKeyPair(certPEM, keyPEM)
 		if err != nil {
 			return nil, fmt.Errorf("server: identity.keys[%d] (%s, %s): %w", i, k.Cert, k.Key, err)
+		}
+		// An expired certificate of ours, or a short RSA key, is refused
+		// at start and on reload (the running configuration then stays).
+		if err := trust.CheckOwn(kp4.Cert, time.Now(), trust.Policy{AllowWeakKeys: cfg.Identity.AllowWeakKeys}); err != nil {
+			return nil, fmt.Errorf("server: identity.keys[%d] (%s): our %w", i, k.Cert, err)
+		}
+		if weak, _ := trust.CheckKeySize(kp4.Cert, trust.Policy{AllowWeakKeys: true}); weak && cfg.Identity.AllowWeakKeys {
+			s.Log.Warn("identity key with a weak RSA key accepted (identity.allow_weak_keys)", "key", k.Cert,
+				"bits", trust.KeyBits(kp4.Cert), "subject", kp4.Cert.Subject.String())
 		}
 		as4Keys = append(as4Keys, kp4)
 	}

@@ -89,6 +89,7 @@ import (
 	"gateway/dedup"
 	"gateway/exchange"
 	"gateway/partners"
+	"gateway/trust"
 	"gateway/wssec"
 	"gateway/xmlenc"
 )
@@ -406,9 +407,17 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		Trusted:   e.cfg.Partners.AS4Certificates(partner),
 		Now:       e.cfg.Now,
 		ClockSkew: pa.ClockSkew.Std(),
+		// Key size is judged by trust.CheckSigner below, like AS2 does;
+		// wssec keeps the floor.
+		MinRSABits: trust.WeakRSAFloor,
 	})
 	if err != nil {
 		return e.reject(tr, securityError(err), msgID)
+	}
+	// The signer's certificate must be valid now and its key long enough
+	// (the same check and wording as AS2's authentication-failed).
+	if err := trust.CheckSigner(res.Signer, e.cfg.Now(), trust.Policy{AllowWeakKeys: pa.AllowWeakKeys}); err != nil {
+		return e.reject(tr, as4.FailedAuthentication("the signer's "+err.Error(), err), msgID)
 	}
 
 	// From here on only the verified eb:Messaging element counts.

@@ -86,6 +86,7 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	cipher := fs.String("cipher", "aes128-gcm", "content encryption: aes128-gcm, aes192-gcm or aes256-gcm")
 	keyTransport := fs.String("key-transport", "rsa-oaep-mgf1p", "RSA key transport: rsa-oaep-mgf1p or rsa-oaep (xmlenc 1.1, MGF1-SHA256)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "HTTP timeout")
+	allowWeak := fs.Bool("allow-weak-keys", false, "accept RSA keys of 1024 to 2047 bits for the receipt signer and the encryption certificate (legacy receivers)")
 	saveReceipt := fs.String("save-receipt", "", "write the answer (receipt or error signal) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -115,7 +116,7 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	}
 	c := &client.Client{
 		Signer: signer, Certificate: kp.Cert, ReceiptSigners: receiptSigners,
-		HTTP: &http.Client{Timeout: *timeout},
+		HTTP: &http.Client{Timeout: *timeout}, AllowWeakKeys: *allowWeak,
 	}
 	if *signAlg != "" {
 		if c.SignatureMethod, ok = signatureMethods[*signAlg]; !ok {
