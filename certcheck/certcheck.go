@@ -10,11 +10,10 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
-	"gateway/as4/endpoint"
 	"gateway/config"
+	"gateway/keyfile"
 	"gateway/partners"
 )
 
@@ -119,7 +118,7 @@ func partnerCerts(d *partners.Directory, p *partners.Partner, use string, files 
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(d.Dir, path)
 		}
-		certs, err := partners.ReadCertificates(path)
+		certs, err := keyfile.Certificates(path, d.CertificatePassword(p, use))
 		if err != nil {
 			continue // changed since the directory was loaded; judged below by what was loaded
 		}
@@ -145,35 +144,34 @@ func allowWeak(p *partners.Partner, use string) bool {
 	return p.AS4 != nil && p.AS4.AllowWeakKeys
 }
 
-// IdentityCerts reads our identity key pairs: their certificates, plus an
-// Error finding for a key that cannot be read or does not belong to its
-// certificate (naming both files).
+// IdentityCerts reads our identity key pairs (PEM, DER or PKCS#12): their
+// certificates, plus an Error finding for a key that cannot be read (wrong
+// password, no key in the file, unknown format) or does not belong to its
+// certificate, naming the file.
 func IdentityCerts(keys []config.KeyPair) ([]Cert, []Finding) {
 	var out []Cert
 	var bad []Finding
 	for i, k := range keys {
 		c := Cert{Owner: "identity", Use: "identity", File: k.Cert, Config: fmt.Sprintf("identity.keys[%d]", i)}
-		kp, err := endpoint.LoadKeyPair(k.Cert, k.Key)
+		keyFile := k.Key
+		if k.Cert == "" || k.Cert == k.Key {
+			c.File, keyFile = k.Key, "" // one PKCS#12 file
+		}
+		cert, _, err := keyfile.KeyPair(k.Cert, k.Key, k.Password())
 		if err != nil {
-			if certs, rerr := partners.ReadCertificates(k.Cert); rerr == nil {
-				c.Cert = certs[0]
-				out = append(out, c)
+			if k.Cert != "" {
+				if certs, rerr := keyfile.Certificates(k.Cert, k.Password()); rerr == nil {
+					c.Cert = certs[0]
+					out = append(out, c)
+				}
 			}
-			bad = append(bad, Finding{Severity: Error, Cert: c, KeyFile: k.Key, Msg: unwrapKeyError(err, k)})
+			bad = append(bad, Finding{Severity: Error, Cert: c, KeyFile: keyFile, Msg: err.Error()})
 			continue
 		}
-		c.Cert = kp.Cert
+		c.Cert = cert
 		out = append(out, c)
 	}
 	return out, bad
-}
-
-// unwrapKeyError drops the file names LoadKeyPair adds (the finding names
-// them already).
-func unwrapKeyError(err error, k config.KeyPair) string {
-	s := err.Error()
-	s = strings.TrimPrefix(s, "as4 key pair "+k.Cert+", "+k.Key+": ")
-	return strings.TrimPrefix(s, "as4 key pair: ")
 }
 
 // Check judges certs at now: expired or not yet valid certificates, expiry

@@ -13,6 +13,8 @@ import (
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
+
+	"gateway/keyfile"
 )
 
 // Config is the gateway's configuration.
@@ -78,10 +80,21 @@ type Identity struct {
 	AllowWeakKeys bool `mapstructure:"allow_weak_keys"`
 }
 
-// KeyPair names a PEM certificate file and its PEM private key file.
+// KeyPair names one of our certificates and its private key. Key is a
+// PEM, DER or PKCS#12 (.p12/.pfx) file; Cert a PEM, DER or PKCS#12 file, or
+// empty when Key is a PKCS#12 file holding the certificate. The password of
+// a PKCS#12 file comes from the environment variable KeyPasswordEnv or the
+// first line of KeyPasswordFile, never from this file.
 type KeyPair struct {
-	Cert string `mapstructure:"cert"`
-	Key  string `mapstructure:"key"`
+	Cert            string `mapstructure:"cert"`
+	Key             string `mapstructure:"key"`
+	KeyPasswordEnv  string `mapstructure:"key_password_env"`
+	KeyPasswordFile string `mapstructure:"key_password_file"`
+}
+
+// Password is where the key's password comes from.
+func (k KeyPair) Password() keyfile.Password {
+	return keyfile.Password{Env: k.KeyPasswordEnv, File: k.KeyPasswordFile}
 }
 
 // Handler selects the business handler.
@@ -186,10 +199,7 @@ func Load(path string) (*Config, error) {
 			}
 		}
 		if fromFile(v, "identity.keys") {
-			for i := range c.Identity.Keys {
-				c.Identity.Keys[i].Cert = resolve(base, c.Identity.Keys[i].Cert)
-				c.Identity.Keys[i].Key = resolve(base, c.Identity.Keys[i].Key)
-			}
+			resolveKeys(base, c.Identity.Keys)
 		}
 		if rest, ok := strings.CutPrefix(c.Store, "sqlite:"); ok && rest != "" && fromFile(v, "store") && !strings.HasPrefix(rest, "//") {
 			c.Store = "sqlite:" + resolve(base, rest)
@@ -215,6 +225,14 @@ func displayName(path string) string {
 		return "(defaults and environment)"
 	}
 	return path
+}
+
+func resolveKeys(base string, keys []KeyPair) {
+	for i := range keys {
+		keys[i].Cert = resolve(base, keys[i].Cert)
+		keys[i].Key = resolve(base, keys[i].Key)
+		keys[i].KeyPasswordFile = resolve(base, keys[i].KeyPasswordFile)
+	}
 }
 
 func resolve(base, p string) string {
@@ -247,11 +265,7 @@ func (c *Config) validate() error {
 	if c.Handler.Type == "dir" && c.Handler.Inbox == "" {
 		errs = append(errs, errors.New("handler.inbox: required for the dir handler"))
 	}
-	for i, k := range c.Identity.Keys {
-		if k.Cert == "" || k.Key == "" {
-			errs = append(errs, fmt.Errorf("identity.keys[%d]: cert and key are both required", i))
-		}
-	}
+	errs = append(errs, checkKeys("identity.keys", c.Identity.Keys)...)
 	for _, e := range []struct{ name, path string }{{"as2.path", c.AS2.Path}, {"as4.path", c.AS4.Path}} {
 		if !strings.HasPrefix(e.path, "/") {
 			errs = append(errs, fmt.Errorf("%s: %q must start with /", e.name, e.path))
@@ -269,6 +283,20 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("log_level: %q is not one of debug, info, warn, error", c.LogLevel))
 	}
 	return errors.Join(errs...)
+}
+
+// checkKeys validates key pairs: a key file, at most one password source.
+func checkKeys(field string, keys []KeyPair) []error {
+	var errs []error
+	for i, k := range keys {
+		if k.Key == "" {
+			errs = append(errs, fmt.Errorf("%s[%d].key: required (a PEM, DER or PKCS#12 file; cert may be left out when it is PKCS#12)", field, i))
+		}
+		if k.KeyPasswordEnv != "" && k.KeyPasswordFile != "" {
+			errs = append(errs, fmt.Errorf("%s[%d]: key_password_env and key_password_file are exclusive", field, i))
+		}
+	}
+	return errs
 }
 
 // redactURL hides a password in a store URL for messages.

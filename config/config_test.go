@@ -117,3 +117,37 @@ func TestCertWarningAndReloadOnChange(t *testing.T) {
 		t.Fatalf("negative cert_warning: %v", err)
 	}
 }
+
+// A PKCS#12 key needs no cert; its password file is resolved against the
+// configuration file; env and file together, an inline password and a pair
+// without key are refused.
+func TestKeyPasswordSources(t *testing.T) {
+	p := write(t, `
+identity:
+  keys:
+    - key: keys/gw.p12
+      key_password_file: secrets/gw.pass
+    - cert: keys/b.pem
+      key: keys/b.p12
+      key_password_env: GW_B_PASSWORD
+`)
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(p)
+	k := c.Identity.Keys
+	if k[0].Cert != "" || k[0].Key != filepath.Join(dir, "keys/gw.p12") || k[0].Password().File != filepath.Join(dir, "secrets/gw.pass") ||
+		k[1].Password().Env != "GW_B_PASSWORD" || k[1].Password().File != "" {
+		t.Fatalf("keys %+v", k)
+	}
+	for body, want := range map[string]string{
+		"identity:\n  keys:\n    - key: a.p12\n      key_password_env: X\n      key_password_file: y\n": "key_password_env and key_password_file are exclusive",
+		"identity:\n  keys:\n    - key: a.p12\n      key_password: secret\n":                            "key_password",
+		"identity:\n  keys:\n    - cert: a.pem\n":                                                       "identity.keys[0].key: required",
+	} {
+		if _, err := Load(write(t, body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", body, err, want)
+		}
+	}
+}

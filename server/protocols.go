@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"time"
 
 	"gateway/as2"
@@ -13,6 +12,7 @@ import (
 	"gateway/certcheck"
 	"gateway/cms"
 	"gateway/config"
+	"gateway/keyfile"
 	"gateway/outbox"
 	"gateway/partners"
 	"gateway/trust"
@@ -60,13 +60,14 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 	var as2Keys []cms.KeyPair
 	var as4Keys []xmlenc.KeyPair
 	for i, k := range cfg.Identity.Keys {
-		certPEM, err := os.ReadFile(k.Cert)
+		// PEM, DER or PKCS#12 (keyfile), handed to the protocols as PEM.
+		cert, key, err := keyfile.KeyPair(k.Cert, k.Key, k.Password())
 		if err != nil {
-			return nil, fmt.Errorf("server: identity.keys[%d].cert: %w", i, err)
+			return nil, fmt.Errorf("server: identity.keys[%d]: %w", i, err)
 		}
-		keyPEM, err := os.ReadFile(k.Key)
+		certPEM, keyPEM, err := keyfile.PEM(cert, key)
 		if err != nil {
-			return nil, fmt.Errorf("server: identity.keys[%d].key: %w", i, err)
+			return nil, fmt.Errorf("server: identity.keys[%d]: %w", i, err)
 		}
 		if kp, err := cms.ParseKeyPair(certPEM, keyPEM); err == nil {
 			as2Keys = append(as2Keys, kp)
