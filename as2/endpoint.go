@@ -55,6 +55,9 @@ type Config struct {
 	// Keys are our key pairs: all are tried for decryption (rollover);
 	// Keys[0] signs MDNs. Without keys, signed MDNs are sent unsigned.
 	Keys []cms.KeyPair
+	// Identities are our further AS2 names, each with its own keys (see
+	// Identity); OurID and Keys are the first.
+	Identities []Identity
 	// Pipeline runs verified messages (required). Its Audit sink also gets a
 	// "rejected" record for messages refused before the pipeline.
 	Pipeline *exchange.Pipeline
@@ -100,6 +103,9 @@ func NewEndpoint(cfg Config) (*Endpoint, error) {
 			return nil, fmt.Errorf("as2: config: Keys[%d] lacks its certificate or private key", i)
 		}
 	}
+	if err := checkIdentities(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -142,6 +148,9 @@ type inbound struct {
 	// signMDN and signDigest: whether and with which digest our MDN is signed.
 	signMDN    bool
 	signDigest string
+	// signKeys are the keys of the identity the partner addressed
+	// (AS2-To): signKeys[0] signs the MDN.
+	signKeys []cms.KeyPair
 	// mic is the Received-Content-MIC of the message ("" before unwrap).
 	mic    string
 	micAlg micAlg
@@ -182,6 +191,8 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	x := &inbound{req: req, lg: lg}
+	var decryptKeys []cms.KeyPair
+	x.signKeys, decryptKeys = e.identityKeys(req.To)
 	p, ok := e.cfg.Partners.ByAS2(req.From, req.To, e.cfg.OurID)
 	if !ok {
 		// The sender is not authenticated: its Receipt-Delivery-Option is
@@ -203,7 +214,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	res, err := smime.UnwrapEntity(smime.EntityFromHTTP(r.Header, body), smime.Options{
-		Keys:    e.cfg.Keys,
+		Keys:    decryptKeys,
 		Trusted: e.cfg.Partners.AS2Certificates(p),
 		Now:     e.cfg.Now,
 		MaxSize: e.cfg.MaxDecompressedBytes,
@@ -310,7 +321,7 @@ func (e *Endpoint) planMDN(x *inbound) {
 		x.mode = deliverSync
 	}
 	x.signMDN = m.Requested && m.Signed() || x.partner.AS2.RequireSignedMDN
-	if x.signMDN && len(e.cfg.Keys) == 0 {
+	if x.signMDN && len(x.signKeys) == 0 {
 		x.lg.Warn("signed MDN requested but no key is configured; sending it unsigned")
 		x.signMDN = false
 	}

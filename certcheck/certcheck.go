@@ -153,6 +153,9 @@ func IdentityCerts(keys []config.KeyPair) ([]Cert, []Finding) {
 	var bad []Finding
 	for i, k := range keys {
 		c := Cert{Owner: "identity", Use: "identity", File: k.Cert, Config: fmt.Sprintf("identity.keys[%d]", i)}
+		if k.Field != "" {
+			c.Config = k.Field // identities[j].keys[i]
+		}
 		keyFile := k.Key
 		if k.Cert == "" || k.Cert == k.Key {
 			c.File, keyFile = k.Key, "" // one PKCS#12 file

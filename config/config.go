@@ -56,6 +56,9 @@ type Config struct {
 	// ReloadOnChange reloads the partner directory and identity keys when
 	// their files change (SIGHUP always reloads).
 	ReloadOnChange bool `mapstructure:"reload_on_change"`
+	// Identities are further local identities (AS2 names, ebMS parties),
+	// each with its own keys; Identity, when set, is the first.
+	Identities []Identity `mapstructure:"identities"`
 
 	// File is the configuration file that was read ("" when none).
 	File string `mapstructure:"-"`
@@ -90,6 +93,28 @@ type KeyPair struct {
 	Key             string `mapstructure:"key"`
 	KeyPasswordEnv  string `mapstructure:"key_password_env"`
 	KeyPasswordFile string `mapstructure:"key_password_file"`
+	// Field names the pair in the configuration ("identity.keys[0]",
+	// "identities[1].keys[0]"), for messages.
+	Field string `mapstructure:"-"`
+}
+
+// AllIdentities are our identities in order: the identity block (when it
+// has a name or keys), then identities.
+func (c *Config) AllIdentities() []Identity {
+	var out []Identity
+	if id := c.Identity; id.AS2ID != "" || id.PartyID != "" || len(id.Keys) > 0 {
+		out = append(out, id)
+	}
+	return append(out, c.Identities...)
+}
+
+// AllKeys are the key pairs of every identity, in order.
+func (c *Config) AllKeys() []KeyPair {
+	var out []KeyPair
+	for _, id := range c.AllIdentities() {
+		out = append(out, id.Keys...)
+	}
+	return out
 }
 
 // Password is where the key's password comes from.
@@ -140,6 +165,7 @@ var defaults = map[string]any{
 	"identity.party_type":        "",
 	"identity.keys":              []map[string]any{},
 	"identity.allow_weak_keys":   false,
+	"identities":                 []map[string]any{},
 	"handler.type":               "dir",
 	"handler.inbox":              "var/inbox",
 	"audit.file":                 "",
@@ -184,6 +210,14 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("config: %s: %w", displayName(path), err)
 	}
 	c.File = path
+	for i := range c.Identity.Keys {
+		c.Identity.Keys[i].Field = fmt.Sprintf("identity.keys[%d]", i)
+	}
+	for j := range c.Identities {
+		for i := range c.Identities[j].Keys {
+			c.Identities[j].Keys[i].Field = fmt.Sprintf("identities[%d].keys[%d]", j, i)
+		}
+	}
 	if c.Store == "memory" { // YAML users may drop the colon of "memory:"
 		c.Store = "memory:"
 	}
@@ -200,6 +234,11 @@ func Load(path string) (*Config, error) {
 		}
 		if fromFile(v, "identity.keys") {
 			resolveKeys(base, c.Identity.Keys)
+		}
+		if fromFile(v, "identities") {
+			for j := range c.Identities {
+				resolveKeys(base, c.Identities[j].Keys)
+			}
 		}
 		if rest, ok := strings.CutPrefix(c.Store, "sqlite:"); ok && rest != "" && fromFile(v, "store") && !strings.HasPrefix(rest, "//") {
 			c.Store = "sqlite:" + resolve(base, rest)
@@ -266,6 +305,34 @@ func (c *Config) validate() error {
 		errs = append(errs, errors.New("handler.inbox: required for the dir handler"))
 	}
 	errs = append(errs, checkKeys("identity.keys", c.Identity.Keys)...)
+	as2IDs, parties := map[string]bool{}, map[string]bool{}
+	first := len(c.AllIdentities()) > len(c.Identities) // the identity block comes first
+	for j, id := range c.AllIdentities() {
+		name := "identity"
+		if first {
+			j--
+		}
+		if j >= 0 {
+			name = fmt.Sprintf("identities[%d]", j)
+			errs = append(errs, checkKeys(name+".keys", id.Keys)...)
+			if id.AS2ID == "" && id.PartyID == "" {
+				errs = append(errs, fmt.Errorf("%s: as2_id or party_id required", name))
+			}
+		}
+		if id.AS2ID != "" {
+			if as2IDs[id.AS2ID] {
+				errs = append(errs, fmt.Errorf("%s.as2_id: %q is also another identity's", name, id.AS2ID))
+			}
+			as2IDs[id.AS2ID] = true
+		}
+		if id.PartyID != "" {
+			k := id.PartyType + "\x00" + id.PartyID
+			if parties[k] {
+				errs = append(errs, fmt.Errorf("%s.party_id: %q (type %q) is also another identity's", name, id.PartyID, id.PartyType))
+			}
+			parties[k] = true
+		}
+	}
 	for _, e := range []struct{ name, path string }{{"as2.path", c.AS2.Path}, {"as4.path", c.AS4.Path}} {
 		if !strings.HasPrefix(e.path, "/") {
 			errs = append(errs, fmt.Errorf("%s: %q must start with /", e.name, e.path))

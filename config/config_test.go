@@ -151,3 +151,42 @@ identity:
 		}
 	}
 }
+
+// identities: paths resolved against the file, the identity block first,
+// every pair labelled with its field; a name used twice and an identity
+// without a name are refused.
+func TestIdentities(t *testing.T) {
+	p := write(t, `
+identity:
+  as2_id: GW
+  keys:
+    - {cert: a.pem, key: a.key}
+identities:
+  - as2_id: GW2
+    party_id: urn:gw2
+    keys:
+      - {key: b.p12, key_password_file: b.pass}
+`)
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(p)
+	ids := c.AllIdentities()
+	keys := c.AllKeys()
+	if len(ids) != 2 || ids[0].AS2ID != "GW" || ids[1].PartyID != "urn:gw2" || len(keys) != 2 ||
+		keys[1].Key != filepath.Join(dir, "b.p12") || keys[1].KeyPasswordFile != filepath.Join(dir, "b.pass") ||
+		keys[0].Field != "identity.keys[0]" || keys[1].Field != "identities[0].keys[0]" {
+		t.Fatalf("identities %+v keys %+v", ids, keys)
+	}
+	for body, want := range map[string]string{
+		"identity:\n  as2_id: GW\nidentities:\n  - as2_id: GW\n":  `identities[0].as2_id: "GW" is also another identity's`,
+		"identities:\n  - party_id: urn:a\n  - party_id: urn:a\n": `identities[1].party_id: "urn:a"`,
+		"identities:\n  - keys: [{cert: a.pem, key: a.key}]\n":    "identities[0]: as2_id or party_id required",
+		"identities:\n  - as2_id: X\n    keys: [{cert: a.pem}]\n": "identities[0].keys[0].key: required",
+	} {
+		if _, err := Load(write(t, body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", body, err, want)
+		}
+	}
+}
