@@ -45,15 +45,26 @@ func newIdentity(id Identity, name string) (*ownIdentity, error) {
 	return &ownIdentity{Identity: id, signer: signer}, nil
 }
 
-// identityFor is the identity eb:To names (PartyId and type equal), else
-// the first.
+// identityFor is the identity eb:To names, else the first. It matches as
+// P-Modes do (as4.Match): PartyId equal, and the type equal unless the
+// identity has none; an identity with the exact type wins.
 func (e *Endpoint) identityFor(to as4.Party) *ownIdentity {
+	var loose *ownIdentity
 	for _, pid := range to.PartyIDs {
 		for _, id := range e.ids {
-			if id.PartyID != "" && id.PartyID == pid.Value && id.PartyType == pid.Type {
+			if id.PartyID == "" || id.PartyID != pid.Value {
+				continue
+			}
+			if id.PartyType == pid.Type {
 				return id
 			}
+			if id.PartyType == "" && loose == nil {
+				loose = id
+			}
 		}
+	}
+	if loose != nil {
+		return loose
 	}
 	return e.ids[0]
 }
