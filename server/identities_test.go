@@ -29,7 +29,7 @@ func TestTwoIdentitiesSignWithTheAddressedKey(t *testing.T) {
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Skip("openssl not installed")
 	}
-	keys := testpki.RSAKeys(t, 3)
+	keys := testpki.RSAKeys(t, 4)
 	dir := t.TempDir()
 	pdir := filepath.Join(dir, "partners")
 	os.Mkdir(pdir, 0o750)
@@ -152,5 +152,25 @@ reload_on_change: false
 		if why := sendAS4(tc.to4, tc.mine, tc.other); why == "" {
 			t.Errorf("AS4 to %s: the receipt verified with the other identity's certificate", tc.to4)
 		}
+	}
+
+	// A rollover of the second identity's key on reload: the new .p12
+	// signs; the first identity is untouched.
+	gw3 := testpki.SelfSigned(t, keys[3], testpki.Cert{CommonName: "gateway two 2027", Serial: 4})
+	c3, k3 := testpki.WriteKeyPair(t, dir, "gw3", gw3, keys[3])
+	if out, err := exec.Command("openssl", "pkcs12", "-export", "-inkey", k3, "-in", c3, "-passout", "pass:two", "-out", filepath.Join(dir, "gw2.p12")).CombinedOutput(); err != nil {
+		t.Fatalf("openssl: %v\n%s", err, out)
+	}
+	if err := s.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if why := sendAS2("GW2", gw3, gw3); why != "" {
+		t.Errorf("AS2 to GW2 after the rollover: %s", why)
+	}
+	if why := sendAS4("urn:gw2", gw3, gw3); why != "" {
+		t.Errorf("AS4 to urn:gw2 after the rollover: %s", why)
+	}
+	if why := sendAS4("urn:gw", gw1, gw1); why != "" {
+		t.Errorf("AS4 to urn:gw after the rollover: %s", why)
 	}
 }

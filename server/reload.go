@@ -25,7 +25,8 @@ import (
 type Snapshot struct {
 	// Partners is the partner directory.
 	Partners *partners.Directory
-	// Keys are the identity key files (identity.keys) the endpoints use.
+	// Keys are the key files of every identity (identity.keys, then
+	// identities[].keys) the endpoints use.
 	Keys []config.KeyPair
 	// CertWarning is the cert_warning in force.
 	CertWarning time.Duration
