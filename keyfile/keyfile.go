@@ -29,9 +29,10 @@ var (
 	ErrKeyMismatch   = errors.New("the private key does not belong to the certificate")
 	ErrEncryptedPEM  = errors.New("encrypted PEM private keys are not supported; use PKCS#12 with a password, or decrypt it (openssl pkey)")
 	ErrFormat        = errors.New("not a PEM, DER or PKCS#12 file")
-	// ErrCertOnly: a PKCS#12 file with certificates only is read only when
-	// it is a Java trust store (keytool); openssl -nokeys files are not.
-	ErrCertOnly = errors.New("a PKCS#12 file without a private key is read only as a Java trust store (keytool): export the certificate as PEM or DER instead (openssl pkcs12 -nokeys | openssl x509)")
+	// ErrCertOnly: a PKCS#12 file without a private key whose
+	// certificates cannot be read (RC2 encryption, as openssl -legacy
+	// writes it).
+	ErrCertOnly = errors.New("the certificates of this PKCS#12 file (no private key) cannot be read: export the certificate as PEM or DER instead (openssl pkcs12 -nokeys | openssl x509)")
 )
 
 // Password says where the password of a PKCS#12 file comes from: the
@@ -106,8 +107,9 @@ func Certificates(path string, pw Password) ([]*x509.Certificate, error) {
 		return nil, fileErr(path, err)
 	}
 	_, leaf, chain, err := decodePKCS12(b, password)
-	if errors.Is(err, errCertsUnreadable) {
-		err = ErrCertOnly
+	var cu *certsUnreadable
+	if errors.As(err, &cu) {
+		err = fmt.Errorf("%w: %v", ErrCertOnly, cu.cause)
 	}
 	if err != nil {
 		return nil, fileErr(path, err)
@@ -145,7 +147,8 @@ func KeyPair(certFile, keyFile string, pw Password) (*x509.Certificate, crypto.P
 		}
 		var leaf *x509.Certificate
 		var chain []*x509.Certificate
-		if key, leaf, chain, err = decodePKCS12(kb, password); errors.Is(err, errCertsUnreadable) {
+		var cu *certsUnreadable
+		if key, leaf, chain, err = decodePKCS12(kb, password); errors.As(err, &cu) {
 			err = ErrNoKey
 		}
 		if err != nil {
@@ -279,10 +282,12 @@ func looksLikePKCS12(b []byte) bool {
 	return i+2 < len(b) && b[i] == 0x02 && b[i+1] == 0x01 && b[i+2] == 0x03
 }
 
-// errCertsUnreadable: a PKCS#12 file without a private key whose
+// certsUnreadable: a PKCS#12 file without a private key whose
 // certificates cannot be read either (ErrNoKey for a key pair,
 // ErrCertOnly for certificates).
-var errCertsUnreadable = errors.New("certificate-only PKCS#12 file")
+type certsUnreadable struct{ cause error }
+
+func (e *certsUnreadable) Error() string { return "certificate-only PKCS#12 file: " + e.cause.Error() }
 
 // decodePKCS12 returns the private key (nil for a certificate-only file),
 // the leaf certificate (the key's, else the first) and the others.
@@ -306,12 +311,20 @@ func decodePKCS12(b []byte, password string) (crypto.PrivateKey, *x509.Certifica
 	}
 	if strings.Contains(err.Error(), "private key missing") || strings.Contains(err.Error(), "authenticated safe") {
 		// A certificate-only file: go-pkcs12 (like x/crypto/pkcs12) reads
-		// one only as a Java trust store.
+		// one only as a Java trust store; certOnlyPKCS12 reads what
+		// openssl -nokeys writes.
 		if certs, terr := pkcs12.DecodeTrustStore(b, password); terr == nil && len(certs) > 0 {
 			return nil, certs[0], certs[1:], nil
 		}
+		certs, cerr := certOnlyPKCS12(b, password)
+		switch {
+		case cerr == nil:
+			return nil, certs[0], certs[1:], nil
+		case errors.Is(cerr, ErrWrongPassword):
+			return nil, nil, nil, ErrWrongPassword
+		}
 		if strings.Contains(err.Error(), "private key missing") {
-			return nil, nil, nil, errCertsUnreadable
+			return nil, nil, nil, &certsUnreadable{cause: cerr}
 		}
 	}
 	if strings.Contains(err.Error(), "certificate missing") {

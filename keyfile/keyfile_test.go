@@ -156,8 +156,7 @@ func TestKeyPairProblemsNameTheFile(t *testing.T) {
 		t.Errorf("unset environment variable: %v", err)
 	}
 	// Certificate-only PKCS#12 files (partner certificates): a Java trust
-	// store is read (go-pkcs12 writes one as keytool does); openssl -nokeys
-	// files are refused with the way out, whatever their encryption.
+	// store is read (go-pkcs12 writes one as keytool does).
 	ts, err := pkcs12.Modern.EncodeTrustStore([]*x509.Certificate{certOf(t, cert)}, "right")
 	if err != nil {
 		t.Fatal(err)
@@ -170,10 +169,28 @@ func TestKeyPairProblemsNameTheFile(t *testing.T) {
 	if _, err := Certificates(p("truststore.p12"), Password{File: p("wrong.txt")}); !errors.Is(err, ErrWrongPassword) {
 		t.Errorf("trust store, wrong password: %v", err)
 	}
-	for _, f := range []string{"certonly.p12", "certonly-legacy.p12"} {
-		if _, err := Certificates(p(f), Password{File: p("right.txt")}); !errors.Is(err, ErrCertOnly) || !strings.Contains(err.Error(), p(f)) {
-			t.Errorf("%s: %v", f, err)
+	// openssl -nokeys: OpenSSL 3's default (PBES2 AES-256-CBC, SHA-256
+	// MAC) and 3DES are read, RC2 (-legacy) is refused with the way out.
+	openssl(t, "pkcs12", "-export", "-nokeys", "-in", cert, "-certfile", other, "-certpbe", "PBE-SHA1-3DES", "-macalg", "sha1",
+		"-passout", "pass:right", "-out", p("certonly-3des.p12"))
+	for _, f := range []string{"certonly.p12", "certonly-3des.p12"} {
+		certs, err := Certificates(p(f), Password{File: p("right.txt")})
+		if err != nil || len(certs) < 1 || certs[0].Subject.CommonName != "us" {
+			t.Errorf("%s: %d certificates, %v", f, len(certs), err)
 		}
+		if _, err := Certificates(p(f), Password{File: p("wrong.txt")}); !errors.Is(err, ErrWrongPassword) {
+			t.Errorf("%s, wrong password: %v", f, err)
+		}
+		if _, _, err := KeyPair("", p(f), Password{File: p("right.txt")}); !errors.Is(err, ErrNoKey) {
+			t.Errorf("%s as a key: %v", f, err)
+		}
+	}
+	if certs, _ := Certificates(p("certonly-3des.p12"), Password{File: p("right.txt")}); len(certs) != 2 {
+		t.Errorf("certonly-3des.p12: %d certificates, want 2", len(certs))
+	}
+	if _, err := Certificates(p("certonly-legacy.p12"), Password{File: p("right.txt")}); !errors.Is(err, ErrCertOnly) ||
+		!strings.Contains(err.Error(), p("certonly-legacy.p12")) || !strings.Contains(err.Error(), "openssl pkcs12 -nokeys") {
+		t.Errorf("certonly-legacy.p12 (RC2): %v", err)
 	}
 	// A partner's .pfx that holds its key too gives its certificates.
 	if certs, err := Certificates(p("us.p12"), Password{File: p("right.txt")}); err != nil || len(certs) != 1 {
