@@ -31,6 +31,7 @@ import (
 	"gateway/cms"
 	"gateway/dedup"
 	"gateway/exchange"
+	"gateway/limits"
 	"gateway/mdn"
 	"gateway/outbox"
 	"gateway/partners"
@@ -76,7 +77,10 @@ type Config struct {
 	// MaxDecompressedBytes limits a compressed layer's inflated size
 	// (default smime.DefaultMaxSize).
 	MaxDecompressedBytes int64
-	Log                  *slog.Logger
+	// MaxCompressionRatio bounds decompressed ÷ compressed bytes once the
+	// output passes 1 MiB (default limits.DefaultMaxCompressionRatio).
+	MaxCompressionRatio float64
+	Log                 *slog.Logger
 	// Now is the clock for certificate validity and MDN ids; nil means
 	// time.Now.
 	Now func() time.Time
@@ -171,22 +175,12 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	lg := e.log.With("protocol", "as2", "message_id", req.MessageID, "as2_from", req.From, "as2_to", req.To)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.MaxBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			lg.Warn("as2 message refused: body too large", "status", http.StatusRequestEntityTooLarge, "limit", e.cfg.MaxBodyBytes)
-			http.Error(w, fmt.Sprintf("message body exceeds the limit of %d bytes", e.cfg.MaxBodyBytes), http.StatusRequestEntityTooLarge)
-			return
-		}
-		lg.Warn("as2 message refused: body could not be read", "status", http.StatusBadRequest, "err", err)
-		http.Error(w, "the request body could not be read", http.StatusBadRequest)
-		return
-	}
-	if len(body) == 0 {
-		lg.Warn("as2 message refused: empty body", "status", http.StatusBadRequest)
-		http.Error(w, "as2: the request has no body", http.StatusBadRequest)
+	lg := e.log.With("protocol", "as2", "message_id", dedup.NormalizeMessageID(req.MessageID), "as2_from", req.From, "as2_to", req.To)
+	if r.ContentLength > e.cfg.MaxBodyBytes {
+		// Refused before a byte of the body is read.
+		lg.Warn("as2 message refused: body too large", "status", http.StatusRequestEntityTooLarge, "limit", e.cfg.MaxBodyBytes, "content_length", r.ContentLength)
+		w.Header().Set("Connection", "close")
+		http.Error(w, fmt.Sprintf("message body exceeds the limit of %d bytes", e.cfg.MaxBodyBytes), http.StatusRequestEntityTooLarge)
 		return
 	}
 
@@ -196,12 +190,38 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p, ok := e.cfg.Partners.ByAS2(req.From, req.To, e.cfg.OurID)
 	if !ok {
 		// The sender is not authenticated: its Receipt-Delivery-Option is
-		// not followed; the unsigned MDN goes back on the response.
+		// not followed; the unsigned MDN goes back on the response. The
+		// body is not read, and the connection is closed after the answer
+		// (net/http would otherwise wait to discard a short body first).
+		w.Header().Set("Connection", "close")
 		if req.MDN.Requested {
 			x.mode = deliverSync
 		}
 		e.reject(r.Context(), w, x, mdn.DispUnknownTradingPartner,
 			fmt.Sprintf("no trading partner agreement for AS2-From %q and AS2-To %q", req.From, req.To), nil)
+		return
+	}
+	// One allocation of exactly Content-Length bytes; a body of unknown
+	// length goes through a spool file and is counted as it is read.
+	body, err := limits.Collect(r.Body, limits.CollectOptions{Max: e.cfg.MaxBodyBytes, SizeHint: r.ContentLength, SpoolDir: e.cfg.SpoolDir})
+	if err != nil {
+		switch st := limits.Status(err); st {
+		case http.StatusRequestEntityTooLarge:
+			lg.Warn("as2 message refused: body too large", "status", st, "limit", e.cfg.MaxBodyBytes, "err", err)
+			w.Header().Set("Connection", "close")
+			http.Error(w, fmt.Sprintf("message body exceeds the limit of %d bytes", e.cfg.MaxBodyBytes), st)
+		case 0:
+			lg.Warn("as2 message refused: body could not be read", "status", http.StatusBadRequest, "err", err)
+			http.Error(w, "the request body could not be read", http.StatusBadRequest)
+		default:
+			lg.Warn("as2 message refused while reading the body", "status", st, "err", err)
+			limits.Refuse(w, err)
+		}
+		return
+	}
+	if len(body) == 0 {
+		lg.Warn("as2 message refused: empty body", "status", http.StatusBadRequest)
+		http.Error(w, "as2: the request has no body", http.StatusBadRequest)
 		return
 	}
 	x.partner = p
@@ -217,10 +237,16 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Keys:    decryptKeys,
 		Trusted: e.cfg.Partners.AS2Certificates(p),
 		Now:     e.cfg.Now,
-		MaxSize: e.cfg.MaxDecompressedBytes,
+		MaxSize: e.cfg.MaxDecompressedBytes, MaxRatio: e.cfg.MaxCompressionRatio,
+		SpoolDir: e.cfg.SpoolDir, Reserve: limits.ReservationFrom(r.Context()).Grow,
 
 		ContentOnlyCompressedMIC: p.AS2.MICCompressed == "content",
 	})
+	if limits.Status(err) == http.StatusServiceUnavailable {
+		x.lg.Warn("as2 message not processed: memory budget exhausted while decompressing", "err", err)
+		limits.Refuse(w, err)
+		return
+	}
 	if err != nil {
 		d, why := classify(res, err, req.From)
 		answerOnResponse(x)

@@ -3,12 +3,14 @@ package as4
 import (
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"strings"
 
 	"github.com/beevik/etree"
+
+	"gateway/limits"
 )
 
 // Payload is a PartInfo resolved to the message content it names.
@@ -132,13 +134,25 @@ const CompressionGzip = "application/gzip"
 
 // Decompress returns a payload as the application sees it: part unchanged
 // when props has no CompressionType, gunzipped when it is application/gzip.
-// Output beyond limit bytes (a decompression bomb), a corrupt stream and any
-// other compression type give EBMS:0303 DecompressionFailure. A limit <= 0
-// means DefaultMaxMessageSize.
+// Output beyond limit bytes or limits.DefaultMaxCompressionRatio times the
+// compressed size (a decompression bomb), a corrupt stream and any other
+// compression type give EBMS:0303 DecompressionFailure. A limit <= 0 means
+// DefaultMaxMessageSize.
 func Decompress(part []byte, props map[string]string, limit int64) ([]byte, error) {
 	if limit <= 0 {
 		limit = DefaultMaxMessageSize
 	}
+	return DecompressLimited(part, props, limits.Inflation{MaxBytes: limit, MaxRatio: limits.DefaultMaxCompressionRatio}, nil)
+}
+
+// DecompressLimited is Decompress under lim: the gzip stream is inflated in
+// fixed-size chunks into a bounded destination (memory, then an unlinked
+// spool file) and allocated once at its exact size, and refused with
+// EBMS:0303 as soon as it passes lim.MaxBytes or lim.MaxRatio times the
+// compressed size (once past the ratio floor). check, when set, sees the
+// running output size after every chunk; an error of it wrapping
+// limits.ErrBusy is returned as is, any other as EBMS:0303.
+func DecompressLimited(part []byte, props map[string]string, lim limits.Inflation, check func(total int64) error) ([]byte, error) {
 	ct := props[PropCompressionType]
 	switch ct {
 	case "":
@@ -151,12 +165,15 @@ func Decompress(part []byte, props map[string]string, limit int64) ([]byte, erro
 	if err != nil {
 		return nil, DecompressionFailure("not a gzip stream", err)
 	}
-	out, err := io.ReadAll(io.LimitReader(zr, limit+1))
-	if err != nil {
+	out, err := lim.Inflate(zr, int64(len(part)), check)
+	switch {
+	case err == nil:
+	case errors.Is(err, limits.ErrBusy):
+		return nil, err
+	case errors.Is(err, limits.ErrTooLarge) || errors.Is(err, limits.ErrRatio):
+		return nil, DecompressionFailure("payload inflates beyond the limits of this gateway", fmt.Errorf("%w: %w", ErrLimit, err))
+	default:
 		return nil, DecompressionFailure("corrupt gzip stream", err)
-	}
-	if int64(len(out)) > limit {
-		return nil, DecompressionFailure(fmt.Sprintf("payload inflates beyond %d bytes", limit), ErrLimit)
 	}
 	if err := zr.Close(); err != nil {
 		return nil, DecompressionFailure("corrupt gzip stream", err)

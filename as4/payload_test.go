@@ -3,7 +3,10 @@ package as4
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"testing"
+
+	"gateway/internal/testbomb"
 )
 
 func TestDecompress(t *testing.T) {
@@ -44,4 +47,20 @@ func flipByte(b []byte, i int) []byte {
 	c := append([]byte{}, b...)
 	c[i] ^= 0xff
 	return c
+}
+
+// TestDecompressGzipBomb: a 1 GiB gzip bomb is refused with EBMS:0303 after
+// about 1 MiB of output (ratio cap), in bounded memory.
+func TestDecompressGzipBomb(t *testing.T) {
+	bomb := testbomb.Gzip(1 << 30)
+	var a, b runtime.MemStats
+	runtime.ReadMemStats(&a)
+	_, err := Decompress(bomb, map[string]string{"CompressionType": "application/gzip"}, 0)
+	runtime.ReadMemStats(&b)
+	if e := AsError(err); e == nil || e.Code != CodeDecompressionFailure {
+		t.Fatalf("gzip bomb: %v", err)
+	}
+	if n := b.TotalAlloc - a.TotalAlloc; n > 8<<20 {
+		t.Fatalf("refusing a %d-byte gzip bomb allocated %d MiB", len(bomb), n>>20)
+	}
 }

@@ -70,6 +70,9 @@ type Query struct {
 	From, To time.Time
 	// Limit caps the records returned (default 10000).
 	Limit int
+	// Newest returns the most recent records first (the last Limit
+	// records written) instead of the oldest first.
+	Newest bool
 }
 
 // DefaultQueryLimit is used when Query.Limit is zero.

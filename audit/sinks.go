@@ -229,7 +229,11 @@ func (m *Memory) Query(_ context.Context, q Query) ([]Record, error) {
 		limit = DefaultQueryLimit
 	}
 	var out []Record
-	for _, r := range m.records {
+	for i := range m.records {
+		r := m.records[i]
+		if q.Newest {
+			r = m.records[len(m.records)-1-i]
+		}
 		if q.Matches(r) {
 			out = append(out, r)
 			if len(out) == limit {

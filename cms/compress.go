@@ -5,8 +5,10 @@ import (
 	"compress/zlib"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"errors"
 	"fmt"
-	"io"
+
+	"gateway/limits"
 )
 
 // DefaultDecompressLimit is the decompressed size Decompress allows when the
@@ -49,12 +51,24 @@ func Compress(data []byte) ([]byte, error) {
 
 // Decompress inflates a CompressedData ContentInfo (DER or BER, zlib). It
 // stops reading and returns an error wrapping ErrTooLarge as soon as the
-// output would exceed limit bytes (limit <= 0 means DefaultDecompressLimit),
-// so a small bomb cannot exhaust memory.
+// output would exceed limit bytes (limit <= 0 means DefaultDecompressLimit)
+// or limits.DefaultMaxCompressionRatio times the compressed size, so a
+// small bomb cannot exhaust memory.
 func Decompress(in []byte, limit int64) ([]byte, error) {
 	if limit <= 0 {
 		limit = DefaultDecompressLimit
 	}
+	return DecompressLimited(in, limits.Inflation{MaxBytes: limit, MaxRatio: limits.DefaultMaxCompressionRatio}, nil)
+}
+
+// DecompressLimited inflates a CompressedData ContentInfo under lim: the
+// output is read in fixed-size chunks into a bounded destination (memory,
+// then an unlinked spool file) and allocated once at its exact size; past
+// lim.MaxBytes, or past lim.MaxRatio times the zlib stream's size once over
+// the ratio floor, it stops with an error wrapping ErrTooLarge. check, when
+// set, sees the running output size after every chunk (limits across
+// nested layers); its error is returned wrapped.
+func DecompressLimited(in []byte, lim limits.Inflation, check func(total int64) error) ([]byte, error) {
 	oid, content, err := parseContentInfo(in)
 	if err != nil {
 		return nil, fmt.Errorf("cms: decompress: %w", err)
@@ -81,13 +95,14 @@ func Decompress(in []byte, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("cms: decompress: zlib: %w: %v", ErrMalformed, err)
 	}
 	defer zr.Close()
-	var out bytes.Buffer
-	n, err := io.Copy(&out, io.LimitReader(zr, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("cms: decompress: zlib: %w: %v", ErrMalformed, err)
+	out, err := lim.Inflate(zr, int64(len(z)), check)
+	switch {
+	case err == nil:
+		return out, nil
+	case errors.Is(err, limits.ErrTooLarge) || errors.Is(err, limits.ErrRatio):
+		return nil, fmt.Errorf("cms: decompress: %w: %w", ErrTooLarge, err)
+	case errors.Is(err, limits.ErrBusy):
+		return nil, fmt.Errorf("cms: decompress: %w", err)
 	}
-	if n > limit {
-		return nil, fmt.Errorf("cms: decompress: more than %d bytes: %w", limit, ErrTooLarge)
-	}
-	return out.Bytes(), nil
+	return nil, fmt.Errorf("cms: decompress: zlib: %w: %v", ErrMalformed, err)
 }

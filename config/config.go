@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,6 +28,10 @@ type Config struct {
 	// Lease is how long a claim holds a message before another delivery may
 	// take it over; the handler must finish within it.
 	Lease time.Duration `mapstructure:"lease"`
+	// InFlightRetryAfter is the Retry-After sent to a delivery whose message
+	// another delivery is processing: "auto" (an estimate from recent
+	// handler times) or a duration; never more than the lease left.
+	InFlightRetryAfter string `mapstructure:"in_flight_retry_after"`
 	// Retention is how long accepted keys are kept (never less than the
 	// longest partner dedup window).
 	Retention time.Duration `mapstructure:"retention"`
@@ -50,6 +55,8 @@ type Config struct {
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
 	// LogLevel: debug, info, warn, error.
 	LogLevel string `mapstructure:"log_level"`
+	// Admin is the operators' listener (metrics, health, readiness).
+	Admin Admin `mapstructure:"admin"`
 	// CertWarning is how long before expiry a partner or identity
 	// certificate is warned about (partners check, serve).
 	CertWarning time.Duration `mapstructure:"cert_warning"`
@@ -68,6 +75,31 @@ type Config struct {
 type TLS struct {
 	Cert string `mapstructure:"cert"`
 	Key  string `mapstructure:"key"`
+}
+
+// Admin configures the admin listener: /metrics, /healthz, /readyz and,
+// when enabled, /debug/pprof/. Partners never reach it.
+type Admin struct {
+	// Listen is the admin listen address; a non-loopback address needs
+	// Token or TLS.ClientCA.
+	Listen string `mapstructure:"listen"`
+	// Token is the bearer token every admin request must carry. It is read
+	// from GATEWAY_ADMIN_TOKEN or from TokenFile, never from the YAML file.
+	Token     string   `mapstructure:"token"`
+	TokenFile string   `mapstructure:"token_file"`
+	TLS       AdminTLS `mapstructure:"tls"`
+	// Pprof mounts net/http/pprof under /debug/pprof/.
+	Pprof bool `mapstructure:"pprof"`
+	// ReadyTimeout bounds each /readyz check (store, audit).
+	ReadyTimeout time.Duration `mapstructure:"ready_timeout"`
+}
+
+// AdminTLS serves the admin listener over HTTPS; ClientCA, when set,
+// requires a client certificate issued by it (mTLS).
+type AdminTLS struct {
+	Cert     string `mapstructure:"cert"`
+	Key      string `mapstructure:"key"`
+	ClientCA string `mapstructure:"client_ca"`
 }
 
 // Identity is the gateway's own names and keys.
@@ -124,7 +156,8 @@ func (k KeyPair) Password() keyfile.Password {
 
 // Handler selects the business handler.
 type Handler struct {
-	// Type: "dir" (write payloads under Inbox/<partner>/).
+	// Type: "dir" (write payloads under Inbox/<partner>/) or "table" (a row
+	// per payload in the gateway's database, in the accept transaction).
 	Type  string `mapstructure:"type"`
 	Inbox string `mapstructure:"inbox"`
 }
@@ -149,6 +182,21 @@ type Limits struct {
 	ReadTimeout       time.Duration `mapstructure:"read_timeout"`
 	WriteTimeout      time.Duration `mapstructure:"write_timeout"`
 	IdleTimeout       time.Duration `mapstructure:"idle_timeout"`
+	// MaxDecompressedBytes caps what one message inflates to (each AS2
+	// compressed layer and all together; each AS4 payload and all together).
+	MaxDecompressedBytes int64 `mapstructure:"max_decompressed_bytes"`
+	// MaxCompressionRatio caps inflated ÷ compressed bytes once the output
+	// passes 1 MiB (0: no ratio cap).
+	MaxCompressionRatio float64 `mapstructure:"max_compression_ratio"`
+	// MaxEnvelopeBytes caps the AS4 SOAP envelope part.
+	MaxEnvelopeBytes int64 `mapstructure:"max_envelope_bytes"`
+	// MemoryBudget is the bytes all requests together may hold in memory
+	// (0: unlimited).
+	MemoryBudget int64 `mapstructure:"memory_budget"`
+	// MinBodyRate is the slowest accepted body in bytes/s after
+	// MinBodyRateGrace (0: no minimum).
+	MinBodyRate      int64         `mapstructure:"min_body_rate"`
+	MinBodyRateGrace time.Duration `mapstructure:"min_body_rate_grace"`
 }
 
 var defaults = map[string]any{
@@ -157,6 +205,7 @@ var defaults = map[string]any{
 	"tls.key":                    "",
 	"store":                      "sqlite:var/gateway.db",
 	"lease":                      5 * time.Minute,
+	"in_flight_retry_after":      "auto",
 	"retention":                  90 * 24 * time.Hour,
 	"purge_interval":             time.Hour,
 	"partners":                   "partners",
@@ -182,8 +231,33 @@ var defaults = map[string]any{
 	"archive_dir":                "var/archive",
 	"shutdown_timeout":           30 * time.Second,
 	"log_level":                  "info",
+	"admin.listen":               "127.0.0.1:9090",
+	"admin.token":                "",
+	"admin.token_file":           "",
+	"admin.tls.cert":             "",
+	"admin.tls.key":              "",
+	"admin.tls.client_ca":        "",
+	"admin.pprof":                false,
+	"admin.ready_timeout":        2 * time.Second,
 	"cert_warning":               30 * 24 * time.Hour,
 	"reload_on_change":           true,
+}
+
+// limitDefaults are the defaults of the limits that bound hostile input
+// (kept apart so that the table above stays as it is).
+var limitDefaults = map[string]any{
+	"limits.max_decompressed_bytes": int64(256 << 20),
+	"limits.max_compression_ratio":  200.0,
+	"limits.max_envelope_bytes":     int64(4 << 20),
+	"limits.memory_budget":          int64(1 << 30),
+	"limits.min_body_rate":          int64(4096),
+	"limits.min_body_rate_grace":    10 * time.Second,
+}
+
+func init() {
+	for k, v := range limitDefaults {
+		defaults[k] = v
+	}
 }
 
 // Load reads path (may be "" for defaults and environment only). Relative
@@ -227,7 +301,8 @@ func Load(path string) (*Config, error) {
 		base := filepath.Dir(path)
 		for key, p := range map[string]*string{"tls.cert": &c.TLS.Cert, "tls.key": &c.TLS.Key, "partners": &c.Partners,
 			"handler.inbox": &c.Handler.Inbox, "audit.file": &c.Audit.File, "spool_dir": &c.SpoolDir,
-			"quarantine_dir": &c.QuarantineDir, "archive_dir": &c.ArchiveDir} {
+			"quarantine_dir": &c.QuarantineDir, "archive_dir": &c.ArchiveDir, "admin.token_file": &c.Admin.TokenFile,
+			"admin.tls.cert": &c.Admin.TLS.Cert, "admin.tls.key": &c.Admin.TLS.Key, "admin.tls.client_ca": &c.Admin.TLS.ClientCA} {
 			if fromFile(v, key) {
 				*p = resolve(base, *p)
 			}
@@ -242,6 +317,18 @@ func Load(path string) (*Config, error) {
 		}
 		if rest, ok := strings.CutPrefix(c.Store, "sqlite:"); ok && rest != "" && fromFile(v, "store") && !strings.HasPrefix(rest, "//") {
 			c.Store = "sqlite:" + resolve(base, rest)
+		}
+	}
+	if path != "" && fromFile(v, "admin.token") {
+		return nil, fmt.Errorf("config: %s: admin.token: keep the token out of the file; set GATEWAY_ADMIN_TOKEN or admin.token_file", path)
+	}
+	if c.Admin.Token == "" && c.Admin.TokenFile != "" {
+		b, err := os.ReadFile(c.Admin.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: %s: admin.token_file: %w", displayName(path), err)
+		}
+		if c.Admin.Token = strings.TrimSpace(string(b)); c.Admin.Token == "" {
+			return nil, fmt.Errorf("config: %s: admin.token_file: %s is empty", displayName(path), c.Admin.TokenFile)
 		}
 	}
 	if err := c.validate(); err != nil {
@@ -281,6 +368,14 @@ func resolve(base, p string) string {
 	return filepath.Join(base, p)
 }
 
+// Check validates c again, after a program changed it (command-line flags).
+func (c *Config) Check() error {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("config: %s: %w", displayName(c.File), err)
+	}
+	return nil
+}
+
 func (c *Config) validate() error {
 	var errs []error
 	if c.Listen == "" {
@@ -295,11 +390,14 @@ func (c *Config) validate() error {
 	if c.Lease < time.Second {
 		errs = append(errs, fmt.Errorf("lease: %s is shorter than 1s", c.Lease))
 	}
+	if _, err := c.InFlightRetryAfterFixed(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Retention < time.Hour {
 		errs = append(errs, fmt.Errorf("retention: %s is shorter than 1h", c.Retention))
 	}
-	if c.Handler.Type != "dir" {
-		errs = append(errs, fmt.Errorf("handler.type: %q is not one of: dir", c.Handler.Type))
+	if c.Handler.Type != "dir" && c.Handler.Type != "table" {
+		errs = append(errs, fmt.Errorf("handler.type: %q is not one of: dir, table", c.Handler.Type))
 	}
 	if c.Handler.Type == "dir" && c.Handler.Inbox == "" {
 		errs = append(errs, errors.New("handler.inbox: required for the dir handler"))
@@ -341,6 +439,22 @@ func (c *Config) validate() error {
 	if c.Limits.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("limits.max_body_bytes: must be positive"))
 	}
+	if c.Limits.MaxDecompressedBytes <= 0 {
+		errs = append(errs, errors.New("limits.max_decompressed_bytes: must be positive"))
+	}
+	if c.Limits.MaxEnvelopeBytes <= 0 {
+		errs = append(errs, errors.New("limits.max_envelope_bytes: must be positive"))
+	}
+	for _, v := range []struct {
+		name string
+		neg  bool
+	}{{"limits.max_compression_ratio", c.Limits.MaxCompressionRatio < 0}, {"limits.memory_budget", c.Limits.MemoryBudget < 0},
+		{"limits.min_body_rate", c.Limits.MinBodyRate < 0}, {"limits.min_body_rate_grace", c.Limits.MinBodyRateGrace < 0}} {
+		if v.neg {
+			errs = append(errs, fmt.Errorf("%s: must not be negative", v.name))
+		}
+	}
+	errs = append(errs, c.Admin.validate()...)
 	if c.CertWarning < 0 {
 		errs = append(errs, errors.New("cert_warning: must not be negative"))
 	}
@@ -364,6 +478,55 @@ func checkKeys(field string, keys []KeyPair) []error {
 		}
 	}
 	return errs
+}
+
+func (a *Admin) validate() []error {
+	var errs []error
+	if a.Listen == "" {
+		errs = append(errs, errors.New("admin.listen: required"))
+	} else if !IsLoopback(a.Listen) && a.Token == "" && a.TLS.ClientCA == "" {
+		errs = append(errs, fmt.Errorf("admin.listen: %s is not a loopback address: set an admin token (GATEWAY_ADMIN_TOKEN or admin.token_file) or admin.tls.client_ca", a.Listen))
+	}
+	if (a.TLS.Cert == "") != (a.TLS.Key == "") {
+		errs = append(errs, errors.New("admin.tls: cert and key must be set together"))
+	}
+	if a.TLS.ClientCA != "" && a.TLS.Cert == "" {
+		errs = append(errs, errors.New("admin.tls.client_ca: needs admin.tls.cert and admin.tls.key"))
+	}
+	if a.Token != "" && len(a.Token) < 16 {
+		errs = append(errs, errors.New("admin token: shorter than 16 characters"))
+	}
+	if a.ReadyTimeout <= 0 {
+		errs = append(errs, errors.New("admin.ready_timeout: must be positive"))
+	}
+	return errs
+}
+
+// IsLoopback reports whether a listen address binds only the loopback
+// interface (127.0.0.0/8, ::1 or localhost); ":9090" binds every interface.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// InFlightRetryAfterFixed is in_flight_retry_after as a duration: zero for
+// "auto", else the configured value (at least 1s).
+func (c *Config) InFlightRetryAfterFixed() (time.Duration, error) {
+	if c.InFlightRetryAfter == "auto" || c.InFlightRetryAfter == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(c.InFlightRetryAfter)
+	if err != nil || d < time.Second {
+		return 0, fmt.Errorf("in_flight_retry_after: %q is neither auto nor a duration of at least 1s", c.InFlightRetryAfter)
+	}
+	return d, nil
 }
 
 // redactURL hides a password in a store URL for messages.

@@ -78,6 +78,8 @@ func TestUnknownKeysAndBadValuesAreErrors(t *testing.T) {
 		{"tls:\n  cert: a.pem\n", "tls"},
 		{"as2:\n  path: as2\n", "as2.path"},
 		{"log_level: loud\n", "log_level"},
+		{"in_flight_retry_after: soon\n", "in_flight_retry_after"},
+		{"in_flight_retry_after: 100ms\n", "in_flight_retry_after"},
 	} {
 		_, err := Load(write(t, tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -98,6 +100,32 @@ func TestDefaultsAndEnvironmentStayRelativeToWorkingDirectory(t *testing.T) {
 	}
 	if c.QuarantineDir != "var/quarantine" || c.Audit.File != "var/audit.jsonl" || c.Store != "sqlite:var/gateway.db" {
 		t.Errorf("default/env paths moved: %q %q %q", c.QuarantineDir, c.Audit.File, c.Store)
+	}
+}
+
+func TestHostileInputLimits(t *testing.T) {
+	c, err := Load(write(t, "store: \"memory:\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := c.Limits
+	if l.MaxDecompressedBytes != 256<<20 || l.MaxCompressionRatio != 200 || l.MaxEnvelopeBytes != 4<<20 ||
+		l.MemoryBudget != 1<<30 || l.MinBodyRate != 4096 || l.MinBodyRateGrace != 10*time.Second {
+		t.Fatalf("defaults: %+v", l)
+	}
+	c, err = Load(write(t, "store: \"memory:\"\nlimits:\n  max_compression_ratio: 50.5\n  memory_budget: 67108864\n  min_body_rate_grace: 2s\n"))
+	if err != nil || c.Limits.MaxCompressionRatio != 50.5 || c.Limits.MemoryBudget != 64<<20 || c.Limits.MinBodyRateGrace != 2*time.Second {
+		t.Fatalf("from the file: %+v %v", c.Limits, err)
+	}
+	for _, body := range []string{"limits:\n  memory_budget: -1\n", "limits:\n  max_compression_ratio: -2\n",
+		"limits:\n  max_decompressed_bytes: 0\n", "limits:\n  max_envelope_bytes: 0\n", "limits:\n  min_body_rate: -5\n"} {
+		if _, err := Load(write(t, body)); err == nil || !strings.Contains(err.Error(), "limits.") {
+			t.Errorf("%q: %v", body, err)
+		}
+	}
+	t.Setenv("GATEWAY_LIMITS_MIN_BODY_RATE", "100")
+	if c, err = Load(""); err != nil || c.Limits.MinBodyRate != 100 {
+		t.Fatalf("from the environment: %v %v", c, err)
 	}
 }
 
@@ -187,6 +215,18 @@ identities:
 	} {
 		if _, err := Load(write(t, body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", body, err, want)
+		}
+	}
+}
+
+func TestInFlightRetryAfter(t *testing.T) {
+	for body, want := range map[string]time.Duration{"": 0, "in_flight_retry_after: auto\n": 0, "in_flight_retry_after: 15s\n": 15 * time.Second} {
+		c, err := Load(write(t, body))
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if got, err := c.InFlightRetryAfterFixed(); err != nil || got != want {
+			t.Errorf("%q: %v %v, want %v", body, got, err, want)
 		}
 	}
 }

@@ -29,7 +29,25 @@ type InterchangeClaim struct {
 	MessageID    string
 	// Window: an accepted interchange first seen more than Window ago is
 	// claimed anew (reuse of the reference). Zero: unique forever (PEPPOL).
+	// The window recorded with an accepted row counts too: the claim is
+	// decided with LongerWindow(recorded, Window), so a resend over a
+	// protocol with a shorter window is still a duplicate. A new row records
+	// Window.
 	Window time.Duration
+	// Supersede takes over an accepted row whatever its window (a drifted
+	// payload accepted as new under on_drift: accept); the answer is
+	// Claimed with Reused set unless the row is in flight.
+	Supersede bool
+}
+
+// LongerWindow is the window an accepted interchange is judged by: the
+// longer of the one recorded when it was claimed and the one a new delivery
+// asks for, zero (forever) when either is.
+func LongerWindow(recorded, requested time.Duration) time.Duration {
+	if recorded <= 0 || requested <= 0 {
+		return 0
+	}
+	return max(recorded, requested)
 }
 
 // InterchangeRecord is the ledger's evidence for one interchange.
@@ -46,6 +64,9 @@ type InterchangeRecord struct {
 	MessageIDs []string
 	// Window the interchange was accepted with (0 = forever).
 	Window time.Duration
+	// Replaced is set on rows of ReplacedInterchanges: when the claim that
+	// replaced this accepted row took the interchange.
+	Replaced time.Time
 }
 
 // MaxLedgerMessageIDs bounds the transport ids kept per interchange.
@@ -83,4 +104,14 @@ type Ledger interface {
 	// DeleteInterchanges removes the given rows, each only if it is still
 	// the same row (same FirstSeen) so that a reuse claimed meanwhile stays.
 	DeleteInterchanges(ctx context.Context, recs []InterchangeRecord) (int64, error)
+	// ReplacedInterchanges lists accepted rows that a later claim replaced
+	// (reuse after the window, Supersede), each with Replaced set. The
+	// ledger keeps the replaced row atomically with the replacing claim, so
+	// that no evidence is lost, until DeleteReplaced (the purge archives
+	// them first). q filters as for FindInterchanges; rows come ordered by
+	// Replaced, then key.
+	ReplacedInterchanges(ctx context.Context, q InterchangeQuery) ([]InterchangeRecord, error)
+	// DeleteReplaced removes the given replaced rows (matched by key,
+	// FirstSeen and Replaced) and returns how many it removed.
+	DeleteReplaced(ctx context.Context, recs []InterchangeRecord) (int64, error)
 }

@@ -41,7 +41,9 @@ type MemoryStore struct {
 	mu     sync.Mutex
 	rows   map[Key]*memoryRow
 	ledger map[Key]*ledgerRow
-	closed bool
+	// replaced holds accepted ledger rows a later claim replaced.
+	replaced []InterchangeRecord
+	closed   bool
 }
 
 type rowState int
@@ -231,6 +233,7 @@ func (s *MemoryStore) Close() error {
 	s.closed = true
 	s.rows = nil
 	s.ledger = nil
+	s.replaced = nil
 	return nil
 }
 

@@ -81,14 +81,33 @@ func (s *MemoryStore) ClaimInterchange(ctx context.Context, c InterchangeClaim) 
 	if ok {
 		held = &r.claimRow
 	}
-	d, next := decideClaim(held, now, c.Window, s.lease, token, c.PayloadSHA256)
+	window := c.Window
+	if ok {
+		window = LongerWindow(r.window, c.Window)
+	}
+	var (
+		d    Decision
+		next claimRow
+	)
+	if ok && c.Supersede && r.state == stateAccepted {
+		d = Decision{Outcome: Claimed, Token: token, Reused: true, FirstSeen: now}
+		next = claimRow{state: stateClaimed, token: token, payload: c.PayloadSHA256, firstSeen: now, leaseUntil: now.Add(s.lease)}
+	} else {
+		d, next = decideClaim(held, now, window, s.lease, token, c.PayloadSHA256)
+	}
 	switch d.Outcome {
 	case Duplicate:
+		r.window = window // the longest that applies: purged only after it
 		r.lastSeen = now
 		r.retries++
 		r.messageIDs = AppendMessageID(r.messageIDs, c.MessageID)
 		d.Retries = r.retries
 	case Claimed:
+		if ok && r.state == stateAccepted {
+			old := r.record()
+			old.Replaced = now
+			s.replaced = append(s.replaced, old)
+		}
 		s.ledger[c.Key] = &ledgerRow{
 			claimRow:   next,
 			ic:         c.Interchange,
@@ -200,6 +219,54 @@ func (s *MemoryStore) DeleteInterchanges(ctx context.Context, recs []Interchange
 		r, ok := s.ledger[rec.Key]
 		if ok && r.state != stateClaimed && r.firstSeen.Equal(rec.FirstSeen) {
 			delete(s.ledger, rec.Key)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// ReplacedInterchanges implements Ledger.
+func (s *MemoryStore) ReplacedInterchanges(ctx context.Context, q InterchangeQuery) ([]InterchangeRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	var out []InterchangeRecord
+	for _, r := range s.replaced {
+		if q.Partner != "" && r.Partner != q.Partner ||
+			q.Reference != "" && r.Reference != q.Reference ||
+			q.MessageID != "" && !slices.Contains(r.MessageIDs, q.MessageID) ||
+			!q.From.IsZero() && r.LastSeen.Before(q.From) ||
+			!q.To.IsZero() && !r.LastSeen.Before(q.To) {
+			continue
+		}
+		r.MessageIDs = slices.Clone(r.MessageIDs)
+		out = append(out, r)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].Replaced.Equal(out[j].Replaced) {
+			return out[i].Replaced.Before(out[j].Replaced)
+		}
+		return out[i].Key < out[j].Key
+	})
+	return truncate(out, q.Limit), nil
+}
+
+// DeleteReplaced implements Ledger.
+func (s *MemoryStore) DeleteReplaced(ctx context.Context, recs []InterchangeRecord) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, errClosed
+	}
+	var n int64
+	for _, rec := range recs {
+		i := slices.IndexFunc(s.replaced, func(r InterchangeRecord) bool {
+			return r.Key == rec.Key && r.FirstSeen.Equal(rec.FirstSeen) && r.Replaced.Equal(rec.Replaced)
+		})
+		if i >= 0 {
+			s.replaced = slices.Delete(s.replaced, i, i+1)
 			n++
 		}
 	}

@@ -61,12 +61,7 @@ func (p *Pipeline) extractInterchanges(m *Message) ([]payloadInterchange, error)
 				"protocol", string(m.Protocol), "message_id", m.MessageID, "size", pl.Size)
 			continue
 		}
-		r, err := pl.Open()
-		if err != nil {
-			return nil, fmt.Errorf("exchange: read payload %d: %w", i+1, err)
-		}
-		b, err := io.ReadAll(io.LimitReader(r, limit))
-		r.Close()
+		b, err := payloadBytes(pl, limit)
 		if err != nil {
 			return nil, fmt.Errorf("exchange: read payload %d: %w", i+1, err)
 		}
@@ -110,11 +105,7 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 	var dups []InterchangeDuplicate
 	release := func() {
 		for _, h := range held {
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			if err := p.Ledger.AbandonInterchange(actx, h.key, h.token); err != nil {
-				lg.Error("abandon interchange failed; released when its lease runs out", "interchange_key", string(h.key), "err", err)
-			}
-			cancel()
+			p.abandonInterchange(ctx, h.key, h.token, lg)
 		}
 	}
 	dupPayload := map[int]bool{}
@@ -141,6 +132,7 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 			window = 0 // PEPPOL instance identifiers are unique forever
 		}
 		claim := dedup.InterchangeClaim{Interchange: pic.ic, PayloadSHA256: pic.hash, TransportKey: m.TransportKey, MessageID: m.MessageID, Window: window}
+		p.retryPendingAbandon(ctx, interchangeClaim, pic.ic.Key)
 		d, err := p.Ledger.ClaimInterchange(ctx, claim)
 		if err != nil {
 			release()
@@ -160,7 +152,7 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 			release()
 			p.Stats.InFlight.Add(1)
 			p.auditBestEffort(ctx, r, audit.StepDecision, "in-flight-interchange", "", nil)
-			reply := retryLater(d.RetryAfter, "interchange in flight")
+			reply := retryLater(p.inFlightRetryAfter(d.RetryAfter), "interchange in flight")
 			return nil, nil, &reply
 		case dedup.Duplicate:
 			if d.PayloadSHA256 != "" && d.PayloadSHA256 != pic.hash {
@@ -168,7 +160,7 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 					stored: d.PayloadSHA256, got: pic.hash, firstSeen: d.FirstSeen, reference: pic.ic.Reference}
 				if in.OnDrift == DriftAccept {
 					p.driftAudit(ctx, r, lg, info, "drift-accepted")
-					claim.Window = time.Nanosecond
+					claim.Supersede = true
 					d2, err := p.Ledger.ClaimInterchange(ctx, claim)
 					if err != nil || d2.Outcome != dedup.Claimed {
 						release()
@@ -176,7 +168,7 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 							reply := p.unavailable(ctx, r, err)
 							return nil, nil, &reply
 						}
-						reply := retryLater(d2.RetryAfter, "interchange in flight")
+						reply := retryLater(p.inFlightRetryAfter(d2.RetryAfter), "interchange in flight")
 						return nil, nil, &reply
 					}
 					held = append(held, heldInterchange{pic.ic.Key, d2.Token})
@@ -349,4 +341,27 @@ func writeFileSync(path string, r io.Reader) error {
 		err = cerr
 	}
 	return err
+}
+
+// payloadBytes returns at most limit bytes of a payload: the bytes
+// themselves when it is held in memory, else read into one buffer of its
+// size (no copy, no doubling buffer).
+func payloadBytes(pl Payload, limit int64) ([]byte, error) {
+	if mb, ok := pl.body.(MemoryBody); ok {
+		return mb[:min(int64(len(mb)), limit)], nil
+	}
+	r, err := pl.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	buf := make([]byte, min(max(pl.Size, 0), limit)+1) // +1: a body longer than its Size still ends the read
+	n, err := io.ReadFull(r, buf)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return nil, err
+	}
+	if int64(n) > limit {
+		n = int(limit)
+	}
+	return buf[:n:n], nil
 }

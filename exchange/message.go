@@ -116,7 +116,9 @@ func (f FileBody) Open() (io.ReadCloser, error) { return os.Open(string(f)) }
 // only when the handler is idempotent on the keys it is given
 // (Message.IdempotencyKey, Payload.IdempotencyKey). An error (or panic)
 // abandons the claim and answers the partner negatively, so that its
-// retransmission is processed anew.
+// retransmission is processed anew. A handler whose data lives in the
+// gateway's database can be a TxHandler instead: exactly once without
+// idempotency.
 type Handler interface {
 	Handle(ctx context.Context, msg *Message) error
 }

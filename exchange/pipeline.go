@@ -162,6 +162,22 @@ type Pipeline struct {
 	UnavailableRetryAfter time.Duration
 	Now                   func() time.Time
 	Stats                 Stats
+
+	// InFlightRetryAfter, when positive, is the Retry-After sent to a
+	// delivery whose message another delivery is processing; zero (auto)
+	// estimates it from HandlerTimes. Never more than the holder's lease left.
+	InFlightRetryAfter time.Duration
+	// HandlerTimes are the recent handler durations behind the estimate.
+	HandlerTimes HandlerTimes
+	// MaxPendingAbandons bounds the failed abandons kept for retry
+	// (DefaultMaxPendingAbandons when zero); see RetryAbandons.
+	MaxPendingAbandons int
+	pendingAbandons    pendingAbandons
+
+	// TxHandler, when set, is run instead of Handler, inside the store's
+	// accept transaction (see TxHandler); the store must be a
+	// dedup.TxAcceptor (CheckTxHandler).
+	TxHandler TxHandler
 }
 
 // PayloadSHA256 is the hash of a message's payloads used for drift
@@ -228,6 +244,7 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 		}
 		return p.refuseDamaged(ctx, in, rec, lg, damaged, "")
 	}
+	p.retryPendingAbandon(ctx, transportClaim, m.TransportKey)
 	d, err := p.Store.Claim(ctx, dedup.ClaimRequest{Key: m.TransportKey, PayloadSHA256: hash, Window: in.Window})
 	if err != nil {
 		lg.Error("dedup store unavailable", "err", err)
@@ -236,10 +253,11 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 	switch d.Outcome {
 	case dedup.InFlight:
 		p.Stats.InFlight.Add(1)
-		reply := retryLater(d.RetryAfter, "in-flight")
+		ra := p.inFlightRetryAfter(d.RetryAfter)
+		reply := retryLater(ra, "in-flight")
 		p.auditBestEffort(ctx, rec, audit.StepDecision, "in-flight", "", nil)
 		p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
-		lg.Info("message in flight elsewhere", "decision", "in-flight", "retry_after", d.RetryAfter)
+		lg.Info("message in flight elsewhere", "decision", "in-flight", "retry_after", ra, "lease_left", d.RetryAfter)
 		return reply
 	case dedup.Duplicate:
 		return p.duplicate(ctx, in, ics, d, hash, rec, lg)
@@ -274,7 +292,7 @@ func (p *Pipeline) duplicate(ctx context.Context, in Inbound, ics []payloadInter
 				return p.unavailable(ctx, rec, err)
 			}
 			if d2.Outcome != dedup.Claimed {
-				return retryLater(d2.RetryAfter, "in-flight")
+				return retryLater(p.inFlightRetryAfter(d2.RetryAfter), "in-flight")
 			}
 			return p.claimed(ctx, in, ics, d2.Token, rec, lg)
 		}
@@ -315,11 +333,7 @@ func (p *Pipeline) claimed(ctx context.Context, in Inbound, ics []payloadInterch
 	}
 	releaseInterchanges := func() {
 		for _, h := range held {
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			if err := p.Ledger.AbandonInterchange(actx, h.key, h.token); err != nil {
-				lg.Error("abandon interchange failed; released when its lease runs out", "interchange_key", string(h.key), "err", err)
-			}
-			cancel()
+			p.abandonInterchange(ctx, h.key, h.token, lg)
 		}
 	}
 	if len(dups) > 0 && len(m.Payloads) == 0 {
@@ -338,7 +352,12 @@ func (p *Pipeline) claimed(ctx context.Context, in Inbound, ics []payloadInterch
 		}
 		return p.accept(ctx, m, token, nil, reply, rec, lg, "duplicate-interchange")
 	}
+	if p.TxHandler != nil {
+		return p.claimedTx(ctx, in, token, held, releaseInterchanges, rec, lg)
+	}
+	started := time.Now()
 	herr := p.runHandler(ctx, m)
+	p.HandlerTimes.Observe(time.Since(started))
 	if herr != nil {
 		p.Stats.HandlerErrors.Add(1)
 		rec.Incident = NewIncident()
@@ -381,9 +400,7 @@ func (p *Pipeline) accept(ctx context.Context, m *Message, token dedup.Token, he
 		if err := p.Ledger.AcceptInterchange(ctx, h.key, h.token); err != nil {
 			lg.Error("accept interchange failed; no positive reply sent", "interchange_key", string(h.key), "err", err)
 			if !errors.Is(err, dedup.ErrStaleClaim) {
-				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-				_ = p.Ledger.AbandonInterchange(actx, h.key, h.token)
-				cancel()
+				p.abandonInterchange(ctx, h.key, h.token, lg)
 			}
 			if ierr == nil {
 				ierr = err
@@ -409,7 +426,11 @@ func (p *Pipeline) accept(ctx context.Context, m *Message, token dedup.Token, he
 	if rec.Reference != "" {
 		lg = lg.With("reference", rec.Reference)
 	}
-	lg.Info("message accepted", "decision", decision, "disposition", reply.Disposition)
+	msg := "message accepted"
+	if decision == "duplicate-interchange" {
+		msg = "duplicate interchange answered; not processed again"
+	}
+	lg.Info(msg, "decision", decision, "disposition", reply.Disposition)
 	p.auditBestEffort(ctx, rec, audit.StepReply, decision, reply.Disposition, nil)
 	return reply
 }
@@ -444,7 +465,12 @@ func (p *Pipeline) abandon(ctx context.Context, m *Message, token dedup.Token, l
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := p.Store.Abandon(actx, m.TransportKey, token); err != nil {
-		lg.Error("abandon failed; the claim is released when its lease runs out", "err", err)
+		if errors.Is(err, dedup.ErrStaleClaim) {
+			lg.Warn("abandon: claim no longer held", "err", err)
+			return
+		}
+		lg.Error("abandon failed; retried in the background until the lease runs out", "err", err)
+		p.keepAbandon(transportClaim, m.TransportKey, token, lg)
 	}
 }
 

@@ -55,8 +55,32 @@ func (s *Spool) Store(r io.Reader) (Body, int64, string, error) {
 	return FileBody(f.Name()), int64(m) + rest, hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// Bytes stores b, spooling it when it is larger than the threshold.
-func (s *Spool) Bytes(b []byte) (Body, int64, string, error) { return s.Store(bytes.NewReader(b)) }
+// Bytes stores b, spooling it when it is larger than the threshold. A body
+// kept in memory is b itself, not a copy: b must not change afterwards.
+func (s *Spool) Bytes(b []byte) (Body, int64, string, error) {
+	limit := s.Threshold
+	if limit <= 0 {
+		limit = DefaultSpoolThreshold
+	}
+	if int64(len(b)) <= limit {
+		sum := sha256.Sum256(b)
+		return MemoryBody(b), int64(len(b)), hex.EncodeToString(sum[:]), nil
+	}
+	f, err := os.CreateTemp(s.Dir, "gateway-spool-*")
+	if err != nil {
+		return nil, 0, "", fmt.Errorf("exchange: spool: %w", err)
+	}
+	s.files = append(s.files, f.Name())
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, 0, "", fmt.Errorf("exchange: spool: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return FileBody(f.Name()), int64(len(b)), hex.EncodeToString(sum[:]), nil
+}
 
 // Cleanup removes the spool files this spool created.
 func (s *Spool) Cleanup() error {

@@ -201,3 +201,21 @@ func clone(d Delivery) Delivery {
 }
 
 var _ Store = (*Memory)(nil)
+
+// Pending reports how many deliveries are pending and when the oldest of
+// them was created (for the outbox metrics).
+func (m *Memory) Pending(ctx context.Context) (int, time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, oldest := 0, time.Time{}
+	for _, r := range m.rows {
+		if r.state != Pending {
+			continue
+		}
+		n++
+		if oldest.IsZero() || r.d.Created.Before(oldest) {
+			oldest = r.d.Created
+		}
+	}
+	return n, oldest, nil
+}

@@ -67,3 +67,10 @@ func SortDue(ds []Delivery) {
 		return ds[i].ID < ds[j].ID
 	})
 }
+
+// PendingCounter is implemented by stores that can report their queue for
+// the outbox metrics: how many deliveries are pending and when the oldest
+// of them was created.
+type PendingCounter interface {
+	Pending(ctx context.Context) (n int, oldest time.Time, err error)
+}

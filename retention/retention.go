@@ -15,6 +15,7 @@ import (
 
 	"gateway/audit"
 	"gateway/dedup"
+	"gateway/partners"
 )
 
 // Purger removes expired rows. Interchanges are archived as gzipped JSON
@@ -33,11 +34,35 @@ type Purger struct {
 	Now   func() time.Time
 }
 
+// CheckWindows refuses a retention shorter than any partner's dedup window
+// (AS2 or AS4): purging transport keys inside a window would let a late
+// retransmission run the handler again. `serve` and `gateway dedup purge`
+// both call it before they purge.
+func CheckWindows(retention time.Duration, ps []*partners.Partner) error {
+	for _, p := range ps {
+		var w time.Duration
+		if p.AS2 != nil && p.AS2.DedupWindow.Std() > w {
+			w = p.AS2.DedupWindow.Std()
+		}
+		if p.AS4 != nil && p.AS4.DedupWindow.Std() > w {
+			w = p.AS4.DedupWindow.Std()
+		}
+		if w > retention {
+			return fmt.Errorf("retention: retention %s is shorter than partner %s's dedup window %s (%s); "+
+				"purging would delete transport keys inside the window, so a late retransmission would run the handler again: "+
+				"raise retention to at least %s", retention, p.ID, w, p.File, w)
+		}
+	}
+	return nil
+}
+
 // Report says what a purge removed.
 type Report struct {
 	TransportKeys int64
 	Interchanges  int64
-	Archives      []string
+	// Replaced counts archived rows that a later claim had replaced.
+	Replaced int64
+	Archives []string
 }
 
 // Run purges once.
@@ -60,7 +85,7 @@ func (p *Purger) Run(ctx context.Context) (Report, error) {
 			if len(recs) == 0 {
 				break
 			}
-			path, err := p.archive(recs, now())
+			path, err := p.archive("ledger-", recs, now())
 			if err != nil {
 				return rep, err
 			}
@@ -70,6 +95,31 @@ func (p *Purger) Run(ctx context.Context) (Report, error) {
 				return rep, fmt.Errorf("retention: delete interchanges (archived in %s): %w", path, err)
 			}
 			rep.Interchanges += n
+			if len(recs) < batch || n == 0 {
+				break
+			}
+		}
+		// Rows a reuse or an accepted drift replaced were kept by the
+		// ledger in the replacing claim's transaction; they are archived
+		// the same way, then deleted.
+		for {
+			recs, err := p.Ledger.ReplacedInterchanges(ctx, dedup.InterchangeQuery{To: now(), Limit: batch})
+			if err != nil {
+				return rep, fmt.Errorf("retention: list replaced interchanges: %w", err)
+			}
+			if len(recs) == 0 {
+				break
+			}
+			path, err := p.archive("ledger-replaced-", recs, now())
+			if err != nil {
+				return rep, err
+			}
+			rep.Archives = append(rep.Archives, path)
+			n, err := p.Ledger.DeleteReplaced(ctx, recs)
+			if err != nil {
+				return rep, fmt.Errorf("retention: delete replaced interchanges (archived in %s): %w", path, err)
+			}
+			rep.Replaced += n
 			if len(recs) < batch || n == 0 {
 				break
 			}
@@ -85,14 +135,14 @@ func (p *Purger) Run(ctx context.Context) (Report, error) {
 	return rep, nil
 }
 
-func (p *Purger) archive(recs []dedup.InterchangeRecord, now time.Time) (string, error) {
+func (p *Purger) archive(prefix string, recs []dedup.InterchangeRecord, now time.Time) (string, error) {
 	if p.ArchiveDir == "" {
 		return "", fmt.Errorf("retention: no archive directory configured; refusing to delete unarchived interchanges")
 	}
 	if err := os.MkdirAll(p.ArchiveDir, 0o750); err != nil {
 		return "", fmt.Errorf("retention: archive: %w", err)
 	}
-	path := filepath.Join(p.ArchiveDir, "ledger-"+now.UTC().Format("20060102T150405.000000000Z")+".jsonl.gz")
+	path := filepath.Join(p.ArchiveDir, prefix+now.UTC().Format("20060102T150405.000000000Z")+".jsonl.gz")
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
 	if err != nil {
 		return "", fmt.Errorf("retention: archive: %w", err)
@@ -137,13 +187,21 @@ type ArchivedInterchange struct {
 	Retries       int       `json:"retries"`
 	MessageIDs    []string  `json:"message_ids"`
 	WindowSeconds int64     `json:"window_seconds"`
+	// Replaced is set for a row a later claim of the same interchange
+	// replaced (reference reused after its window, drift accepted as new).
+	Replaced *time.Time `json:"replaced,omitempty"`
 }
 
 func archiveRecord(r dedup.InterchangeRecord) ArchivedInterchange {
-	return ArchivedInterchange{Key: string(r.Key), Partner: r.Partner, Standard: r.Standard, Sender: r.Sender,
+	a := ArchivedInterchange{Key: string(r.Key), Partner: r.Partner, Standard: r.Standard, Sender: r.Sender,
 		Recipient: r.Recipient, Reference: r.Reference, Date: r.Date, Type: r.Type, State: r.State,
 		PayloadSHA256: r.PayloadSHA256, FirstSeen: r.FirstSeen.UTC(), LastSeen: r.LastSeen.UTC(), Retries: r.Retries,
 		MessageIDs: r.MessageIDs, WindowSeconds: int64(r.Window / time.Second)}
+	if !r.Replaced.IsZero() {
+		t := r.Replaced.UTC()
+		a.Replaced = &t
+	}
+	return a
 }
 
 // Evidence is what `gateway audit export` prints: the ledger rows and the
@@ -183,11 +241,18 @@ func Export(ctx context.Context, ledger dedup.Ledger, reader audit.Reader, q Exp
 		return nil
 	}
 	if q.Reference != "" && ledger != nil {
-		ics, err := ledger.FindInterchanges(ctx, dedup.InterchangeQuery{Partner: q.Partner, Reference: q.Reference, From: q.From, To: q.To, Limit: q.Limit})
+		lq := dedup.InterchangeQuery{Partner: q.Partner, Reference: q.Reference, From: q.From, To: q.To, Limit: q.Limit}
+		ics, err := ledger.FindInterchanges(ctx, lq)
 		if err != nil {
 			return nil, fmt.Errorf("retention: export: %w", err)
 		}
-		for _, ic := range ics {
+		// Earlier uses of the reference, replaced by a later claim and
+		// not yet archived by the purge, come first.
+		old, err := ledger.ReplacedInterchanges(ctx, lq)
+		if err != nil {
+			return nil, fmt.Errorf("retention: export: %w", err)
+		}
+		for _, ic := range append(old, ics...) {
 			ev.Interchanges = append(ev.Interchanges, archiveRecord(ic))
 			for _, id := range ic.MessageIDs {
 				if err := addRecords(audit.Query{Partner: ic.Partner, MessageID: id, Limit: q.Limit}); err != nil {

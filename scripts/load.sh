@@ -3,7 +3,7 @@
 #
 # Builds bin/gateway and bin/gateway-load, starts `bin/gateway serve` on a
 # temporary copy of the demo configuration (its own SQLite store, inbox,
-# audit file and a free port chosen by the kernel), waits for /healthz, runs
+# audit file and a free port chosen by the kernel), waits for the admin /readyz, runs
 # gateway-load for AS2 and then AS4, stops the server and prints both
 # summary lines (msgs/s, latency percentiles, failures, the RSA-2048
 # private-op rate measured in the load tool's process and the ratio
@@ -47,6 +47,8 @@ trap cleanup EXIT
 cp -R testdata/demo "$tmp/demo"
 cat >"$tmp/demo/gateway.yaml" <<'EOF'
 listen: 127.0.0.1:0
+admin:
+  listen: 127.0.0.1:0
 store: sqlite:../var/gateway.db
 lease: 5m
 retention: 2160h
@@ -83,7 +85,8 @@ for _ in $(seq 1 100); do
 		exit 1
 	fi
 	addr=$(sed -n 's/.*"msg":"gateway listening","addr":"\([^"]*\)".*/\1/p' "$log" | head -n 1)
-	if [[ -n "$addr" ]] && curl -fsS "http://$addr/healthz" >/dev/null 2>&1; then
+	admin=$(sed -n 's/.*"msg":"gateway listening".*"admin":"\([^"]*\)".*/\1/p' "$log" | head -n 1)
+	if [[ -n "$addr" ]] && curl -fsS "http://$admin/readyz" >/dev/null 2>&1; then
 		break
 	fi
 	addr=""

@@ -14,8 +14,10 @@ import (
 	"gateway/cms"
 	"gateway/config"
 	"gateway/keyfile"
+	"gateway/limits"
 	"gateway/outbox"
 	"gateway/partners"
+	"gateway/retention"
 	"gateway/trust"
 	"gateway/xmlenc"
 )
@@ -26,8 +28,8 @@ import (
 // arrives (Reload replaces it).
 func (s *Server) mountProtocols(dir *partners.Directory) error {
 	cfg := s.Config
-	s.Pipeline.Ledger = s.Backend
-	ob := s.Backend.Outbox()
+	s.Pipeline.Ledger = timedLedger{Ledger: s.Backend, m: s.Metrics}
+	ob := countedOutbox{Store: s.Backend.Outbox(), m: s.Metrics}
 	// Every attempt re-checks the URL against the partner's current
 	// agreement and the addresses it connects to (issue 8 item 4).
 	d := &outbox.Dispatcher{Store: ob, Log: s.Log, UserAgent: "gateway/" + Version, Audit: s.Pipeline.Audit,
@@ -43,13 +45,30 @@ func (s *Server) mountProtocols(dir *partners.Directory) error {
 	s.reload.current.Store(snap)
 	now := time.Now()
 	s.reload.status.Store(&ReloadStatus{Time: now, Trigger: "start", OK: true, LastSuccess: now, Partners: len(dir.Partners)})
+	// One memory budget for both endpoints, for the life of the process
+	// (not per snapshot); bodies are counted, reserved and rate-checked by
+	// the same wrapper.
+	budget := limits.NewBudget(cfg.Limits.MemoryBudget)
+	if need := cfg.Limits.MaxBodyBytes * limits.DefaultAmplification; budget != nil && budget.Total() < need {
+		s.Log.Warn("limits.memory_budget is smaller than a message of limits.max_body_bytes needs; larger messages get 413",
+			"memory_budget", budget.Total(), "max_body_bytes", cfg.Limits.MaxBodyBytes, "largest_message", budget.Total()/limits.DefaultAmplification)
+	}
+	bodyLimits := func(protocol string, h http.Handler) http.Handler {
+		return limits.Handler(h, limits.BodyOptions{
+			MaxBytes: cfg.Limits.MaxBodyBytes, Budget: budget,
+			MinRate: cfg.Limits.MinBodyRate, Grace: cfg.Limits.MinBodyRateGrace, MaxDuration: cfg.Limits.ReadTimeout,
+			Protocol: protocol, Log: s.Log,
+		})
+	}
 	if snap.as2 != nil {
 		s.reload.as2Mounted = true
-		s.mux.Handle(cfg.AS2.Path, s.handle(func(c *Snapshot) http.Handler { return c.as2 }))
+		s.mux.Handle(cfg.AS2.Path, instrumentHTTP(s.Metrics, "as2", bodyLimits("as2", s.handle(func(c *Snapshot) http.Handler { return c.as2 }))))
+		s.endpoints = append(s.endpoints, "as2 "+cfg.AS2.Path)
 	}
 	if snap.as4 != nil {
 		s.reload.as4Mounted = true
-		s.mux.Handle(cfg.AS4.Path, s.handle(func(c *Snapshot) http.Handler { return c.as4 }))
+		s.mux.Handle(cfg.AS4.Path, instrumentHTTP(s.Metrics, "as4", bodyLimits("as4", s.handle(func(c *Snapshot) http.Handler { return c.as4 }))))
+		s.endpoints = append(s.endpoints, "as4 "+cfg.AS4.Path)
 	}
 	return nil
 }
@@ -86,10 +105,16 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 	snap := &Snapshot{Partners: dir, Keys: allKeys, CertWarning: cfg.CertWarning, Loaded: time.Now()}
 	ids, _ := certcheck.IdentityCerts(allKeys)
 	snap.Certificates = append(ids, certcheck.PartnerCerts(dir)...)
+	lim := s.Config.Limits
+	ratio := lim.MaxCompressionRatio
+	if ratio == 0 {
+		ratio = -1 // configured off
+	}
 	if len(as2IDs) > 0 {
 		ep, err := as2.NewEndpoint(as2.Config{
 			Partners: dir, OurID: as2IDs[0].ID, Keys: as2IDs[0].Keys, Identities: as2IDs[1:], Pipeline: s.Pipeline,
 			Outbox: s.Backend.Outbox(), Notify: s.notify, SpoolDir: s.Config.SpoolDir, MaxBodyBytes: s.Config.Limits.MaxBodyBytes,
+			MaxDecompressedBytes: lim.MaxDecompressedBytes, MaxCompressionRatio: ratio,
 			Log: s.Log, ReportingUA: "gateway/" + Version,
 		})
 		if err != nil {
@@ -101,7 +126,8 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 		ep, err := endpoint.New(endpoint.Config{
 			Partners: dir, Keys: as4IDs[0].Keys, Pipeline: s.Pipeline,
 			PartyID: as4IDs[0].PartyID, PartyType: as4IDs[0].PartyType, Identities: as4IDs[1:],
-			Limits:   as4.Limits{MaxMessageSize: s.Config.Limits.MaxBodyBytes},
+			Limits:         as4.Limits{MaxMessageSize: lim.MaxBodyBytes, MaxEnvelopeSize: lim.MaxEnvelopeBytes, SpoolDir: s.Config.SpoolDir},
+			MaxPayloadSize: lim.MaxDecompressedBytes, MaxCompressionRatio: ratio,
 			SpoolDir: s.Config.SpoolDir, Log: s.Log,
 		})
 		if err != nil {
@@ -170,18 +196,9 @@ func (s *Server) loadIdentityKeys(id config.Identity) ([]cms.KeyPair, []xmlenc.K
 
 // checkWindows refuses a retention shorter than a partner's dedup window:
 // purging inside a window would let a late retransmission through.
-func checkWindows(d *partners.Directory, retention time.Duration) error {
-	for _, p := range d.Partners {
-		var w time.Duration
-		if p.AS2 != nil && p.AS2.DedupWindow.Std() > w {
-			w = p.AS2.DedupWindow.Std()
-		}
-		if p.AS4 != nil && p.AS4.DedupWindow.Std() > w {
-			w = p.AS4.DedupWindow.Std()
-		}
-		if w > retention {
-			return fmt.Errorf("server: retention %s is shorter than partner %s's dedup window %s (%s)", retention, p.ID, w, p.File)
-		}
+func checkWindows(d *partners.Directory, retentionPeriod time.Duration) error {
+	if err := retention.CheckWindows(retentionPeriod, d.Partners); err != nil {
+		return fmt.Errorf("server: %w", err)
 	}
 	return nil
 }

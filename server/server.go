@@ -6,7 +6,6 @@ package server
 import (
 	"context"
 	"errors"
-	"expvar"
 	"fmt"
 	"log/slog"
 	"net"
@@ -20,6 +19,7 @@ import (
 	"gateway/dedup"
 	"gateway/exchange"
 	"gateway/inbox"
+	"gateway/metrics"
 	"gateway/partners"
 	"gateway/retention"
 	"gateway/store"
@@ -35,20 +35,26 @@ type Server struct {
 	Backend  store.Backend
 	Pipeline *exchange.Pipeline
 	Log      *slog.Logger
+	// Metrics are served on the admin listener's /metrics.
+	Metrics *metrics.Metrics
 
 	// reload holds the partner directory and identity keys in force
 	// (Current, Directory, Reload: reload.go).
 	reload reloadState
 	notify func()
 
-	mux     *http.ServeMux
-	closers []func() error
+	mux   *http.ServeMux
+	admin adminState
+	// endpoints name the mounted protocol endpoints (for the start-up log).
+	endpoints []string
+	closers   []func() error
 	// background workers (the async MDN dispatcher) run while serving.
 	background []func(context.Context) error
 	// base is the context of every exchange; cancelled when shutdown runs
 	// out of time so that handlers stop and claims are abandoned.
 	base       context.Context
 	cancelBase context.CancelFunc
+	fault      *faultKill // crash tests only (fault.go)
 }
 
 // New opens the store and loads partners and keys. The caller must Close it.
@@ -56,7 +62,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{Config: cfg, Log: log, mux: http.NewServeMux()}
+	s := &Server{Config: cfg, Log: log, mux: http.NewServeMux(), Metrics: metrics.New(Version)}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	dir, err := partners.Load(cfg.Partners)
 	if err != nil {
@@ -85,7 +91,9 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 	if cfg.Audit.BestEffort {
 		sink = audit.BestEffort(sink, log)
 	}
+	sink = metricsSink{Sink: sink, m: s.Metrics}
 	var handler exchange.Handler
+	var txHandler exchange.TxHandler
 	switch cfg.Handler.Type {
 	case "dir":
 		if err := os.MkdirAll(cfg.Handler.Inbox, 0o750); err != nil {
@@ -93,11 +101,18 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 			return nil, fmt.Errorf("server: inbox: %w", err)
 		}
 		handler = inbox.Dir{Root: cfg.Handler.Inbox}
+	case "table":
+		t, err := inbox.OpenTable(ctx, be)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("server: handler.type table: %w", err)
+		}
+		txHandler = t
 	default:
 		s.Close()
 		return nil, fmt.Errorf("server: unknown handler type %q", cfg.Handler.Type)
 	}
-	if d, err := time.ParseDuration(os.Getenv("GATEWAY_FAULT_HANDLER_DELAY")); err == nil && d > 0 {
+	if d, err := time.ParseDuration(os.Getenv("GATEWAY_FAULT_HANDLER_DELAY")); err == nil && d > 0 && handler != nil {
 		// Fault injection for crash tests: the handler's side effect is
 		// done, the accept is not, for d.
 		log.Warn("fault injection: handler delay after side effect", "delay", d)
@@ -113,34 +128,68 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 			return nil
 		})
 	}
-	s.Pipeline = &exchange.Pipeline{Store: be, Audit: sink, Handler: handler, Log: log, Lease: cfg.Lease, Quarantine: cfg.QuarantineDir}
+	if path := os.Getenv("GATEWAY_FAULT_JOURNAL"); path != "" && handler != nil {
+		h, closeJournal, err := journalHandler(path, handler)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		log.Warn("fault injection: plain handler journal", "file", path)
+		s.closers = append(s.closers, closeJournal)
+		handler = h
+	}
+	s.fault = newFaultKill(log)
+	if handler != nil {
+		handler = timedHandler{h: s.fault.wrapHandler(handler), m: s.Metrics}
+	}
+	if txHandler != nil {
+		txHandler = s.fault.wrapTxHandler(txHandler)
+	}
+	s.Pipeline = &exchange.Pipeline{Store: timeStore(be, s.Metrics), Audit: sink, Handler: handler, Log: log, Lease: cfg.Lease, Quarantine: cfg.QuarantineDir,
+		TxHandler: txHandler}
+	s.Pipeline.InFlightRetryAfter, _ = cfg.InFlightRetryAfterFixed() // validated by config.Load
+	s.background = append(s.background, s.Pipeline.RetryAbandons)
+	if err := s.Pipeline.CheckTxHandler(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if err := checkWindows(dir, cfg.Retention); err != nil {
 		s.Close()
 		return nil, err
 	}
-	publishStats(&s.Pipeline.Stats)
-
-	s.mux.HandleFunc("GET /healthz", s.healthz)
-	s.mux.Handle("GET /debug/vars", expvar.Handler())
 	if err := s.mountProtocols(dir); err != nil {
 		s.Close()
 		return nil, err
 	}
 	s.startReloading()
+	s.startMetrics()
 	return s, nil
 }
 
 // SetHandler replaces the business handler (for embedding the gateway in a
 // program with its own plug-in).
-func (s *Server) SetHandler(h exchange.Handler) { s.Pipeline.Handler = h }
-
-// Handler is the HTTP handler of every endpoint.
-func (s *Server) Handler() http.Handler { return s.mux }
-
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	fmt.Fprintln(w, "ok")
+func (s *Server) SetHandler(h exchange.Handler) {
+	s.Pipeline.Handler = timedHandler{h: h, m: s.Metrics}
 }
+
+// SetTxHandler makes h the business handler, run inside the store's accept
+// transaction (see exchange.TxHandler), in place of any Handler. It fails,
+// changing nothing, when the store cannot run it (memory:).
+func (s *Server) SetTxHandler(h exchange.TxHandler) error {
+	if _, ok := s.Pipeline.Store.(dedup.TxAcceptor); !ok {
+		return fmt.Errorf("server: %w (store %s)", exchange.ErrNoTxAcceptor, s.Config.Redacted())
+	}
+	s.Pipeline.TxHandler = s.fault.wrapTxHandler(h)
+	return nil
+}
+
+// PartnerHandler is the HTTP handler of the partner listener: the protocol
+// endpoints (as2.path, as4.path) and nothing else.
+func (s *Server) PartnerHandler() http.Handler { return s.mux }
+
+// Handler is PartnerHandler (kept for embedders); the admin endpoints are
+// AdminHandler.
+func (s *Server) Handler() http.Handler { return s.PartnerHandler() }
 
 // Close releases the store and sinks.
 func (s *Server) Close() error {
@@ -153,21 +202,35 @@ func (s *Server) Close() error {
 	return errors.Join(errs...)
 }
 
-// Serve listens until ctx is cancelled, then shuts down gracefully: new
-// connections are refused, in-flight exchanges get ShutdownTimeout to
-// finish, after which their context is cancelled so that handlers stop and
-// their claims are abandoned.
+// Serve serves partners on ln and operators on admin.listen until ctx is
+// cancelled; see ServeListeners.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	admin, err := net.Listen("tcp", s.Config.Admin.Listen)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("server: admin listener %s: %w", s.Config.Admin.Listen, err)
+	}
+	return s.ServeListeners(ctx, ln, admin)
+}
+
+// ServeListeners serves the protocol endpoints on partner and the admin
+// endpoints on admin (nil: none) until ctx is cancelled, then shuts down
+// gracefully: /readyz turns 503, new partner connections are refused,
+// in-flight exchanges get ShutdownTimeout to finish, after which their
+// context is cancelled so that handlers stop and their claims are
+// abandoned; the admin listener closes last.
+func (s *Server) ServeListeners(ctx context.Context, ln, admin net.Listener) error {
 	c := s.Config
 	// inflight counts running requests, so that after a cancelling shutdown
 	// Serve still waits for their claims to be abandoned or accepted: the
 	// caller closes the store when Serve returns.
 	var inflight sync.WaitGroup
+	mux := s.fault.wrapHTTP(s.mux)
 	hs := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inflight.Add(1)
 			defer inflight.Done()
-			s.mux.ServeHTTP(w, r)
+			mux.ServeHTTP(w, r)
 		}),
 		ReadHeaderTimeout: c.Limits.ReadHeaderTimeout,
 		ReadTimeout:       c.Limits.ReadTimeout,
@@ -176,6 +239,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return s.base },
 		ErrorLog:          slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn),
 	}
+	adminErr := make(chan error, 1)
+	stopAdmin, err := s.startAdmin(admin, adminErr)
+	if err != nil {
+		ln.Close()
+		if admin != nil {
+			admin.Close()
+		}
+		return err
+	}
+	defer stopAdmin(5 * time.Second)
 	errc := make(chan error, 1)
 	go func() {
 		if c.TLS.Cert != "" {
@@ -185,18 +258,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 	}()
 	purgeDone := s.startPurge(ctx)
-	s.Log.Info("gateway listening", "addr", ln.Addr().String(), "tls", c.TLS.Cert != "", "store", c.Redacted(), "partners", len(s.Directory().Partners))
+	s.logListening(ln, admin)
 	select {
 	case err := <-errc:
 		purgeDone()
 		return err
+	case err = <-adminErr:
+		s.Log.Error("admin listener failed; shutting down", "err", err)
 	case <-ctx.Done():
 	}
+	s.admin.stopping.Store(true)
 	s.Log.Info("shutting down; waiting for in-flight exchanges", "timeout", c.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 	defer cancel()
-	err := hs.Shutdown(sctx)
-	if errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(hs.Shutdown(sctx), context.DeadlineExceeded) {
 		s.Log.Warn("shutdown timeout: cancelling in-flight exchanges; their claims are abandoned")
 		s.cancelBase()
 		_ = hs.Close()
@@ -212,7 +287,31 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if err2 := <-errc; err2 != nil && !errors.Is(err2, http.ErrServerClosed) {
 		return err2
 	}
-	return nil
+	return err // nil, or the admin listener's failure
+}
+
+// logListening names both listeners, the endpoints and the partner count.
+func (s *Server) logListening(ln, admin net.Listener) {
+	c := s.Config
+	adminAddr := ""
+	if admin != nil {
+		adminAddr = admin.Addr().String()
+	}
+	s.Log.Info("gateway listening", "addr", ln.Addr().String(), "tls", c.TLS.Cert != "",
+		"endpoints", s.endpoints, "admin", adminAddr, "admin_tls", c.Admin.TLS.Cert != "",
+		"admin_auth", adminAuth(c.Admin), "store", c.Redacted(), "partners", len(s.Directory().Partners))
+}
+
+func adminAuth(a config.Admin) string {
+	switch {
+	case a.TLS.ClientCA != "" && a.Token != "":
+		return "mtls+token"
+	case a.TLS.ClientCA != "":
+		return "mtls"
+	case a.Token != "":
+		return "token"
+	}
+	return "none (loopback)"
 }
 
 // cancelGrace bounds how long Serve waits, after cancelling the exchanges
@@ -262,28 +361,4 @@ func (s *Server) startPurge(ctx context.Context) (stop func()) {
 		}
 	}()
 	return func() { cancel(); wg.Wait() }
-}
-
-var statsOnce sync.Once
-var currentStats struct {
-	sync.Mutex
-	s *exchange.Stats
-}
-
-// publishStats exposes the pipeline counters at /debug/vars.
-func publishStats(st *exchange.Stats) {
-	currentStats.Lock()
-	currentStats.s = st
-	currentStats.Unlock()
-	statsOnce.Do(func() {
-		expvar.Publish("gateway", expvar.Func(func() any {
-			currentStats.Lock()
-			defer currentStats.Unlock()
-			st := currentStats.s
-			return map[string]int64{
-				"claimed": st.Claimed.Load(), "duplicates": st.Duplicates.Load(), "in_flight": st.InFlight.Load(),
-				"handler_errors": st.HandlerErrors.Load(), "drift": st.Drift.Load(), "unavailable": st.Unavailable.Load(),
-			}
-		}))
-	})
 }

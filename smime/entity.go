@@ -260,11 +260,63 @@ func (e *Entity) DecodedBody() ([]byte, error) {
 	return decodeTransfer(e.Header.Get("Content-Transfer-Encoding"), e.Body)
 }
 
+// decodeBase64Stream decodes a padded base64 body, skipping white space;
+// ok is false when it is not one (decodeTransfer then tries harder).
+func decodeBase64Stream(body []byte) ([]byte, bool) {
+	if i := bytes.IndexByte(body, '='); i >= 0 {
+		// Padding only at the end (the stream decoder would go on after it).
+		for _, c := range body[i:] {
+			if c != '=' && c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+				return nil, false
+			}
+		}
+	}
+	out := make([]byte, base64.StdEncoding.DecodedLen(len(body))+1) // +1: room to see the end
+	dec := base64.NewDecoder(base64.StdEncoding, &spaceFilter{r: bytes.NewReader(body)})
+	n := 0
+	for {
+		k, err := dec.Read(out[n:])
+		n += k
+		if err == io.EOF {
+			return out[:n:n], true
+		}
+		if err != nil || n == len(out) && k == 0 {
+			return nil, false
+		}
+	}
+}
+
+// spaceFilter drops the white space of a base64 body.
+type spaceFilter struct{ r io.Reader }
+
+func (f *spaceFilter) Read(p []byte) (int, error) {
+	for {
+		n, err := f.r.Read(p)
+		k := 0
+		for _, c := range p[:n] {
+			switch c {
+			case ' ', '\t', '\r', '\n':
+			default:
+				p[k] = c
+				k++
+			}
+		}
+		if k > 0 || err != nil {
+			return k, err
+		}
+	}
+}
+
 func decodeTransfer(cte string, body []byte) ([]byte, error) {
 	switch strings.ToLower(strings.TrimSpace(cte)) {
 	case "", "binary", "7bit", "8bit":
 		return body, nil
 	case "base64":
+		// Decoded as it is read, into one buffer of at most the decoded
+		// size: no cleaned copy of the encoded body.
+		if out, ok := decodeBase64Stream(body); ok {
+			return out, nil
+		}
 		clean := make([]byte, 0, len(body))
 		for _, c := range body {
 			switch c {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"gateway/cms"
+	"gateway/limits"
 )
 
 // Layer names reported in Result.Layers, outermost first.
@@ -42,9 +43,24 @@ type Options struct {
 	Now func() time.Time
 	// MaxLayers bounds the number of S/MIME layers (default 8).
 	MaxLayers int
-	// MaxSize bounds the decompressed size of a compressed layer (default
-	// 256 MiB).
+	// MaxSize bounds the decompressed size of each compressed layer and of
+	// all of them together (default 256 MiB).
 	MaxSize int64
+	// MaxRatio bounds decompressed ÷ compressed bytes of each compressed
+	// layer, and of all of them against the outermost one's compressed
+	// size, once the output is past 1 MiB (default
+	// limits.DefaultMaxCompressionRatio; negative: no ratio cap).
+	MaxRatio float64
+	// MaxCompressedLayers bounds the nested compressed layers (default
+	// limits.DefaultMaxCompressedLayers).
+	MaxCompressedLayers int
+	// SpoolDir holds large decompressed output while it is inflated ("" =
+	// system temporary directory).
+	SpoolDir string
+	// Reserve, when set, is called with the number of bytes decompression
+	// is about to hold in memory (the request's memory budget); its error
+	// stops the unwrap and is returned wrapped.
+	Reserve func(n int64) error
 	// DefaultContentType is used for a bare payload; empty means
 	// DefaultContentType ("application/edi-consent").
 	DefaultContentType string
@@ -143,6 +159,21 @@ func UnwrapEntity(e *Entity, opts Options) (*Result, error) {
 	if maxSize <= 0 {
 		maxSize = DefaultMaxSize
 	}
+	maxRatio := opts.MaxRatio
+	switch {
+	case maxRatio == 0:
+		maxRatio = limits.DefaultMaxCompressionRatio
+	case maxRatio < 0:
+		maxRatio = 0
+	}
+	maxCompressed := opts.MaxCompressedLayers
+	if maxCompressed <= 0 {
+		maxCompressed = limits.DefaultMaxCompressedLayers
+	}
+	// Across nested compressed layers: the output of all of them and the
+	// outermost layer's compressed size, for the total caps.
+	var inflated, compressedBase int64
+	compressedLayers := 0
 	res := &Result{}
 	cur := e
 	var innerUnsigned []byte // MIC input for unsigned messages (decrypted / decompressed entity)
@@ -190,10 +221,33 @@ func UnwrapEntity(e *Entity, opts Options) (*Result, error) {
 			inner = plain
 		case cms.TypeCompressedData:
 			res.Layers = append(res.Layers, LayerCompressed)
-			plain, err := cms.Decompress(der, maxSize)
+			if compressedLayers++; compressedLayers > maxCompressed {
+				return res, fmt.Errorf("smime: more than %d nested compressed layers: %w", maxCompressed, cms.ErrTooLarge)
+			}
+			if compressedBase == 0 {
+				compressedBase = int64(len(der))
+			}
+			lim := limits.Inflation{MaxBytes: maxSize, MaxRatio: maxRatio, SpoolDir: opts.SpoolDir}
+			var reserved int64
+			plain, err := cms.DecompressLimited(der, lim, func(n int64) error {
+				if inflated+n > maxSize {
+					return fmt.Errorf("compressed layers inflate beyond %d bytes in total: %w", maxSize, limits.ErrTooLarge)
+				}
+				if err := lim.CheckRatio(inflated+n, compressedBase); err != nil {
+					return fmt.Errorf("compressed layers in total: %w", err)
+				}
+				if opts.Reserve != nil && n > reserved {
+					if err := opts.Reserve(n - reserved); err != nil {
+						return err
+					}
+					reserved = n
+				}
+				return nil
+			})
 			if err != nil {
 				return res, fmt.Errorf("smime: %w", err)
 			}
+			inflated += int64(len(plain))
 			res.Compressed = true
 			inner = plain
 		case cms.TypeSignedData:

@@ -73,11 +73,15 @@ func TestUnwrapLimitsAndErrors(t *testing.T) {
 		}
 		cur = wrapCMS(t, "compressed-data", z)
 	}
-	if _, err := Unwrap(cur, Options{MaxLayers: 3}); !errors.Is(err, ErrMalformedMIME) {
+	if _, err := Unwrap(cur, Options{MaxLayers: 3, MaxCompressedLayers: 5}); !errors.Is(err, ErrMalformedMIME) {
 		t.Fatalf("max layers: %v", err)
 	}
-	if res, err := Unwrap(cur, Options{}); err != nil || len(res.Layers) != 5 {
+	if res, err := Unwrap(cur, Options{MaxCompressedLayers: 5}); err != nil || len(res.Layers) != 5 {
 		t.Fatalf("5 layers: %v", err)
+	}
+	// Nested compressed layers are bounded by default.
+	if _, err := Unwrap(cur, Options{}); !errors.Is(err, cms.ErrTooLarge) {
+		t.Fatalf("5 compressed layers with the default bound: %v", err)
 	}
 
 	// Decompression limit.

@@ -8,7 +8,8 @@
 // Processing order (every step before the pipeline answers a signed eb:Error):
 //
 //  1. Read the MIME/SOAP message (EBMS:0007, EBMS:0009; a body over the
-//     limit is answered 413 without an ebMS signal).
+//     limit is answered 413, a body refused by the server's memory budget
+//     503 and one below its minimum rate 408, without an ebMS signal).
 //  2. Refuse unknown mustUnderstand header blocks addressed to us (EBMS:0008).
 //     Read the unverified eb:From to choose the partner whose certificates
 //     the signature must verify against. Nothing else of the unverified
@@ -87,6 +88,7 @@ import (
 	"gateway/audit"
 	"gateway/dedup"
 	"gateway/exchange"
+	"gateway/limits"
 	"gateway/partners"
 	"gateway/trust"
 	"gateway/wssec"
@@ -143,6 +145,11 @@ type Config struct {
 	// MaxPayloadSize bounds each payload after decompression (default
 	// as4.DefaultMaxMessageSize); beyond it the message fails with EBMS:0303.
 	MaxPayloadSize int64
+	// MaxCompressionRatio bounds decompressed ÷ compressed bytes of each
+	// payload and of all together once the output passes 1 MiB (default
+	// limits.DefaultMaxCompressionRatio; negative: no ratio cap). Beyond it
+	// the message fails with EBMS:0303.
+	MaxCompressionRatio float64
 	// SpoolDir and SpoolThreshold: payloads larger than the threshold wait
 	// for the handler in a temporary file in SpoolDir (defaults: the system
 	// temporary directory, exchange.DefaultSpoolThreshold).
@@ -219,6 +226,12 @@ func New(cfg Config) (*Endpoint, error) {
 	if cfg.MaxPayloadSize <= 0 {
 		cfg.MaxPayloadSize = as4.DefaultMaxMessageSize
 	}
+	switch {
+	case cfg.MaxCompressionRatio == 0:
+		cfg.MaxCompressionRatio = limits.DefaultMaxCompressionRatio
+	case cfg.MaxCompressionRatio < 0:
+		cfg.MaxCompressionRatio = 0
+	}
 	if cfg.Limits.MaxMessageSize <= 0 {
 		cfg.Limits.MaxMessageSize = as4.DefaultMaxMessageSize
 	}
@@ -259,6 +272,11 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var tr trace
 	reply, large := e.receive(r.Context(), r.Header.Get("Content-Type"), body, limit, &tr)
 	if large {
+		if st := limits.Status(body.err); st != 0 && st != http.StatusRequestEntityTooLarge {
+			// Memory budget (503) or too slow a body (408): logged by limits.
+			limits.Refuse(w, body.err)
+			return
+		}
 		e.tooLarge(w, r, start)
 		return
 	}
@@ -323,15 +341,20 @@ func (e *Endpoint) tooLarge(w http.ResponseWriter, r *http.Request, start time.T
 }
 
 // countingReader counts the bytes read from the request body, so that a
-// size-limit failure can be told apart from other limits.
+// size-limit failure can be told apart from other limits, and keeps the
+// first read error (a limits refusal: budget, rate, size).
 type countingReader struct {
-	r io.Reader
-	n int64
+	r   io.Reader
+	n   int64
+	err error
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	k, err := c.r.Read(p)
 	c.n += int64(k)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
 	return k, err
 }
 
@@ -350,7 +373,7 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 	}()
 	env, err := as4.ReadMessage(contentType, body, e.cfg.Limits)
 	if err != nil {
-		if body.n > limit {
+		if body.n > limit || limits.Status(body.err) != 0 {
 			return exchange.Reply{}, true
 		}
 		return e.reject(tr, as4.AsError(err), ""), false
@@ -465,7 +488,14 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 			e.log.Warn("as4 spool cleanup failed", "partner", partner.ID, "message_id", msgID, "err", err)
 		}
 	}()
-	payloads, err := e.payloads(spool, resolved)
+	payloads, err := e.payloads(ctx, spool, resolved)
+	if errors.Is(err, limits.ErrBusy) {
+		e.log.Warn("as4 message not processed: memory budget exhausted while decompressing", "partner", partner.ID, "message_id", msgID, "err", err)
+		tr.err = as4.Other("memory budget exhausted", err)
+		return exchange.Reply{Status: http.StatusServiceUnavailable, Disposition: "http-503",
+			Header: http.Header{"Retry-After": {fmt.Sprint(int(limits.DefaultRetryAfter / time.Second))}, "Content-Type": {"text/plain; charset=utf-8"}},
+			Body:   []byte("the gateway is busy with other messages; retry later\n")}
+	}
 	if err != nil {
 		return e.reject(tr, as4.AsError(err).WithRef(msgID), msgID)
 	}
@@ -623,9 +653,15 @@ func (e *Endpoint) pmodes(pa *partners.AS4) []as4.PMode {
 	return out
 }
 
-// payloads decompresses every resolved payload and spools it.
-func (e *Endpoint) payloads(spool *exchange.Spool, resolved []as4.Payload) ([]exchange.Payload, error) {
+// payloads decompresses every resolved payload and spools it. The caps on
+// decompressed size and expansion ratio apply to each payload and to all
+// of them together; decompressed bytes grow the request's memory
+// reservation.
+func (e *Endpoint) payloads(ctx context.Context, spool *exchange.Spool, resolved []as4.Payload) ([]exchange.Payload, error) {
 	out := make([]exchange.Payload, 0, len(resolved))
+	res := limits.ReservationFrom(ctx)
+	lim := limits.Inflation{MaxBytes: e.cfg.MaxPayloadSize, MaxRatio: e.cfg.MaxCompressionRatio, SpoolDir: e.cfg.SpoolDir}
+	var inflated, compressed int64
 	for i, p := range resolved {
 		var raw []byte
 		var ct, cid, filename string
@@ -643,7 +679,31 @@ func (e *Endpoint) payloads(spool *exchange.Spool, resolved []as4.Payload) ([]ex
 			return nil, as4.ExternalPayloadError(fmt.Sprintf("payload %d resolves to nothing", i+1), nil)
 		}
 		props := p.PartInfo.PropertyMap()
-		data, err := as4.Decompress(raw, props, e.cfg.MaxPayloadSize)
+		if props[as4.PropCompressionType] != "" {
+			compressed += int64(len(raw))
+		}
+		var reserved int64
+		data, err := as4.DecompressLimited(raw, props, lim, func(n int64) error {
+			if inflated+n > lim.MaxBytes {
+				return fmt.Errorf("payloads inflate beyond %d bytes in total: %w", lim.MaxBytes, limits.ErrTooLarge)
+			}
+			if err := lim.CheckRatio(inflated+n, compressed); err != nil {
+				return fmt.Errorf("payloads in total: %w", err)
+			}
+			if n > reserved {
+				if err := res.Grow(n - reserved); err != nil {
+					return err
+				}
+				reserved = n
+			}
+			return nil
+		})
+		if errors.Is(err, limits.ErrBusy) {
+			return nil, err
+		}
+		if props[as4.PropCompressionType] != "" {
+			inflated += int64(len(data))
+		}
 		if err != nil {
 			ae := as4.AsError(err)
 			ae.Detail = fmt.Sprintf("payload %s: %s", payloadName(p.PartInfo.Href, i), ae.Detail)

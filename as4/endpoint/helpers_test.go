@@ -262,10 +262,11 @@ func (r *recorder) delivered() []recorded {
 // harness is a gateway AS4 endpoint behind a real HTTP server, over a
 // SQLite store in a temporary directory.
 type harness struct {
-	url     string
-	handler *recorder
-	store   *sqlitestore.Store
-	logs    *logBuffer
+	url      string
+	handler  *recorder
+	store    *sqlitestore.Store
+	logs     *logBuffer
+	pipeline *exchange.Pipeline
 	// quarantine is the pipeline's quarantine directory.
 	quarantine string
 }
@@ -360,6 +361,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	srv := httptest.NewServer(ep)
 	t.Cleanup(srv.Close)
 	h.url = srv.URL + "/as4"
+	h.pipeline = pl
 	return h
 }
 

@@ -40,7 +40,9 @@ func freePort(t *testing.T) string {
 func startGateway(t *testing.T, cfg, addr string, extraEnv ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "serve", "-config", cfg)
-	cmd.Env = append(os.Environ(), append([]string{"GATEWAY_TEST_RUN_MAIN=1"}, extraEnv...)...)
+	// The admin listener on a port of the kernel's choice, so that tests
+	// (and other gateways on this machine) never compete for 9090.
+	cmd.Env = append(os.Environ(), append([]string{"GATEWAY_TEST_RUN_MAIN=1", "GATEWAY_ADMIN_LISTEN=127.0.0.1:0"}, extraEnv...)...)
 	logf, err := os.Create(filepath.Join(filepath.Dir(cfg), fmt.Sprintf("serve-%d.log", time.Now().UnixNano())))
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +89,8 @@ func TestKillDuringHandlerThenResendDeliversOnce(t *testing.T) {
 	addr := freePort(t)
 	cfg := filepath.Join(dir, "gateway.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`listen: %s
+admin:
+  listen: 127.0.0.1:0
 store: sqlite:gw.db
 lease: 2s
 partners: %s

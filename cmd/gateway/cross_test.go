@@ -4,17 +4,21 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"database/sql"
 	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"gateway/as2client"
 	"gateway/audit"
 	"gateway/config"
 	"gateway/dedup"
+	"gateway/exchange"
 	"gateway/server"
 )
 
@@ -88,5 +92,84 @@ func TestSameInterchangeViaAS2AndAS4(t *testing.T) {
 	}
 	if !dup {
 		t.Fatalf("no duplicate-interchange audit record for the AS4 delivery: %+v", ev)
+	}
+}
+
+// TestInterchangeWindowRecordedAtAccept sends one EDIFACT interchange over
+// AS4 (the demo partner's AS4 window is the default 30 days), moves the
+// database clock's view of it 8 days back, and resends it over AS2 (window 7
+// days) under a new Message-ID: the window recorded when it was accepted
+// decides, so the AS2 resend is a duplicate and the handler does not run again.
+func TestInterchangeWindowRecordedAtAccept(t *testing.T) {
+	demo := filepath.Dir(demoConfig(t))
+	cfg, err := config.Load(demoConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg.Store = "sqlite:" + filepath.Join(dir, "gw.db")
+	cfg.Handler.Inbox = filepath.Join(dir, "inbox")
+	cfg.Audit.File = ""
+	s, err := server.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var runs atomic.Int32
+	inner := s.Pipeline.Handler
+	s.SetHandler(exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error {
+		runs.Add(1)
+		return inner.Handle(ctx, m)
+	}))
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+
+	edi := []byte("UNA:+.? 'UNB+UNOA:2+DEMO:14+GATEWAY:14+261130:1200+XWIN8'UNH+1+INVOIC:D:96A:UN'BGM+380+INV-78+9'UNT+3+1'UNZ+1+XWIN8'")
+	payload := filepath.Join(t.TempDir(), "invoice.edi")
+	os.WriteFile(payload, edi, 0o600)
+	var out, errb bytes.Buffer
+	code := run([]string{"send-as4", "-url", srv.URL + "/as4",
+		"-key", filepath.Join(demo, "keys", "demo-partner.key"), "-cert", filepath.Join(demo, "partners", "demo-partner.pem"),
+		"-receipt-cert", filepath.Join(demo, "keys", "gateway.pem"), "-encrypt-cert", filepath.Join(demo, "keys", "gateway.pem"),
+		"-from", "urn:demo:partner", "-from-type", "urn:oasis:names:tc:ebcore:partyid-type:unregistered",
+		"-to", "urn:demo:gateway", "-to-type", "urn:oasis:names:tc:ebcore:partyid-type:unregistered",
+		"-service", "urn:demo:invoicing", "-action", "Deliver", "-message-id", "as4-win8@demo", payload}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), "signature valid") {
+		t.Fatalf("AS4 send exit %d: %s %s", code, out.String(), errb.String())
+	}
+	recs, err := s.Backend.FindInterchanges(context.Background(), dedup.InterchangeQuery{Reference: "XWIN8"})
+	if err != nil || len(recs) != 1 || recs[0].Window != 30*24*time.Hour {
+		t.Fatalf("ledger after the AS4 delivery: %v %+v", err, recs)
+	}
+	// Day 8: the interchange was first (and last) seen 8 days ago by the
+	// database clock the ledger decides with.
+	db := s.Backend.(interface{ DB() *sql.DB }).DB()
+	const day = 24 * 60 * 60 * 1000
+	if _, err := db.Exec(`UPDATE ledger_interchanges SET first_seen = first_seen - 8 * ?1, last_seen = last_seen - 8 * ?1,
+		lease_until = lease_until - 8 * ?1 WHERE reference = 'XWIN8'`, day); err != nil {
+		t.Fatal(err)
+	}
+
+	partner := readKeyPair(t, filepath.Join(demo, "partners", "demo-partner.pem"), filepath.Join(demo, "keys", "demo-partner.key"))
+	gw := readKeyPair(t, filepath.Join(demo, "keys", "gateway.pem"), filepath.Join(demo, "keys", "gateway.key"))
+	c := &as2client.Client{URL: srv.URL + "/as2", From: "DEMO", To: "GATEWAY", SignCert: partner.Cert, SignKey: partner.Key,
+		SignDigest: "sha256", RecipientCerts: []*x509.Certificate{gw.Cert}, Cipher: "aes128-cbc", MDN: as2client.MDNSync, SignedMDN: true}
+	msg, err := c.Prepare(edi, "application/edifact", "invoice.edi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Send(context.Background(), msg)
+	if err != nil || !res.OK() {
+		t.Fatalf("AS2 resend: %v %+v", err, res)
+	}
+	if !res.MDN.Disposition.IsWarning() {
+		t.Errorf("AS2 resend on day 8: disposition %+v, want processed/warning: duplicate-document", res.MDN.Disposition)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want once (the AS2 resend on day 8 is inside the 30-day window recorded over AS4)", n)
+	}
+	recs, err = s.Backend.FindInterchanges(context.Background(), dedup.InterchangeQuery{Reference: "XWIN8"})
+	if err != nil || len(recs) != 1 || recs[0].Retries != 1 || recs[0].Window != 30*24*time.Hour {
+		t.Fatalf("ledger after the AS2 resend: %v %+v", err, recs)
 	}
 }

@@ -3,6 +3,8 @@
 //
 //	gateway serve [-config FILE]             run the gateway
 //	gateway partners check [-config FILE]    validate the partner directory
+//	gateway partners list [-config FILE]     partners, ids, certificates, windows
+//	gateway messages [-config FILE] ...      recent messages from the audit
 //	gateway version                          print the version
 package main
 
@@ -55,8 +57,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
-  gateway serve [-config FILE]             run the gateway
+  gateway serve [-config FILE] ...         run the gateway (-h for flags)
   gateway partners check [-config FILE]    validate the partner directory
+  gateway partners list [-config FILE]     partners: protocols, ids, certificates with expiry, windows
+  gateway messages [-config FILE] [-partner ID] [-since 24h] [-decision D] [-limit 50]
+                                           recent messages from the audit
   gateway version                          print the version
   gateway dedup purge [-config FILE]       archive and remove dedup state past its windows
   gateway audit export [-config FILE] [-partner ID] [-message-id ID] [-reference REF] [-from T] [-to T]
@@ -73,12 +78,17 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 	}
 	switch args[0] {
 	case "serve":
-		return serve(args[1:], stderr)
+		return serve(args[1:], stdout, stderr)
 	case "partners":
+		if len(args) >= 2 && args[1] == "list" {
+			return partnersList(args[2:], stdout)
+		}
 		if len(args) < 2 || args[1] != "check" {
-			return fmt.Errorf("%w: partners takes: check", errUsage)
+			return fmt.Errorf("%w: partners takes: check, list", errUsage)
 		}
 		return partnersCheck(args[2:], stdout)
+	case "messages":
+		return messages(args[1:], stdout)
 	case "dedup":
 		if len(args) < 2 || args[1] != "purge" {
 			return fmt.Errorf("%w: dedup takes: purge", errUsage)
@@ -108,26 +118,35 @@ func versionString() string {
 		return version
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		rev, dirty := "", ""
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				if s.Value == "true" {
-					dirty = "+dirty"
-				}
-			}
-		}
-		if rev != "" {
-			if len(rev) > 12 {
-				rev = rev[:12]
-			}
-			return "dev-" + rev + dirty + " " + bi.GoVersion
-		}
-		return "dev " + bi.GoVersion
+		return versionFrom(bi)
 	}
 	return "dev"
+}
+
+// versionFrom names the build: the main module's version when the binary
+// was built from a module version (go install MODULE@v1.2.3) or in a VCS
+// checkout (go build stamps a pseudo-version with the revision), else
+// "devel" with the VCS revision when stamped; then the Go version.
+func versionFrom(bi *debug.BuildInfo) string {
+	rev, dirty := "", ""
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	v := bi.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "devel"
+		if rev != "" {
+			v += "-" + rev[:min(12, len(rev))] + dirty
+		}
+	}
+	return v + " " + bi.GoVersion
 }
 
 func configFlag(fs *flag.FlagSet) *string {
@@ -140,15 +159,46 @@ func newLogger(level string, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
-func serve(args []string, stderr io.Writer) error {
+func serve(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := configFlag(fs)
+	listen := fs.String("listen", "", "partner listen address (overrides listen)")
+	adminListen := fs.String("admin-listen", "", "admin listen address (overrides admin.listen)")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error (overrides log_level)")
+	check := fs.Bool("check", false, "load the configuration, partners, keys and store, print a summary and exit")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: gateway serve [flags]
+
+Runs the gateway: partners reach the AS2 and AS4 endpoints on listen, operators reach
+/metrics, /healthz and /readyz on admin.listen. SIGINT and SIGTERM shut down gracefully;
+SIGHUP reloads the partner directory and identity keys.
+Every configuration setting can also be set by a GATEWAY_* environment variable (README).
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: serve takes no arguments, got %q", errUsage, fs.Args())
+	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
+		return err
+	}
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	if *adminListen != "" {
+		cfg.Admin.Listen = *adminListen
+	}
+	if *logLevel != "" {
+		cfg.LogLevel = *logLevel
+	}
+	if err := cfg.Check(); err != nil {
 		return err
 	}
 	log := newLogger(cfg.LogLevel, stderr)
@@ -166,6 +216,11 @@ func serve(args []string, stderr io.Writer) error {
 		return err
 	}
 	defer srv.Close()
+	if *check {
+		fmt.Fprintf(stdout, "configuration ok: %d partners, store %s, listen %s, admin %s\n",
+			len(srv.Directory().Partners), cfg.Redacted(), cfg.Listen, cfg.Admin.Listen)
+		return nil
+	}
 	go func() {
 		for {
 			select {

@@ -15,6 +15,7 @@ import (
 	"gateway/audit"
 	"gateway/config"
 	"gateway/dedup"
+	"gateway/partners"
 	"gateway/retention"
 	"gateway/store"
 )
@@ -68,6 +69,15 @@ func dedupPurge(args []string, stdout io.Writer) error {
 		return err
 	}
 	defer be.Close()
+	// The same check as serve: a retention shorter than a partner's window
+	// would delete transport keys a retransmission still needs.
+	dir, err := partners.Load(cfg.Partners)
+	if err != nil {
+		return err
+	}
+	if err := retention.CheckWindows(cfg.Retention, dir.Partners); err != nil {
+		return fmt.Errorf("dedup purge refused: %w", err)
+	}
 	p := &retention.Purger{Store: be, Ledger: be, ArchiveDir: cfg.ArchiveDir, Retention: cfg.Retention}
 	if *archive != "" {
 		p.ArchiveDir = *archive
@@ -78,6 +88,9 @@ func dedupPurge(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "purged %d transport keys past retention %s and %d interchanges past their windows\n",
 		rep.TransportKeys, cfg.Retention, rep.Interchanges)
+	if rep.Replaced > 0 {
+		fmt.Fprintf(stdout, "archived and removed %d earlier uses of reused interchange references\n", rep.Replaced)
+	}
 	for _, a := range rep.Archives {
 		fmt.Fprintln(stdout, "archived:", a)
 	}

@@ -55,12 +55,24 @@ func ExerciseLedger(t *testing.T, newLedger NewLedger) {
 //	window/reuse                    an accepted row first seen more than Window ago is Claimed again, Reused,
 //	                                evidence reset
 //	window/keeps-young              a row younger than Window stays Duplicate
+//	window/recorded-longer          a row accepted with a 1h window stays Duplicate for a claim with a shorter,
+//	                                passed window (the longer of recorded and requested decides)
+//	window/extended-by-duplicate    a Duplicate with a longer window records it: the row is neither reused nor
+//	                                listed as expired after the first window
+//	window/recorded-forever         a row accepted with window 0 stays Duplicate for a claim with a window
+//	window/supersede                Supersede takes over an accepted row inside its window (Reused, fresh
+//	                                evidence, the new window), never a claim in flight
 //	window/forever                  Window 0 never reuses, however old the row
 //	expired/lists-passed-window     ExpiredInterchanges lists an accepted row whose window passed, and honours limit
 //	expired/never-forever           … never a row with window 0
 //	expired/keeps-inside-window     … never a row inside its window
 //	expired/never-claims            … never a claim in progress
 //	expired/last-seen-before        … never a row last seen at or after before (a duplicate moves LastSeen)
+//	history/keeps-replaced          a reuse keeps the accepted row it replaced: ReplacedInterchanges lists it
+//	                                whole, Replaced = the reuse's FirstSeen; filters as FindInterchanges
+//	history/supersede               … so does Supersede
+//	history/only-accepted           … a reclaim of an abandoned row keeps nothing
+//	history/delete                  DeleteReplaced removes a listed row once and counts it; the current row stays
 //	delete/spares-reuse             DeleteInterchanges spares a listed row that was reused (and accepted) meanwhile
 //	delete/removes-listed           DeleteInterchanges removes a listed row once and counts it
 //	find/filters                    FindInterchanges by partner, reference, message id, From (inclusive) / To
@@ -611,8 +623,22 @@ func (k ledgerKit) windowGroup(t T) {
 		recent    = startAged(t, c, l, W, true)
 		spare     = startAged(t, c, l, W, true)
 		remove    = startAged(t, c, l, W, true)
-		setUpDone = time.Now()
+		longer    = startAged(t, c, l, time.Hour, true)
+		recForevr = startAged(t, c, l, 0, true)
+		hist      = startAged(t, c, l, W, true)
+		histDel   = startAged(t, c, l, W, true)
+		extended  = startAged(t, c, l, W, true)
 	)
+	// A duplicate inside the window moves recent's LastSeen past
+	// recentMid; one with a longer window extends extended's.
+	tick()
+	recentMid := time.Now()
+	tick()
+	_, recentDupErr := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: recent.ic, PayloadSHA256: recent.hash,
+		MessageID: NewMessageID(t), Window: W})
+	_, extendErr := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: extended.ic, PayloadSHA256: extended.hash,
+		MessageID: NewMessageID(t), Window: time.Hour})
+	setUpDone := time.Now()
 	time.Sleep(2 * W)
 
 	t.Run("window", func(t T) {
@@ -637,6 +663,50 @@ func (k ledgerKit) windowGroup(t T) {
 			ic, h := NewInterchange(t), PayloadHash("young")
 			claimAcceptIC(t, c, l, ic, h, NewMessageID(t), time.Hour)
 			mustLedgerDuplicate(t, claimIC(t, c, l, ic, h, NewMessageID(t), time.Hour), h, 1, "delivery within a 1h window")
+		})
+		t.Run("recorded-longer", func(t T) {
+			longer.check(t)
+			mustLedgerDuplicate(t, claimIC(t, c, l, longer.ic, longer.hash, NewMessageID(t), W), longer.hash, 1,
+				"delivery with a shorter window of an interchange accepted with a 1h window")
+			if r := record(t, c, l, longer.ic.Key); r.Window != time.Hour || r.State != "accepted" {
+				t.Errorf("record after the shorter-window delivery: window %v, state %s; want 1h, accepted", r.Window, r.State)
+			}
+		})
+		t.Run("extended-by-duplicate", func(t T) {
+			extended.check(t)
+			mustOK(t, extendErr, "set-up: duplicate delivery with a 1h window")
+			if r := record(t, c, l, extended.ic.Key); r.Window != time.Hour {
+				t.Errorf("window after a duplicate delivery with a 1h window: %v, want 1h (the longest that applies)", r.Window)
+			}
+			if got := expired(t, c, l, time.Now().Add(time.Second), 0)[extended.ic.Key]; len(got) != 0 {
+				t.Errorf("ExpiredInterchanges listed an interchange whose window a later delivery extended to 1h")
+			}
+			mustLedgerDuplicate(t, claimIC(t, c, l, extended.ic, extended.hash, NewMessageID(t), W), extended.hash, 2,
+				"delivery with the first, passed window of an interchange a later delivery extended to 1h")
+		})
+		t.Run("recorded-forever", func(t T) {
+			recForevr.check(t)
+			mustLedgerDuplicate(t, claimIC(t, c, l, recForevr.ic, recForevr.hash, NewMessageID(t), W), recForevr.hash, 1,
+				"delivery with a window of an interchange accepted with window 0 (unique forever)")
+		})
+		t.Run("supersede", func(t T) {
+			ic, h := NewInterchange(t), PayloadHash("superseded")
+			first := claimAcceptIC(t, c, l, ic, h, NewMessageID(t), time.Hour)
+			m2, h2 := NewMessageID(t), PayloadHash("supersedes")
+			d, err := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: h2, TransportKey: NewKey(t),
+				MessageID: m2, Window: W, Supersede: true})
+			mustOK(t, err, "ClaimInterchange with Supersede")
+			mustClaimed(t, d, "Supersede of an accepted interchange inside its window")
+			if !d.Reused || d.Token == first.Token {
+				t.Errorf("Supersede: Reused %v, same token %v; want a reuse with a new token", d.Reused, d.Token == first.Token)
+			}
+			mustFresh(t, record(t, c, l, ic.Key), ic, d, h2, m2, W, "record after Supersede")
+			d2, err := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: h2, TransportKey: NewKey(t),
+				MessageID: NewMessageID(t), Window: W, Supersede: true})
+			mustOK(t, err, "ClaimInterchange with Supersede of a claim in flight")
+			mustInFlight(t, d2, "Supersede of a claim in flight")
+			mustOK(t, l.AcceptInterchange(c, ic.Key, d.Token), "Accept of the superseding claim")
+			mustLedgerDuplicate(t, claimIC(t, c, l, ic, h2, NewMessageID(t), W), h2, 1, "delivery after the superseding claim was accepted")
 		})
 		t.Run("forever", func(t T) {
 			forever.check(t)
@@ -683,17 +753,93 @@ func (k ledgerKit) windowGroup(t T) {
 		})
 		t.Run("last-seen-before", func(t T) {
 			recent.check(t)
+			mustOK(t, recentDupErr, "set-up: duplicate delivery inside the window")
 			if got := expired(t, c, l, setUpDone.Add(-time.Hour), 0)[recent.ic.Key]; len(got) != 0 {
 				t.Errorf("ExpiredInterchanges(an hour before it was seen) listed the interchange")
 			}
-			before := time.Now().Add(-W / 2)
-			mustLedgerDuplicate(t, claimIC(t, c, l, recent.ic, recent.hash, NewMessageID(t), time.Hour), recent.hash, 1,
-				"delivery of an interchange past its window, with a longer window")
-			if got := expired(t, c, l, before, 0)[recent.ic.Key]; len(got) != 0 {
+			if got := expired(t, c, l, recentMid, 0)[recent.ic.Key]; len(got) != 0 {
 				t.Errorf("ExpiredInterchanges listed an interchange last seen after before")
 			}
 			if got := expired(t, c, l, time.Now().Add(time.Second), 0)[recent.ic.Key]; len(got) != 1 {
 				t.Errorf("ExpiredInterchanges(now+1s) did not list the interchange whose stored window passed")
+			}
+		})
+	})
+	t.Run("history", func(t T) {
+		t.Run("keeps-replaced", func(t T) {
+			hist.check(t)
+			q := dedup.InterchangeQuery{Reference: hist.ic.Reference}
+			if got := replaced(t, c, l, q); len(got) != 0 {
+				t.Fatalf("ReplacedInterchanges before any reuse: %s", keysOf(got))
+			}
+			m2, h2 := NewMessageID(t), PayloadHash("reuse of a kept row")
+			d := claimIC(t, c, l, hist.ic, h2, m2, W)
+			mustClaimed(t, d, "reuse after the window passed")
+			got := replaced(t, c, l, q)
+			if len(got) != 1 {
+				t.Fatalf("ReplacedInterchanges after the reuse listed %d rows, want the replaced one", len(got))
+			}
+			mustReplaced(t, got[0], hist, d, "the replaced row")
+			for _, q := range []dedup.InterchangeQuery{{Partner: hist.ic.Partner}, {MessageID: hist.msgID},
+				{Reference: hist.ic.Reference, From: hist.first.FirstSeen, To: time.Now().Add(time.Hour)}} {
+				if got := replaced(t, c, l, q); len(got) != 1 || got[0].Key != hist.ic.Key {
+					t.Errorf("ReplacedInterchanges(%+v) listed %s, want the replaced row", q, keysOf(got))
+				}
+			}
+			for _, q := range []dedup.InterchangeQuery{{Partner: "other-" + randomHex(t, 4)}, {MessageID: m2},
+				{Reference: hist.ic.Reference, To: hist.first.FirstSeen}} {
+				if got := replaced(t, c, l, q); len(got) != 0 {
+					t.Errorf("ReplacedInterchanges(%+v) listed %s, want nothing", q, keysOf(got))
+				}
+			}
+			mustFresh(t, record(t, c, l, hist.ic.Key), hist.ic, d, h2, m2, W, "the current row after the reuse")
+			mustOK(t, l.AcceptInterchange(c, hist.ic.Key, d.Token), "Accept of the reuse")
+			if got := replaced(t, c, l, q); len(got) != 1 {
+				t.Errorf("ReplacedInterchanges after the reuse was accepted listed %d rows, want 1", len(got))
+			}
+		})
+		t.Run("supersede", func(t T) {
+			ic, h, m := NewInterchange(t), PayloadHash("kept on supersede"), NewMessageID(t)
+			first := claimAcceptIC(t, c, l, ic, h, m, time.Hour)
+			d, err := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: PayloadHash("drift"),
+				TransportKey: NewKey(t), MessageID: NewMessageID(t), Window: time.Hour, Supersede: true})
+			mustOK(t, err, "ClaimInterchange with Supersede")
+			mustClaimed(t, d, "Supersede")
+			got := replaced(t, c, l, dedup.InterchangeQuery{Reference: ic.Reference})
+			if len(got) != 1 {
+				t.Fatalf("ReplacedInterchanges after Supersede listed %d rows, want the superseded one", len(got))
+			}
+			mustReplaced(t, got[0], &agedRow{ic: ic, msgID: m, hash: h, first: first}, d, "the superseded row")
+		})
+		t.Run("only-accepted", func(t T) {
+			ic, h := NewInterchange(t), PayloadHash("abandoned")
+			d := claimIC(t, c, l, ic, h, NewMessageID(t), W)
+			mustClaimed(t, d, "first claim")
+			mustOK(t, l.AbandonInterchange(c, ic.Key, d.Token), "Abandon")
+			mustClaimed(t, claimIC(t, c, l, ic, h, NewMessageID(t), W), "reclaim after abandon")
+			if got := replaced(t, c, l, dedup.InterchangeQuery{Reference: ic.Reference}); len(got) != 0 {
+				t.Errorf("ReplacedInterchanges listed %d rows after a reclaim of an abandoned row, want none (it was never accepted)", len(got))
+			}
+		})
+		t.Run("delete", func(t T) {
+			histDel.check(t)
+			d := claimIC(t, c, l, histDel.ic, histDel.hash, NewMessageID(t), W)
+			mustClaimed(t, d, "reuse after the window passed")
+			q := dedup.InterchangeQuery{Reference: histDel.ic.Reference}
+			listed := replaced(t, c, l, q)
+			if len(listed) != 1 {
+				t.Fatalf("ReplacedInterchanges listed %d rows, want 1", len(listed))
+			}
+			n, err := l.DeleteReplaced(c, append(listed, listed...))
+			mustOK(t, err, "DeleteReplaced")
+			if n != 1 {
+				t.Errorf("DeleteReplaced removed %d rows, want 1", n)
+			}
+			if got := replaced(t, c, l, q); len(got) != 0 {
+				t.Errorf("ReplacedInterchanges after DeleteReplaced listed %d rows", len(got))
+			}
+			if r := record(t, c, l, histDel.ic.Key); !r.FirstSeen.Equal(d.FirstSeen) {
+				t.Errorf("DeleteReplaced touched the current row: %+v", r)
 			}
 		})
 	})
@@ -744,6 +890,28 @@ func (k ledgerKit) windowGroup(t T) {
 			}
 		})
 	})
+}
+
+func replaced(t T, c context.Context, l dedup.Ledger, q dedup.InterchangeQuery) []dedup.InterchangeRecord {
+	t.Helper()
+	recs, err := l.ReplacedInterchanges(c, q)
+	if err != nil {
+		t.Fatalf("ReplacedInterchanges(%+v): %v", q, err)
+	}
+	return recs
+}
+
+// mustReplaced checks a row of ReplacedInterchanges against the accepted
+// row a was and the claim d that replaced it.
+func mustReplaced(t T, r dedup.InterchangeRecord, a *agedRow, d dedup.Decision, what string) {
+	t.Helper()
+	if r.Interchange != a.ic || r.State != "accepted" || r.PayloadSHA256 != a.hash || !r.FirstSeen.Equal(a.first.FirstSeen) ||
+		!slices.Equal(r.MessageIDs, []string{a.msgID}) || r.Retries != 0 {
+		t.Errorf("%s: %+v\nwant the accepted row %+v first seen %v with hash %s and ids [%s]", what, r, a.ic, a.first.FirstSeen, a.hash, a.msgID)
+	}
+	if !r.Replaced.Equal(d.FirstSeen) {
+		t.Errorf("%s: Replaced %v, want the replacing claim's first seen %v", what, r.Replaced, d.FirstSeen)
+	}
 }
 
 func (k ledgerKit) find(t T) {

@@ -83,6 +83,56 @@ func (l ignoresWindowLedger) ClaimInterchange(ctx context.Context, c dedup.Inter
 	return l.Ledger.ClaimInterchange(ctx, c)
 }
 
+// requestWindowOnly judges an accepted interchange by the window of the
+// arriving delivery alone: an interchange accepted over AS4 (30 days) and
+// resent over AS2 (7 days) on day 8 runs the handler again.
+type requestWindowOnly struct{ dedup.Ledger }
+
+func (l requestWindowOnly) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) (dedup.Decision, error) {
+	if r, err := l.Ledger.Interchange(ctx, c.Key); err == nil && r.State == "accepted" && c.Window > 0 &&
+		time.Since(r.FirstSeen) > c.Window {
+		c.Supersede = true
+	}
+	return l.Ledger.ClaimInterchange(ctx, c)
+}
+
+// windowNeverExtended keeps the window of the first claim whatever later
+// deliveries ask for: an interchange accepted over AS2 (7 days) and resent
+// over AS4 (30 days) is purged, and then processed again, after 7 days.
+type windowNeverExtended struct{ dedup.Ledger }
+
+func (l windowNeverExtended) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) (dedup.Decision, error) {
+	if r, err := l.Ledger.Interchange(ctx, c.Key); err == nil && r.State == "accepted" && r.Window > 0 &&
+		(c.Window <= 0 || c.Window > r.Window) {
+		c.Window = r.Window
+	}
+	return l.Ledger.ClaimInterchange(ctx, c)
+}
+
+// ignoresSupersede answers a drift accepted as new with the stored row.
+type ignoresSupersede struct{ dedup.Ledger }
+
+func (l ignoresSupersede) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) (dedup.Decision, error) {
+	c.Supersede = false
+	return l.Ledger.ClaimInterchange(ctx, c)
+}
+
+// forgetsReplaced overwrites a reused interchange's row without keeping the
+// old one: the evidence of the first acceptance is lost.
+type forgetsReplaced struct{ dedup.Ledger }
+
+func (forgetsReplaced) ReplacedInterchanges(context.Context, dedup.InterchangeQuery) ([]dedup.InterchangeRecord, error) {
+	return nil, nil
+}
+
+// deleteReplacedNoop reports success without deleting: the purge archives
+// the same rows on every run.
+type deleteReplacedNoop struct{ dedup.Ledger }
+
+func (deleteReplacedNoop) DeleteReplaced(_ context.Context, recs []dedup.InterchangeRecord) (int64, error) {
+	return int64(len(recs)), nil
+}
+
 // keyTracker remembers the keys claimed with each window.
 type keyTracker struct {
 	mu      sync.Mutex
@@ -293,6 +343,15 @@ func (l *racyLedger) ExpiredInterchanges(_ context.Context, before time.Time, li
 		out = out[:limit]
 	}
 	return out, nil
+}
+
+// ReplacedInterchanges: the racy ledger overwrites rows and keeps no history.
+func (l *racyLedger) ReplacedInterchanges(context.Context, dedup.InterchangeQuery) ([]dedup.InterchangeRecord, error) {
+	return nil, nil
+}
+
+func (l *racyLedger) DeleteReplaced(context.Context, []dedup.InterchangeRecord) (int64, error) {
+	return 0, nil
 }
 
 func (l *racyLedger) DeleteInterchanges(_ context.Context, recs []dedup.InterchangeRecord) (int64, error) {

@@ -41,7 +41,7 @@ func (a *AuditSink) Write(ctx context.Context, r audit.Record) error {
 	if !r.Time.IsZero() {
 		at = &r.Time
 	}
-	_, err := a.pool.Exec(ctx, a.insert, at, string(r.Step), r.Partner, r.Protocol, r.MessageID, r.Key,
+	_, err := execerFor(ctx, a.pool).Exec(ctx, a.insert, at, string(r.Step), r.Partner, r.Protocol, r.MessageID, r.Key,
 		r.InterchangeKey, r.Reference, r.Decision, r.PayloadSHA256, r.Disposition, r.Error, r.Incident)
 	if err != nil {
 		return wrap("audit", err)

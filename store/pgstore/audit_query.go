@@ -47,7 +47,11 @@ func (a *AuditSink) Query(ctx context.Context, q audit.Query) ([]audit.Record, e
 		sql += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	args = append(args, limit)
-	return a.query(ctx, sql+fmt.Sprintf(` ORDER BY id LIMIT $%d`, len(args)), args...)
+	order := "id"
+	if q.Newest {
+		order = "id DESC"
+	}
+	return a.query(ctx, sql+fmt.Sprintf(` ORDER BY %s LIMIT $%d`, order, len(args)), args...)
 }
 
 var _ audit.Reader = (*AuditSink)(nil)

@@ -25,15 +25,18 @@ const ledgerColumns = `key, partner, standard, sender, recipient, reference, dat
 	first_seen, last_seen, retries, message_ids, window_us`
 
 type ledgerQueries struct {
-	table, claim, duplicate, read, accept, abandon, get, expired, delete string
+	table, history, claim, duplicate, read, accept, abandon, get, expired, delete string
 }
 
 func buildLedgerQueries(schema string) ledgerQueries {
 	t := pgx.Identifier{schema, "ledger_interchanges"}.Sanitize()
 	return ledgerQueries{
-		table: t,
+		table:   t,
+		history: pgx.Identifier{schema, "ledger_history"}.Sanitize(),
 		// Takes the interchange when it is new, abandoned, its lease ran out
-		// or its window passed, resetting the evidence.
+		// or its window passed (the longer of the recorded and the requested
+		// one, forever when either is 0), or when $14 supersedes an accepted
+		// row, resetting the evidence.
 		claim: `INSERT INTO ` + t + ` AS c (key, partner, standard, sender, recipient, reference, date, type,
 	state, token, payload_sha256, first_seen, last_seen, lease_until, window_us, retries, message_ids)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'claimed', $9, $10, now(), now(),
@@ -47,19 +50,21 @@ ON CONFLICT (key) DO UPDATE SET
 	accepted_at = NULL, abandoned_at = NULL, claims = c.claims + 1, taken_from = c.state
 WHERE c.state = 'abandoned'
 	OR (c.state = 'claimed' AND c.lease_until <= excluded.first_seen)
-	OR (c.state = 'accepted' AND $12::bigint > 0
-		AND c.first_seen < excluded.first_seen - $12::bigint * interval '1 microsecond')
+	OR (c.state = 'accepted' AND ($14::boolean OR ($12::bigint > 0 AND c.window_us > 0
+		AND c.first_seen < excluded.first_seen - GREATEST($12::bigint, c.window_us) * interval '1 microsecond')))
 RETURNING c.token, c.taken_from, c.first_seen`,
-		// Records a delivery of an accepted interchange inside the window.
+		// Records a delivery of an accepted interchange inside the window,
+		// keeping the longer of the recorded and the requested window.
 		duplicate: `UPDATE ` + t + ` SET
 	last_seen = now(),
+	window_us = CASE WHEN $3::bigint <= 0 OR window_us <= 0 THEN 0 ELSE GREATEST(window_us, $3::bigint) END,
 	retries = retries + 1,
 	message_ids = CASE
 		WHEN $2::text = '' OR cardinality(message_ids) >= $4::int OR $2::text = ANY (message_ids)
 		THEN message_ids
 		ELSE array_append(message_ids, $2::text) END
-WHERE key = $1 AND state = 'accepted'
-	AND ($3::bigint <= 0 OR first_seen >= now() - $3::bigint * interval '1 microsecond')
+WHERE key = $1 AND state = 'accepted' AND NOT $5::boolean
+	AND ($3::bigint <= 0 OR window_us <= 0 OR first_seen >= now() - GREATEST($3::bigint, window_us) * interval '1 microsecond')
 RETURNING first_seen, payload_sha256, retries`,
 		read: `SELECT state, first_seen, lease_until, now() FROM ` + t + ` WHERE key = $1`,
 		accept: `UPDATE ` + t + ` SET state = 'accepted', accepted_at = now()
@@ -97,7 +102,7 @@ func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) 
 			firstSeen time.Time
 		)
 		err = s.pool.QueryRow(ctx, s.lq.claim, string(c.Key), c.Partner, c.Standard, c.Sender, c.Recipient,
-			c.Reference, c.Date, c.Type, string(token), c.PayloadSHA256, leaseUS, windowUS, ids).
+			c.Reference, c.Date, c.Type, string(token), c.PayloadSHA256, leaseUS, windowUS, ids, c.Supersede).
 			Scan(&got, &takenFrom, &firstSeen)
 		if err == nil {
 			return dedup.Decision{
@@ -114,7 +119,7 @@ func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) 
 			hash    string
 			retries int
 		)
-		err = s.pool.QueryRow(ctx, s.lq.duplicate, string(c.Key), c.MessageID, windowUS, dedup.MaxLedgerMessageIDs).
+		err = s.pool.QueryRow(ctx, s.lq.duplicate, string(c.Key), c.MessageID, windowUS, dedup.MaxLedgerMessageIDs, c.Supersede).
 			Scan(&firstSeen, &hash, &retries)
 		if err == nil {
 			return dedup.Decision{Outcome: dedup.Duplicate, FirstSeen: firstSeen.UTC(), PayloadSHA256: hash, Retries: retries}, nil
@@ -173,10 +178,61 @@ func (s *Store) Interchange(ctx context.Context, key dedup.Key) (dedup.Interchan
 // (dedup.DefaultFindLimit when zero). The message id filter uses the GIN
 // index on the id array.
 func (s *Store) FindInterchanges(ctx context.Context, q dedup.InterchangeQuery) ([]dedup.InterchangeRecord, error) {
-	var (
-		where []string
-		args  []any
-	)
+	where, args := interchangeFilter(q)
+	query := `SELECT ` + ledgerColumns + ` FROM ` + s.lq.table
+	if len(where) > 0 {
+		query += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = dedup.DefaultFindLimit
+	}
+	args = append(args, limit)
+	query += ` ORDER BY first_seen, key LIMIT $` + strconv.Itoa(len(args))
+	return s.queryInterchanges(ctx, "find interchanges", query, args...)
+}
+
+// ReplacedInterchanges implements dedup.Ledger: the rows the trigger of
+// migration ledger/0002 kept in ledger_history when a claim replaced an
+// accepted row, ordered by replaced_at, then key.
+func (s *Store) ReplacedInterchanges(ctx context.Context, q dedup.InterchangeQuery) ([]dedup.InterchangeRecord, error) {
+	where, args := interchangeFilter(q)
+	query := `SELECT ` + ledgerColumns + `, replaced_at FROM ` + s.lq.history
+	if len(where) > 0 {
+		query += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = dedup.DefaultFindLimit
+	}
+	args = append(args, limit)
+	query += ` ORDER BY replaced_at, key, id LIMIT $` + strconv.Itoa(len(args))
+	return s.queryInterchanges(ctx, "replaced interchanges", query, args...)
+}
+
+// DeleteReplaced implements dedup.Ledger in one statement.
+func (s *Store) DeleteReplaced(ctx context.Context, recs []dedup.InterchangeRecord) (int64, error) {
+	if len(recs) == 0 {
+		return 0, nil
+	}
+	keys := make([]string, len(recs))
+	firsts := make([]time.Time, len(recs))
+	replaced := make([]time.Time, len(recs))
+	for i, r := range recs {
+		keys[i], firsts[i], replaced[i] = string(r.Key), r.FirstSeen, r.Replaced
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.lq.history+` AS h
+USING unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) AS d(key, first_seen, replaced_at)
+WHERE h.key = d.key AND h.first_seen = d.first_seen AND h.replaced_at = d.replaced_at`, keys, firsts, replaced)
+	if err != nil {
+		return 0, wrap("delete replaced", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// interchangeFilter is the WHERE of an InterchangeQuery on the ledger or its
+// history, with its arguments numbered from $1.
+func interchangeFilter(q dedup.InterchangeQuery) (where []string, args []any) {
 	add := func(cond string, arg any) {
 		args = append(args, arg)
 		where = append(where, strings.ReplaceAll(cond, "$?", "$"+strconv.Itoa(len(args))))
@@ -196,17 +252,7 @@ func (s *Store) FindInterchanges(ctx context.Context, q dedup.InterchangeQuery) 
 	if !q.To.IsZero() {
 		add("last_seen < $?", ceilMicro(q.To))
 	}
-	query := `SELECT ` + ledgerColumns + ` FROM ` + s.lq.table
-	if len(where) > 0 {
-		query += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	limit := q.Limit
-	if limit <= 0 {
-		limit = dedup.DefaultFindLimit
-	}
-	args = append(args, limit)
-	query += ` ORDER BY first_seen, key LIMIT $` + strconv.Itoa(len(args))
-	return s.queryInterchanges(ctx, "find interchanges", query, args...)
+	return where, args
 }
 
 // ExpiredInterchanges implements dedup.Ledger: accepted and abandoned rows
@@ -250,10 +296,18 @@ func (s *Store) queryInterchanges(ctx context.Context, op, query string, args ..
 			r        dedup.InterchangeRecord
 			key      string
 			windowUS int64
+			replaced *time.Time
 		)
-		if err := rows.Scan(&key, &r.Partner, &r.Standard, &r.Sender, &r.Recipient, &r.Reference, &r.Date, &r.Type,
-			&r.State, &r.PayloadSHA256, &r.FirstSeen, &r.LastSeen, &r.Retries, &r.MessageIDs, &windowUS); err != nil {
+		dest := []any{&key, &r.Partner, &r.Standard, &r.Sender, &r.Recipient, &r.Reference, &r.Date, &r.Type,
+			&r.State, &r.PayloadSHA256, &r.FirstSeen, &r.LastSeen, &r.Retries, &r.MessageIDs, &windowUS}
+		if len(rows.FieldDescriptions()) > len(dest) {
+			dest = append(dest, &replaced)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, wrap(op, err)
+		}
+		if replaced != nil {
+			r.Replaced = replaced.UTC()
 		}
 		if r.MessageIDs == nil {
 			r.MessageIDs = []string{}

@@ -27,7 +27,7 @@ const OutboxComponent = "outbox"
 const outboxColumns = `id, partner, message_id, url, header, body, attempts, next_attempt, last_error, created, state`
 
 type outboxQueries struct {
-	enqueue, lease, delivered, retry, giveUp, get string
+	enqueue, lease, delivered, retry, giveUp, get, pending string
 }
 
 func buildOutboxQueries(schema string) outboxQueries {
@@ -58,7 +58,8 @@ WHERE id = $1 AND state = 'pending'`,
 		giveUp: `UPDATE ` + t + ` SET state = 'gave-up', attempts = attempts + 1, last_error = $2,
 	leased_until = NULL, updated = now()
 WHERE id = $1 AND state = 'pending'`,
-		get: `SELECT ` + outboxColumns + ` FROM ` + t + ` WHERE id = $1`,
+		get:     `SELECT ` + outboxColumns + ` FROM ` + t + ` WHERE id = $1`,
+		pending: `SELECT count(*), min(created) FROM ` + t + ` WHERE state = 'pending'`,
 	}
 }
 
@@ -220,3 +221,16 @@ func headerOrEmpty(h http.Header) http.Header {
 }
 
 var _ outbox.Store = (*Outbox)(nil)
+
+// Pending implements outbox.PendingCounter.
+func (o *Outbox) Pending(ctx context.Context) (int, time.Time, error) {
+	var n int
+	var oldest *time.Time
+	if err := o.pool.QueryRow(ctx, o.q.pending).Scan(&n, &oldest); err != nil {
+		return 0, time.Time{}, fmt.Errorf("pgstore: outbox pending: %w", err)
+	}
+	if oldest == nil {
+		return n, time.Time{}, nil
+	}
+	return n, *oldest, nil
+}

@@ -333,7 +333,7 @@ func (s *Store) Abandon(ctx context.Context, key dedup.Key, token dedup.Token) e
 }
 
 func (s *Store) transition(ctx context.Context, op, query string, args ...any) error {
-	tag, err := s.pool.Exec(ctx, query, args...)
+	tag, err := execerFor(ctx, s.pool).Exec(ctx, query, args...)
 	if err != nil {
 		return wrap(op, err)
 	}

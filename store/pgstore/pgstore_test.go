@@ -3,6 +3,8 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -233,7 +235,13 @@ func TestUnavailable(t *testing.T) {
 	})
 	t.Run("terminated-connections", func(t *testing.T) {
 		dsn, schema := pgtest.Schema(t)
-		s := open(t, dsn, schema, dedup.Options{})
+		// The store's sessions carry their own application_name, so that
+		// only they are killed, not those of tests running beside this one.
+		app := "gateway-test-" + schema
+		s := open(t, withApplicationName(t, dsn, app), schema, dedup.Options{})
+		if _, err := s.Claim(ctx, dedup.ClaimRequest{Key: deduptest.NewKey(t)}); err != nil {
+			t.Fatal(err)
+		}
 		// An operator kills the store's sessions: the pool reconnects and
 		// the next claims work.
 		admin, err := pgx.Connect(ctx, dsn)
@@ -241,10 +249,13 @@ func TestUnavailable(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer admin.Close(ctx)
-		if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-WHERE pid <> pg_backend_pid() AND datname = current_database() AND application_name = ''
-AND query LIKE '%dedup_claims%'`); err != nil {
+		var killed int
+		if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE pid <> pg_backend_pid() AND datname = current_database() AND application_name = $1`, app).Scan(&killed); err != nil {
 			t.Fatal(err)
+		}
+		if killed == 0 {
+			t.Fatalf("no session of the store (application_name %s) to kill", app)
 		}
 		var ok int
 		for range 3 {
@@ -341,4 +352,21 @@ func TestAuditSink(t *testing.T) {
 	if err != nil || len(got) != 1 || time.Since(got[0].Time).Abs() > 5*time.Second {
 		t.Fatalf("record without time: %+v %v", got, err)
 	}
+}
+
+// withApplicationName sets application_name in a PostgreSQL URL or
+// keyword/value DSN.
+func withApplicationName(t testing.TB, dsn, name string) string {
+	t.Helper()
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("application_name", name)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return dsn + " application_name=" + name
 }

@@ -22,7 +22,7 @@ func (a *AuditSink) Write(ctx context.Context, r audit.Record) error {
 	if !r.Time.IsZero() {
 		at = r.Time.UnixMicro()
 	}
-	_, err := a.db.ExecContext(ctx, `INSERT INTO audit_records (recorded_at, step, partner, protocol, message_id,
+	_, err := execerFor(ctx, a.db).ExecContext(ctx, `INSERT INTO audit_records (recorded_at, step, partner, protocol, message_id,
 	dedup_key, interchange_key, reference, decision, payload_sha256, disposition, error, incident)
 VALUES (coalesce(?1, `+nowMS+` * 1000), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)`,
 		at, string(r.Step), r.Partner, r.Protocol, r.MessageID, r.Key, r.InterchangeKey, r.Reference,

@@ -43,7 +43,11 @@ func (a *AuditSink) Query(ctx context.Context, q audit.Query) ([]audit.Record, e
 		sql += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	args = append(args, limit)
-	return a.query(ctx, sql+` ORDER BY id LIMIT ?`, args...)
+	order := ` ORDER BY id LIMIT ?`
+	if q.Newest {
+		order = ` ORDER BY id DESC LIMIT ?`
+	}
+	return a.query(ctx, sql+order, args...)
 }
 
 var _ audit.Reader = (*AuditSink)(nil)

@@ -25,7 +25,9 @@ const ledgerColumns = `key, partner, standard, sender, recipient, reference, dat
 
 const (
 	// ledgerClaimSQL takes the interchange when it is new, abandoned, its
-	// lease ran out or its window passed, resetting the evidence.
+	// lease ran out or its window passed (the longer of the recorded and the
+	// requested one, forever when either is 0), or when ?14 supersedes an
+	// accepted row, resetting the evidence.
 	ledgerClaimSQL = `INSERT INTO ledger_interchanges AS c (key, partner, standard, sender, recipient, reference, date,
 	type, state, token, payload_sha256, first_seen, last_seen, lease_until, window_ms, retries, message_ids)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'claimed', ?9, ?10, ` + nowMS + `, ` + nowMS + `, ` + nowMS + ` + ?11, ?12, 0, ?13)
@@ -38,20 +40,24 @@ ON CONFLICT (key) DO UPDATE SET
 	accepted_at = NULL, abandoned_at = NULL, claims = c.claims + 1, taken_from = c.state
 WHERE c.state = 'abandoned'
 	OR (c.state = 'claimed' AND c.lease_until <= excluded.first_seen)
-	OR (c.state = 'accepted' AND ?12 > 0 AND c.first_seen < excluded.first_seen - ?12)
+	OR (c.state = 'accepted' AND (?14 <> 0
+		OR (?12 > 0 AND c.window_ms > 0 AND c.first_seen < excluded.first_seen - max(?12, c.window_ms))))
 RETURNING token, taken_from, first_seen`
 
 	// ledgerDuplicateSQL records a delivery of an accepted interchange
-	// inside the window: last seen, one more retry, the message id.
+	// inside the window: last seen, one more retry, the message id, and the
+	// longer of the recorded and the requested window.
 	ledgerDuplicateSQL = `UPDATE ledger_interchanges SET
 	last_seen = ` + nowMS + `,
+	window_ms = CASE WHEN ?3 <= 0 OR window_ms <= 0 THEN 0 ELSE max(window_ms, ?3) END,
 	retries = retries + 1,
 	message_ids = CASE
 		WHEN ?2 = '' OR json_array_length(message_ids) >= ?4
 			OR EXISTS (SELECT 1 FROM json_each(ledger_interchanges.message_ids) AS m WHERE m.value = ?2)
 		THEN message_ids
 		ELSE json_insert(message_ids, '$[#]', ?2) END
-WHERE key = ?1 AND state = 'accepted' AND (?3 <= 0 OR first_seen >= ` + nowMS + ` - ?3)
+WHERE key = ?1 AND state = 'accepted' AND ?5 = 0
+	AND (?3 <= 0 OR window_ms <= 0 OR first_seen >= ` + nowMS + ` - max(?3, window_ms))
 RETURNING first_seen, payload_sha256, retries`
 
 	ledgerReadSQL = `SELECT state, first_seen, lease_until, ` + nowMS + ` FROM ledger_interchanges WHERE key = ?1`
@@ -77,6 +83,10 @@ ORDER BY last_seen, key LIMIT ?2`
 // again, at most claimAttempts times, then answered InFlight.
 func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) (dedup.Decision, error) {
 	leaseMS, windowMS := ceilMS(s.lease), ceilMS(c.Window)
+	supersede := 0
+	if c.Supersede {
+		supersede = 1
+	}
 	ids, err := json.Marshal(dedup.FirstMessageIDs(c.MessageID))
 	if err != nil {
 		return dedup.Decision{}, fmt.Errorf("sqlitestore: claim interchange: %w", err)
@@ -92,7 +102,7 @@ func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) 
 			firstSeen int64
 		)
 		err = s.db.QueryRowContext(ctx, ledgerClaimSQL, string(c.Key), c.Partner, c.Standard, c.Sender, c.Recipient,
-			c.Reference, c.Date, c.Type, string(token), c.PayloadSHA256, leaseMS, windowMS, string(ids)).
+			c.Reference, c.Date, c.Type, string(token), c.PayloadSHA256, leaseMS, windowMS, string(ids), supersede).
 			Scan(&got, &takenFrom, &firstSeen)
 		if err == nil {
 			return dedup.Decision{
@@ -109,7 +119,7 @@ func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) 
 			hash    string
 			retries int
 		)
-		err = s.db.QueryRowContext(ctx, ledgerDuplicateSQL, string(c.Key), c.MessageID, windowMS, dedup.MaxLedgerMessageIDs).
+		err = s.db.QueryRowContext(ctx, ledgerDuplicateSQL, string(c.Key), c.MessageID, windowMS, dedup.MaxLedgerMessageIDs, supersede).
 			Scan(&firstSeen, &hash, &retries)
 		if err == nil {
 			return dedup.Decision{Outcome: dedup.Duplicate, FirstSeen: fromMS(firstSeen), PayloadSHA256: hash, Retries: retries}, nil
@@ -169,26 +179,7 @@ func (s *Store) Interchange(ctx context.Context, key dedup.Key) (dedup.Interchan
 // (dedup.DefaultFindLimit when zero). The message id filter looks inside the
 // JSON array of each row the other filters leave.
 func (s *Store) FindInterchanges(ctx context.Context, q dedup.InterchangeQuery) ([]dedup.InterchangeRecord, error) {
-	var (
-		where []string
-		args  []any
-	)
-	if q.Partner != "" {
-		where, args = append(where, "partner = ?"), append(args, q.Partner)
-	}
-	if q.Reference != "" {
-		where, args = append(where, "reference = ?"), append(args, q.Reference)
-	}
-	if q.MessageID != "" {
-		where = append(where, "EXISTS (SELECT 1 FROM json_each(ledger_interchanges.message_ids) AS m WHERE m.value = ?)")
-		args = append(args, q.MessageID)
-	}
-	if !q.From.IsZero() {
-		where, args = append(where, "last_seen >= ?"), append(args, unixMSCeil(q.From))
-	}
-	if !q.To.IsZero() {
-		where, args = append(where, "last_seen < ?"), append(args, unixMSCeil(q.To))
-	}
+	where, args := interchangeFilter("ledger_interchanges", q)
 	query := `SELECT ` + ledgerColumns + ` FROM ledger_interchanges`
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, " AND ")
@@ -199,6 +190,74 @@ func (s *Store) FindInterchanges(ctx context.Context, q dedup.InterchangeQuery) 
 	}
 	query += ` ORDER BY first_seen, key LIMIT ?`
 	return s.queryInterchanges(ctx, "find interchanges", query, append(args, limit)...)
+}
+
+// interchangeFilter is the WHERE of an InterchangeQuery on table (the
+// ledger or its history).
+func interchangeFilter(table string, q dedup.InterchangeQuery) (where []string, args []any) {
+	if q.Partner != "" {
+		where, args = append(where, "partner = ?"), append(args, q.Partner)
+	}
+	if q.Reference != "" {
+		where, args = append(where, "reference = ?"), append(args, q.Reference)
+	}
+	if q.MessageID != "" {
+		where = append(where, "EXISTS (SELECT 1 FROM json_each("+table+".message_ids) AS m WHERE m.value = ?)")
+		args = append(args, q.MessageID)
+	}
+	if !q.From.IsZero() {
+		where, args = append(where, "last_seen >= ?"), append(args, unixMSCeil(q.From))
+	}
+	if !q.To.IsZero() {
+		where, args = append(where, "last_seen < ?"), append(args, unixMSCeil(q.To))
+	}
+	return where, args
+}
+
+// ReplacedInterchanges implements dedup.Ledger: the rows the trigger of
+// migration ledger/0002 kept in ledger_history when a claim replaced an
+// accepted row, ordered by replaced_at, then key.
+func (s *Store) ReplacedInterchanges(ctx context.Context, q dedup.InterchangeQuery) ([]dedup.InterchangeRecord, error) {
+	where, args := interchangeFilter("ledger_history", q)
+	query := `SELECT ` + ledgerColumns + `, replaced_at FROM ledger_history`
+	if len(where) > 0 {
+		query += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = dedup.DefaultFindLimit
+	}
+	query += ` ORDER BY replaced_at, key, id LIMIT ?`
+	return s.queryInterchanges(ctx, "replaced interchanges", query, append(args, limit)...)
+}
+
+// DeleteReplaced implements dedup.Ledger in one transaction.
+func (s *Store) DeleteReplaced(ctx context.Context, recs []dedup.InterchangeRecord) (int64, error) {
+	if len(recs) == 0 {
+		return 0, nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, wrap("delete replaced", err)
+	}
+	defer tx.Rollback()
+	var total int64
+	for _, r := range recs {
+		res, err := tx.ExecContext(ctx, `DELETE FROM ledger_history WHERE key = ?1 AND first_seen = ?2 AND replaced_at = ?3`,
+			string(r.Key), r.FirstSeen.UnixMilli(), r.Replaced.UnixMilli())
+		if err != nil {
+			return 0, wrap("delete replaced", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, wrap("delete replaced", err)
+		}
+		total += n
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, wrap("delete replaced", err)
+	}
+	return total, nil
 }
 
 // ExpiredInterchanges implements dedup.Ledger: accepted and abandoned rows
@@ -259,10 +318,18 @@ func (s *Store) queryInterchanges(ctx context.Context, op, query string, args ..
 			r                     dedup.InterchangeRecord
 			key, ids              string
 			first, last, windowMS int64
+			replaced              sql.NullInt64
 		)
-		if err := rows.Scan(&key, &r.Partner, &r.Standard, &r.Sender, &r.Recipient, &r.Reference, &r.Date, &r.Type,
-			&r.State, &r.PayloadSHA256, &first, &last, &r.Retries, &ids, &windowMS); err != nil {
+		dest := []any{&key, &r.Partner, &r.Standard, &r.Sender, &r.Recipient, &r.Reference, &r.Date, &r.Type,
+			&r.State, &r.PayloadSHA256, &first, &last, &r.Retries, &ids, &windowMS}
+		if cols, _ := rows.Columns(); len(cols) > len(dest) {
+			dest = append(dest, &replaced)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, wrap(op, err)
+		}
+		if replaced.Valid {
+			r.Replaced = fromMS(replaced.Int64)
 		}
 		if err := json.Unmarshal([]byte(ids), &r.MessageIDs); err != nil {
 			return nil, fmt.Errorf("sqlitestore: %s: message ids of %.16s…: %w", op, key, err)

@@ -207,3 +207,17 @@ func headerOrEmpty(h http.Header) http.Header {
 }
 
 var _ outbox.Store = (*Outbox)(nil)
+
+// Pending implements outbox.PendingCounter.
+func (o *Outbox) Pending(ctx context.Context) (int, time.Time, error) {
+	var n int
+	var oldest sql.NullInt64
+	err := o.db.QueryRowContext(ctx, `SELECT count(*), min(created) FROM outbox_deliveries WHERE state = 'pending'`).Scan(&n, &oldest)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("sqlitestore: outbox pending: %w", err)
+	}
+	if !oldest.Valid {
+		return n, time.Time{}, nil
+	}
+	return n, time.UnixMilli(oldest.Int64), nil
+}

@@ -324,7 +324,7 @@ func (s *Store) Abandon(ctx context.Context, key dedup.Key, token dedup.Token) e
 }
 
 func (s *Store) transition(ctx context.Context, op, query string, args ...any) error {
-	res, err := s.db.ExecContext(ctx, query, args...)
+	res, err := execerFor(ctx, s.db).ExecContext(ctx, query, args...)
 	if err != nil {
 		return wrap(op, err)
 	}

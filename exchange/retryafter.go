@@ -1,0 +1,69 @@
+package exchange
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// handlerTimeSamples is how many recent handler durations HandlerTimes
+// keeps.
+const handlerTimeSamples = 64
+
+// HandlerTimes keeps the durations of the most recent handler runs (a ring
+// of fixed size, so memory does not grow with traffic) for the Retry-After
+// estimate sent to a delivery that finds its message in flight. The zero
+// value is ready; it is safe for concurrent use.
+type HandlerTimes struct {
+	mu   sync.Mutex
+	ring [handlerTimeSamples]time.Duration
+	n    int // samples held, at most len(ring)
+	next int
+}
+
+// Observe records one handler run.
+func (h *HandlerTimes) Observe(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ring[h.next] = d
+	h.next = (h.next + 1) % len(h.ring)
+	if h.n < len(h.ring) {
+		h.n++
+	}
+}
+
+// P95 is the 95th percentile of the recent runs (nearest rank), zero
+// before the first.
+func (h *HandlerTimes) P95() time.Duration {
+	h.mu.Lock()
+	s := slices.Clone(h.ring[:h.n])
+	h.mu.Unlock()
+	if len(s) == 0 {
+		return 0
+	}
+	slices.Sort(s)
+	rank := (95*len(s) + 99) / 100 // ceil(0.95 n), 1-based
+	return s[rank-1]
+}
+
+// inFlightRetryAfter is the Retry-After for a delivery whose key another
+// delivery holds with leaseLeft to run. With InFlightRetryAfter set it is
+// that value; otherwise (auto) the 95th percentile of recent handler runs,
+// or as long as the holder has already run when it is slower than that (so
+// a stuck holder is retried with growing gaps). Either way it is clamped to
+// [1s, leaseLeft]: after the lease the key can be taken over anyway.
+func (p *Pipeline) inFlightRetryAfter(leaseLeft time.Duration) time.Duration {
+	est := p.InFlightRetryAfter
+	if est <= 0 {
+		est = p.HandlerTimes.P95()
+		if p.Lease > 0 && leaseLeft > 0 && leaseLeft <= p.Lease {
+			if ran := p.Lease - leaseLeft; ran > est {
+				est = ran
+			}
+		}
+	}
+	if leaseLeft > 0 && est > leaseLeft {
+		est = leaseLeft
+	}
+	return max(est, time.Second)
+}

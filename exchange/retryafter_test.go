@@ -1,0 +1,52 @@
+package exchange
+
+import (
+	"testing"
+	"time"
+)
+
+func TestHandlerTimesP95KeepsRecentRuns(t *testing.T) {
+	var h HandlerTimes
+	if got := h.P95(); got != 0 {
+		t.Fatalf("P95 without samples: %v", got)
+	}
+	for i := 1; i <= 100; i++ {
+		h.Observe(time.Duration(i) * time.Millisecond)
+	}
+	// The ring holds the latest 64 runs (37…100 ms); nearest-rank p95 of 64
+	// samples is the 61st: 97 ms.
+	if got := h.P95(); got != 97*time.Millisecond {
+		t.Errorf("P95 = %v, want 97ms", got)
+	}
+}
+
+func TestInFlightRetryAfterRules(t *testing.T) {
+	fast := func() *Pipeline {
+		p := &Pipeline{Lease: time.Minute}
+		for range 10 {
+			p.HandlerTimes.Observe(20 * time.Millisecond)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name      string
+		p         *Pipeline
+		leaseLeft time.Duration
+		want      time.Duration
+	}{
+		{"fast handler: at least 1s", fast(), time.Minute, time.Second},
+		{"no samples yet", &Pipeline{Lease: time.Minute}, time.Minute, time.Second},
+		{"holder slower than usual: as long as it ran", fast(), 30 * time.Second, 30 * time.Second},
+		{"configured value", &Pipeline{Lease: time.Minute, InFlightRetryAfter: 10 * time.Second}, time.Minute, 10 * time.Second},
+		{"configured value beyond the lease left", &Pipeline{Lease: time.Minute, InFlightRetryAfter: 10 * time.Second}, 4 * time.Second, 4 * time.Second},
+	} {
+		if got := tc.p.inFlightRetryAfter(tc.leaseLeft); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	slow := &Pipeline{Lease: time.Minute}
+	slow.HandlerTimes.Observe(10 * time.Minute)
+	if got := slow.inFlightRetryAfter(20 * time.Second); got != 20*time.Second {
+		t.Errorf("handler times beyond the lease: %v, want the lease left (20s)", got)
+	}
+}

@@ -1,0 +1,207 @@
+package limits
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Defaults of BodyOptions.
+const (
+	// DefaultAmplification is the number of bytes a message holds in memory
+	// per body byte while it is processed (the body, its transfer-decoded
+	// and decrypted copies, the payload), as measured through the real
+	// endpoints (server.TestMemoryBoundedUnderHostileInput with
+	// GATEWAY_MEMREPORT=1): about 3 for a signed and encrypted AS2 message
+	// and for a signed AS4 message, 1.75 for unauthenticated junk; 4 leaves
+	// a margin.
+	DefaultAmplification = 4
+	// DefaultMemoryBudget is the process-wide default of limits.memory_budget.
+	DefaultMemoryBudget = 1 << 30
+	// DefaultRetryAfter is the Retry-After of a 503 for an exhausted budget.
+	DefaultRetryAfter = 10 * time.Second
+	// chunkedStep is the unit (in body bytes) in which a body of unknown
+	// length grows its reservation.
+	chunkedStep = 1 << 20
+)
+
+// BodyOptions configure Handler.
+type BodyOptions struct {
+	// MaxBytes is the largest body (0: no limit): a larger Content-Length
+	// is refused before reading, a longer chunked body as soon as it is.
+	MaxBytes int64
+	// Budget is shared by every endpoint of the process (nil: unlimited).
+	Budget *Budget
+	// Amplification is the memory a body byte costs (0: DefaultAmplification).
+	Amplification int64
+	// MinRate is the slowest accepted body transfer in bytes per second
+	// after Grace (0: no minimum). It is enforced with read deadlines that
+	// move forward as bytes arrive.
+	MinRate int64
+	Grace   time.Duration
+	// MaxDuration, when set, caps the read deadline the minimum rate moves
+	// forward (the server's read timeout keeps applying).
+	MaxDuration time.Duration
+	// Protocol names the endpoint in log lines.
+	Protocol string
+	Log      *slog.Logger
+}
+
+// Handler wraps next with the body limits of o. Before anything is read it
+// refuses a Content-Length over MaxBytes (413) and reserves Content-Length
+// × Amplification bytes of the budget (413 when the whole budget is too
+// small, 503 with Retry-After while other requests hold it). It replaces
+// r.Body with a reader that counts the bytes, grows the reservation of a
+// body of unknown length as it arrives, and enforces MinRate. Errors of
+// that reader wrap ErrTooLarge, ErrBusy or ErrTooSlow; the endpoint answers
+// them with Refuse. The reservation, also in r.Context() (ReservationFrom),
+// is released when next returns.
+func Handler(next http.Handler, o BodyOptions) http.Handler {
+	if o.Amplification <= 0 {
+		o.Amplification = DefaultAmplification
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		lg := o.Log.With("protocol", o.Protocol, "remote", r.RemoteAddr, "content_length", r.ContentLength)
+		if o.MaxBytes > 0 && r.ContentLength > o.MaxBytes {
+			err := fmt.Errorf("Content-Length %d is over the limit of %d bytes: %w", r.ContentLength, o.MaxBytes, ErrTooLarge)
+			lg.Warn("message refused before reading", "status", http.StatusRequestEntityTooLarge, "err", err)
+			Refuse(w, err)
+			return
+		}
+		res := o.Budget.Reserve()
+		defer res.Release()
+		if r.ContentLength > 0 {
+			if err := res.Grow(r.ContentLength * o.Amplification); err != nil {
+				lg.Warn("message refused before reading: memory budget", "status", Status(err), "err", err,
+					"budget", o.Budget.Total(), "budget_used", o.Budget.Used())
+				Refuse(w, err)
+				return
+			}
+		}
+		b := &Body{r: r.Body, o: &o, res: res, known: r.ContentLength >= 0, start: start, lg: lg}
+		if o.MinRate > 0 {
+			b.rc = http.NewResponseController(w)
+		}
+		// WithContext copies the request: net/http still sees its own body
+		// when it decides how to close the connection after a refusal.
+		r = r.WithContext(WithReservation(r.Context(), res))
+		r.Body = b
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Body is the request body as Handler hands it on.
+type Body struct {
+	r     io.ReadCloser
+	o     *BodyOptions
+	res   *Reservation
+	known bool
+	start time.Time
+	lg    *slog.Logger
+	rc    *http.ResponseController
+
+	mu  sync.Mutex
+	n   int64
+	err error
+	dl  time.Time
+}
+
+// Read implements io.Reader.
+func (b *Body) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.rc != nil {
+		d := b.start.Add(b.o.Grace + time.Duration(float64(b.n)/float64(b.o.MinRate)*float64(time.Second)))
+		if b.o.MaxDuration > 0 && d.After(b.start.Add(b.o.MaxDuration)) {
+			d = b.start.Add(b.o.MaxDuration)
+		}
+		if !d.Equal(b.dl) {
+			if err := b.rc.SetReadDeadline(d); err != nil {
+				b.rc = nil // not supported by this connection: no minimum rate
+			} else {
+				b.dl = d
+			}
+		}
+	}
+	k, err := b.r.Read(p)
+	b.n += int64(k)
+	switch {
+	case err != nil && errors.Is(err, os.ErrDeadlineExceeded) && b.rc != nil:
+		rate := float64(b.n) / max(time.Since(b.start).Seconds(), 1e-3)
+		err = fmt.Errorf("%d bytes in %s (%.0f bytes/s), the minimum is %d bytes/s after %s: %w",
+			b.n, time.Since(b.start).Round(time.Millisecond), rate, b.o.MinRate, b.o.Grace, ErrTooSlow)
+		b.lg.Warn("message refused: body too slow; closing the connection", "status", http.StatusRequestTimeout, "err", err)
+	case b.o.MaxBytes > 0 && b.n > b.o.MaxBytes:
+		err = fmt.Errorf("body over the limit of %d bytes: %w", b.o.MaxBytes, ErrTooLarge)
+		k = 0
+	case !b.known && b.n*b.o.Amplification > b.res.Held():
+		need := max(b.n*b.o.Amplification-b.res.Held(), chunkedStep*b.o.Amplification)
+		if gerr := b.res.Grow(need); gerr != nil {
+			err, k = gerr, 0
+			b.lg.Warn("message refused while reading: memory budget", "status", Status(gerr), "err", gerr, "read", b.n,
+				"budget", b.o.Budget.Total(), "budget_used", b.o.Budget.Used())
+		}
+	}
+	if err == io.EOF && b.rc != nil {
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return k, err
+}
+
+// Close implements io.Closer.
+func (b *Body) Close() error { return b.r.Close() }
+
+// Status is the HTTP status for an error of this package: 413, 503, 408,
+// or 0 for other errors.
+func Status(err error) int {
+	switch {
+	case errors.Is(err, ErrBusy):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, ErrTooSlow):
+		return http.StatusRequestTimeout
+	case errors.Is(err, ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	}
+	return 0
+}
+
+// Refuse answers a request refused by a limit of this package and reports
+// whether err was one. The connection is closed (the body is unread).
+func Refuse(w http.ResponseWriter, err error) bool {
+	st := Status(err)
+	if st == 0 {
+		return false
+	}
+	h := w.Header()
+	h.Set("Connection", "close")
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	var text string
+	switch st {
+	case http.StatusServiceUnavailable:
+		h.Set("Retry-After", strconv.Itoa(int(DefaultRetryAfter/time.Second)))
+		text = "the gateway is busy with other messages; retry later"
+	case http.StatusRequestTimeout:
+		text = "the message body arrived too slowly"
+	default:
+		text = "the message is larger than this gateway accepts"
+	}
+	w.WriteHeader(st)
+	_, _ = io.WriteString(w, text+"\n")
+	return true
+}

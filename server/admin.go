@@ -1,0 +1,267 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The admin listener serves operators, never partners: /metrics,
+// /healthz (the process is alive), /readyz (it can take messages) and,
+// when admin.pprof is set, /debug/pprof/. With an admin token every
+// request needs "Authorization: Bearer <token>"; with admin.tls.client_ca
+// every connection needs a client certificate issued by that CA.
+
+// ReadyCheck is one condition of /readyz; a non-nil error makes the
+// gateway not ready and is shown in the detail.
+type ReadyCheck struct {
+	Name  string
+	Check func(ctx context.Context) error
+}
+
+// adminState is what the admin endpoints need besides the Server.
+type adminState struct {
+	mu       sync.Mutex
+	checks   []ReadyCheck
+	stopping atomic.Bool
+}
+
+// AddReadyCheck adds a condition to /readyz (for embedders, and for
+// configuration reloads that want a failed reload to be visible).
+func (s *Server) AddReadyCheck(name string, check func(ctx context.Context) error) {
+	s.admin.mu.Lock()
+	defer s.admin.mu.Unlock()
+	s.admin.checks = append(s.admin.checks, ReadyCheck{Name: name, Check: check})
+}
+
+// AdminHandler is the HTTP handler of the admin endpoints, with the
+// configured token check. Embedders that run their own listener mount it
+// there; Serve runs it on admin.listen.
+func (s *Server) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.Metrics.Handler())
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	if s.Config.Admin.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	token := s.Config.Admin.Token
+	if token == "" {
+		return mux
+	}
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(got))
+		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="gateway admin"`)
+			http.Error(w, "admin token required", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "ok")
+}
+
+// readiness is the /readyz answer.
+type readiness struct {
+	Ready  bool              `json:"ready"`
+	Checks map[string]string `json:"checks"`
+	// Reload is the last reload attempt. A failed reload does not make the
+	// gateway unready: it keeps serving the configuration in force.
+	Reload string `json:"reload"`
+}
+
+// Ready runs the readiness checks: the store answers within
+// admin.ready_timeout, the durable audit file can be written, partners are
+// loaded, the server is not shutting down, and every added check passes.
+func (s *Server) Ready(ctx context.Context) (ok bool, detail map[string]string) {
+	s.admin.mu.Lock()
+	checks := append([]ReadyCheck{
+		{"store", s.checkStore},
+		{"audit", s.checkAudit},
+		{"partners", s.checkPartners},
+		{"serving", func(context.Context) error {
+			if s.admin.stopping.Load() {
+				return errors.New("shutting down")
+			}
+			return nil
+		}},
+	}, s.admin.checks...)
+	s.admin.mu.Unlock()
+	type result struct {
+		name string
+		err  error
+	}
+	results := make(chan result, len(checks))
+	for _, c := range checks {
+		go func() {
+			cctx, cancel := context.WithTimeout(ctx, s.Config.Admin.ReadyTimeout)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- c.Check(cctx) }()
+			select {
+			case err := <-done:
+				results <- result{c.Name, err}
+			case <-cctx.Done():
+				results <- result{c.Name, fmt.Errorf("no answer within %s", s.Config.Admin.ReadyTimeout)}
+			}
+		}()
+	}
+	ok, detail = true, map[string]string{}
+	for range checks {
+		r := <-results
+		if r.err != nil {
+			ok = false
+			detail[r.name] = "error: " + r.err.Error()
+		} else {
+			detail[r.name] = "ok"
+		}
+	}
+	return ok, detail
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ok, detail := s.Ready(r.Context())
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if !ok {
+		s.Log.Warn("not ready", "checks", detail)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = json.NewEncoder(w).Encode(readiness{Ready: ok, Checks: detail, Reload: s.ReloadStatus().String()})
+}
+
+// checkStore reaches the database: PostgreSQL answers a ping; SQLite
+// takes its write lock (BEGIN IMMEDIATE, then ROLLBACK), which fails on a
+// read-only or vanished file.
+func (s *Server) checkStore(ctx context.Context) error {
+	switch b := s.Backend.(type) {
+	case interface{ Pool() *pgxpool.Pool }:
+		return b.Pool().Ping(ctx)
+	case interface{ DB() *sql.DB }:
+		conn, err := b.DB().Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			return err
+		}
+		_, err = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		return err
+	}
+	return nil // memory:
+}
+
+// checkAudit opens the durable audit file for appending; the store's audit
+// table is covered by the store check. A best-effort audit never blocks.
+func (s *Server) checkAudit(ctx context.Context) error {
+	if s.Config.Audit.File == "" || s.Config.Audit.BestEffort {
+		return nil
+	}
+	f, err := os.OpenFile(s.Config.Audit.File, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func (s *Server) checkPartners(ctx context.Context) error {
+	if d := s.Directory(); d == nil || len(d.Partners) == 0 {
+		return errors.New("no partners loaded")
+	}
+	return nil
+}
+
+// adminTLS is the admin listener's TLS configuration (nil: plain HTTP).
+func adminTLS(cert, key, clientCA string) (*tls.Config, error) {
+	if cert == "" {
+		return nil, nil
+	}
+	kp, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("server: admin.tls: %w", err)
+	}
+	c := &tls.Config{Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12}
+	if clientCA != "" {
+		pem, err := os.ReadFile(clientCA)
+		if err != nil {
+			return nil, fmt.Errorf("server: admin.tls.client_ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("server: admin.tls.client_ca: %s holds no PEM certificate", clientCA)
+		}
+		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return c, nil
+}
+
+// startAdmin serves the admin endpoints on ln until the returned stop is
+// called; stop waits at most timeout for scrapes in progress. A nil ln
+// serves nothing.
+func (s *Server) startAdmin(ln net.Listener, errc chan<- error) (stop func(timeout time.Duration), err error) {
+	if ln == nil {
+		return func(time.Duration) {}, nil
+	}
+	a := s.Config.Admin
+	tc, err := adminTLS(a.TLS.Cert, a.TLS.Key, a.TLS.ClientCA)
+	if err != nil {
+		return nil, err
+	}
+	hs := &http.Server{
+		Handler:           s.AdminHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		TLSConfig:         tc,
+		ErrorLog:          slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn),
+	}
+	if !a.Pprof {
+		// pprof's profile and trace stream for as long as asked.
+		hs.WriteTimeout = time.Minute
+	}
+	go func() {
+		var err error
+		if tc != nil {
+			err = hs.ServeTLS(ln, "", "")
+		} else {
+			err = hs.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("server: admin listener: %w", err)
+		}
+	}()
+	return func(timeout time.Duration) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if hs.Shutdown(ctx) != nil {
+			_ = hs.Close()
+		}
+	}, nil
+}

@@ -1,0 +1,153 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"gateway/exchange"
+)
+
+// Fault injection for crash tests, by environment variable (never set in
+// production):
+//
+//	GATEWAY_FAULT_KILL=PHASE:N  the process kills itself (SIGKILL on Unix)
+//	                            the Nth time a message reaches PHASE:
+//	  before   the handler is about to run (for a transactional handler:
+//	           inside the accept transaction, after the accept's
+//	           compare-and-set);
+//	  during   the handler returned success, the accept is not committed;
+//	  after    the accept is committed and the reply is about to be sent
+//	           (an HTTP 200 answer to a POST).
+//	GATEWAY_FAULT_JOURNAL=FILE  every successful run of a plain handler
+//	                            appends "<payload idempotency key>\n" to FILE
+//	                            (synced): a non-idempotent side effect.
+//	GATEWAY_FAULT_HANDLER_DELAY see New.
+type faultKill struct {
+	phase string
+	n     int64
+	seen  atomic.Int64
+	log   *slog.Logger
+}
+
+func newFaultKill(log *slog.Logger) *faultKill {
+	v := os.Getenv("GATEWAY_FAULT_KILL")
+	if v == "" {
+		return nil
+	}
+	phase, n, _ := strings.Cut(v, ":")
+	count, err := strconv.ParseInt(n, 10, 64)
+	if err != nil || count < 1 || (phase != "before" && phase != "during" && phase != "after") {
+		log.Error("fault injection: ignoring malformed GATEWAY_FAULT_KILL", "value", v)
+		return nil
+	}
+	log.Warn("fault injection: the process kills itself", "phase", phase, "at", count)
+	return &faultKill{phase: phase, n: count, log: log}
+}
+
+// at kills the process when phase is its phase reached for the nth time.
+func (f *faultKill) at(phase string) {
+	if f == nil || phase != f.phase || f.seen.Add(1) != f.n {
+		return
+	}
+	f.log.Warn("fault injection: kill -9", "phase", phase)
+	p, err := os.FindProcess(os.Getpid())
+	if err == nil {
+		err = p.Kill()
+	}
+	if err != nil {
+		f.log.Error("fault injection: kill failed; exiting", "err", err)
+		os.Exit(137)
+	}
+	select {} // the signal is on its way
+}
+
+func (f *faultKill) wrapHandler(h exchange.Handler) exchange.Handler {
+	if f == nil {
+		return h
+	}
+	return exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error {
+		f.at("before")
+		if err := h.Handle(ctx, m); err != nil {
+			return err
+		}
+		f.at("during")
+		return nil
+	})
+}
+
+func (f *faultKill) wrapTxHandler(h exchange.TxHandler) exchange.TxHandler {
+	if f == nil {
+		return h
+	}
+	return exchange.TxHandlerFunc(func(ctx context.Context, tx exchange.Tx, m *exchange.Message) error {
+		f.at("before")
+		if err := h.HandleTx(ctx, tx, m); err != nil {
+			return err
+		}
+		f.at("during")
+		return nil
+	})
+}
+
+func (f *faultKill) wrapHTTP(h http.Handler) http.Handler {
+	if f == nil || f.phase != "after" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			h.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(&killBeforeOK{ResponseWriter: w, f: f}, r)
+	})
+}
+
+type killBeforeOK struct {
+	http.ResponseWriter
+	f    *faultKill
+	once sync.Once
+}
+
+func (k *killBeforeOK) WriteHeader(code int) {
+	k.once.Do(func() {
+		if code == http.StatusOK {
+			k.f.at("after")
+		}
+	})
+	k.ResponseWriter.WriteHeader(code)
+}
+
+func (k *killBeforeOK) Write(b []byte) (int, error) {
+	k.once.Do(func() { k.f.at("after") })
+	return k.ResponseWriter.Write(b)
+}
+
+// journalHandler appends each payload's idempotency key to a file after h
+// succeeded (GATEWAY_FAULT_JOURNAL).
+func journalHandler(path string, h exchange.Handler) (exchange.Handler, func() error, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return nil, nil, fmt.Errorf("server: fault journal: %w", err)
+	}
+	var mu sync.Mutex
+	return exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error {
+		if err := h.Handle(ctx, m); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range m.Payloads {
+			if _, err := f.WriteString(p.IdempotencyKey + "\n"); err != nil {
+				return err
+			}
+		}
+		return f.Sync()
+	}), f.Close, nil
+}

@@ -1,0 +1,82 @@
+package pgstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"gateway/dedup"
+)
+
+// openTx is the transaction of AcceptTx as carried by the callback's ctx.
+type openTx struct {
+	pool *pgxpool.Pool
+	tx   pgx.Tx
+}
+
+func (t *openTx) SQLTx() *sql.Tx { return nil }
+func (t *openTx) PgxTx() pgx.Tx  { return t.tx }
+
+type txCtxKey struct{}
+
+// execer is what the store's writes need of a pool or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// execerFor returns the transaction of AcceptTx carried by ctx when it
+// belongs to pool, else pool itself, so that writes made from inside the
+// callback join its transaction.
+func execerFor(ctx context.Context, pool *pgxpool.Pool) execer {
+	if t, ok := ctx.Value(txCtxKey{}).(*openTx); ok && t.pool == pool {
+		return t.tx
+	}
+	return pool
+}
+
+// AcceptTx implements dedup.TxAcceptor: the accept's compare-and-set, fn
+// and the commit in one transaction. The accept's UPDATE locks the claim's
+// row until the commit, so a retransmission claiming the key meanwhile (even
+// after the lease ran out) waits and then finds it accepted, or, after a
+// rollback, still claimed.
+func (s *Store) AcceptTx(ctx context.Context, key dedup.Key, token dedup.Token, reply []byte,
+	fn func(ctx context.Context, tx dedup.Tx) error) error {
+	if reply == nil {
+		reply = []byte{} // NULL is "no reply stored"
+	}
+	if _, ok := ctx.Value(txCtxKey{}).(*openTx); ok {
+		return errors.New("pgstore: accept tx: already inside a transaction")
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return wrap("accept tx", err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx) // no-op after a commit
+	}()
+	tag, err := tx.Exec(ctx, s.q.accept, string(key), string(token), reply)
+	if err != nil {
+		return wrap("accept tx", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("pgstore: accept tx: %w", dedup.ErrStaleClaim)
+	}
+	t := &openTx{pool: s.pool, tx: tx}
+	if err := fn(context.WithValue(ctx, txCtxKey{}, t), t); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return wrap("accept tx: commit", err)
+	}
+	return nil
+}
+
+var _ dedup.TxAcceptor = (*Store)(nil)

@@ -1,0 +1,80 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"gateway/dedup"
+)
+
+// openTx is the transaction of AcceptTx as carried by the callback's ctx.
+type openTx struct {
+	db *sql.DB
+	tx *sql.Tx
+}
+
+func (t *openTx) SQLTx() *sql.Tx { return t.tx }
+func (t *openTx) PgxTx() pgx.Tx  { return nil }
+
+type txCtxKey struct{}
+
+// execer is what the store's writes need of a *sql.DB or *sql.Tx.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// execerFor returns the transaction of AcceptTx carried by ctx when it
+// belongs to db, else db itself: with one connection, a write from inside
+// the callback through db would wait for the connection the transaction
+// holds.
+func execerFor(ctx context.Context, db *sql.DB) execer {
+	if t, ok := ctx.Value(txCtxKey{}).(*openTx); ok && t.db == db {
+		return t.tx
+	}
+	return db
+}
+
+// AcceptTx implements dedup.TxAcceptor in one IMMEDIATE transaction (the
+// database's write lock is held from its start): the accept's
+// compare-and-set, then fn, then the commit. While fn runs every other
+// writer of the database waits, in this process for the single connection,
+// in others for the lock (up to the busy timeout).
+func (s *Store) AcceptTx(ctx context.Context, key dedup.Key, token dedup.Token, reply []byte,
+	fn func(ctx context.Context, tx dedup.Tx) error) error {
+	if reply == nil {
+		reply = []byte{}
+	}
+	if _, ok := ctx.Value(txCtxKey{}).(*openTx); ok {
+		return errors.New("sqlitestore: accept tx: already inside a transaction")
+	}
+	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
+	if err != nil {
+		return wrap("accept tx", err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, acceptSQL, string(key), string(token), reply)
+	if err != nil {
+		return wrap("accept tx", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return wrap("accept tx", err)
+	}
+	if n != 1 {
+		return fmt.Errorf("sqlitestore: accept tx: %w", dedup.ErrStaleClaim)
+	}
+	t := &openTx{db: s.db, tx: tx}
+	if err := fn(context.WithValue(ctx, txCtxKey{}, t), t); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return wrap("accept tx: commit", err)
+	}
+	return nil
+}
+
+var _ dedup.TxAcceptor = (*Store)(nil)

@@ -1,0 +1,16 @@
+package sqlitestore_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"gateway/dedup"
+	"gateway/dedup/deduptest"
+)
+
+func TestTxContract(t *testing.T) {
+	t.Parallel()
+	deduptest.ExerciseTx(t, func(t testing.TB, opts dedup.Options) dedup.Store {
+		return open(t, filepath.Join(t.TempDir(), "dedup.db"), opts)
+	})
+}
