@@ -58,8 +58,9 @@ type Cert struct {
 	// as2.certificates[i], or identity.keys[i].cert).
 	Config string
 	Cert   *x509.Certificate
-	// AllowWeakKeys: the partner section sets allow_weak_keys, so a short
-	// RSA key is accepted (warned about) rather than refused (an error).
+	// AllowWeakKeys: the partner section (or our identity) sets
+	// allow_weak_keys, so a short RSA key is accepted (warned about) rather
+	// than refused (an error).
 	AllowWeakKeys bool
 }
 
@@ -156,6 +157,7 @@ func IdentityCerts(keys []config.KeyPair) ([]Cert, []Finding) {
 		if k.Field != "" {
 			c.Config = k.Field // identities[j].keys[i]
 		}
+		c.AllowWeakKeys = k.AllowWeakKey
 		keyFile := k.Key
 		if k.Cert == "" || k.Cert == k.Key {
 			c.File, keyFile = k.Key, "" // one PKCS#12 file

@@ -3,6 +3,7 @@ package certcheck
 import (
 	"crypto/rand"
 	"crypto/rsa"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -148,5 +149,33 @@ func TestIdentityCertsUnreadableKey(t *testing.T) {
 	_, bad := IdentityCerts(keys[:1])
 	if len(bad) != 1 || bad[0].Severity != Error || !strings.Contains(bad[0].String(), "missing.key") {
 		t.Fatalf("findings %v", bad)
+	}
+}
+
+// Our own 1024-bit key is an error (serve refuses it) unless its identity
+// sets allow_weak_keys, read from the configuration file.
+func TestIdentityWeakKeyFollowsAllowWeakKeys(t *testing.T) {
+	weak, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	c, k := testpki.WriteKeyPair(t, dir, "weak", testpki.SelfSigned(t, weak, testpki.Cert{CommonName: "us weak"}), weak)
+	for _, allow := range []bool{false, true} {
+		cfgFile := filepath.Join(dir, "gateway.yaml")
+		write(t, cfgFile, []byte(fmt.Sprintf("identities:\n  - as2_id: GW\n    allow_weak_keys: %v\n    keys: [{cert: %s, key: %s}]\n", allow, c, k)))
+		cfg, err := config.Load(cfgFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		certs, bad := IdentityCerts(cfg.AllKeys())
+		fs := append(bad, Check(certs, now, DefaultWarning)...)
+		want := Error
+		if allow {
+			want = Warning
+		}
+		if len(fs) != 1 || fs[0].Severity != want || !strings.Contains(fs[0].String(), "identities[0].keys[0]") || !strings.Contains(fs[0].Msg, "1024-bit") {
+			t.Errorf("allow_weak_keys %v: findings %v", allow, fs)
+		}
 	}
 }

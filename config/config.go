@@ -128,6 +128,9 @@ type KeyPair struct {
 	// Field names the pair in the configuration ("identity.keys[0]",
 	// "identities[1].keys[0]"), for messages.
 	Field string `mapstructure:"-"`
+	// AllowWeakKey is the allow_weak_keys of the pair's identity (for
+	// certcheck).
+	AllowWeakKey bool `mapstructure:"-"`
 }
 
 // AllIdentities are our identities in order: the identity block (when it
@@ -286,10 +289,12 @@ func Load(path string) (*Config, error) {
 	c.File = path
 	for i := range c.Identity.Keys {
 		c.Identity.Keys[i].Field = fmt.Sprintf("identity.keys[%d]", i)
+		c.Identity.Keys[i].AllowWeakKey = c.Identity.AllowWeakKeys
 	}
 	for j := range c.Identities {
 		for i := range c.Identities[j].Keys {
 			c.Identities[j].Keys[i].Field = fmt.Sprintf("identities[%d].keys[%d]", j, i)
+			c.Identities[j].Keys[i].AllowWeakKey = c.Identities[j].AllowWeakKeys
 		}
 	}
 	if c.Store == "memory" { // YAML users may drop the colon of "memory:"
