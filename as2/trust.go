@@ -23,7 +23,7 @@ type trustRun struct {
 // signerCheck is the cms callback of a trust: ca partner: the certificate
 // that verified the signature must chain to the partner's CA, match its
 // subject pattern and not be revoked.
-func (e *Endpoint) signerCheck(ctx context.Context, pol *trust.Policy, run *trustRun) func(*x509.Certificate, []*x509.Certificate) error {
+func (e *Endpoint) signerCheck(ctx context.Context, pol *trust.CAPolicy, run *trustRun) func(*x509.Certificate, []*x509.Certificate) error {
 	return func(signer *x509.Certificate, embedded []*x509.Certificate) error {
 		d, err := e.trust.Check(ctx, pol, signer, embedded)
 		run.ran, run.cert, run.decision, run.err = true, signer, d, err

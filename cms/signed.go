@@ -333,7 +333,7 @@ func verifySignerInfo(si *signerInfo, eContentType asn1.ObjectIdentifier, conten
 
 	if !now.IsZero() && (now.Before(cert.NotBefore) || now.After(cert.NotAfter)) {
 		return nil, &CertificateValidityError{Subject: cert.Subject.CommonName, Serial: cert.SerialNumber.String(),
-			NotBefore: cert.NotBefore, NotAfter: cert.NotAfter, At: now}
+			NotBefore: cert.NotBefore, NotAfter: cert.NotAfter, At: now, Cert: cert}
 	}
 	return s, nil
 }
@@ -347,6 +347,8 @@ type CertificateValidityError struct {
 	Serial              string // decimal serial number
 	NotBefore, NotAfter time.Time
 	At                  time.Time // the verification time
+	// Cert is the certificate (for trust.CheckValidity's wording).
+	Cert *x509.Certificate
 }
 
 func (e *CertificateValidityError) Error() string {

@@ -7,13 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
+
+	"gateway/keyfile"
 )
 
 // Config is the gateway's configuration.
@@ -38,10 +42,14 @@ type Config struct {
 	Partners      string        `mapstructure:"partners"`
 	Identity      Identity      `mapstructure:"identity"`
 	Handler       Handler       `mapstructure:"handler"`
-	Audit         Audit         `mapstructure:"audit"`
-	AS2           Endpoint      `mapstructure:"as2"`
-	AS4           Endpoint      `mapstructure:"as4"`
-	Limits        Limits        `mapstructure:"limits"`
+	// Handlers are the routes: the first whose match selects a message
+	// handles it; the last must be a catch-all (no match). Empty: the single
+	// Handler above.
+	Handlers []Route  `mapstructure:"handlers"`
+	Audit    Audit    `mapstructure:"audit"`
+	AS2      Endpoint `mapstructure:"as2"`
+	AS4      Endpoint `mapstructure:"as4"`
+	Limits   Limits   `mapstructure:"limits"`
 	// QuarantineDir keeps payloads refused under on_drift: quarantine.
 	QuarantineDir string `mapstructure:"quarantine_dir"`
 	// ArchiveDir receives the gzipped JSON lines of purged ledger rows.
@@ -63,9 +71,14 @@ type Config struct {
 	ReloadOnChange bool `mapstructure:"reload_on_change"`
 	// Peppol turns on the receiving Peppol access point (AS4).
 	Peppol Peppol `mapstructure:"peppol"`
+	// Identities are further local identities (AS2 names, ebMS parties),
+	// each with its own keys; Identity, when set, is the first.
+	Identities []Identity `mapstructure:"identities"`
 
 	// File is the configuration file that was read ("" when none).
 	File string `mapstructure:"-"`
+	// legacyHandler: handler.* was set in the file or the environment.
+	legacyHandler bool
 }
 
 // TLS enables HTTPS when Cert and Key are set.
@@ -107,12 +120,51 @@ type Identity struct {
 	// Keys are our certificate/key pairs: the first signs MDNs and receipts;
 	// all are tried for decryption (rollover).
 	Keys []KeyPair `mapstructure:"keys"`
+	// AllowWeakKeys accepts our own RSA keys of 1024 to 2047 bits (refused
+	// by default at start and on reload).
+	AllowWeakKeys bool `mapstructure:"allow_weak_keys"`
 }
 
-// KeyPair names a PEM certificate file and its PEM private key file.
+// KeyPair names one of our certificates and its private key. Key is a
+// PEM, DER or PKCS#12 (.p12/.pfx) file; Cert a PEM, DER or PKCS#12 file, or
+// empty when Key is a PKCS#12 file holding the certificate. The password of
+// a PKCS#12 file comes from the environment variable KeyPasswordEnv or the
+// first line of KeyPasswordFile, never from this file.
 type KeyPair struct {
-	Cert string `mapstructure:"cert"`
-	Key  string `mapstructure:"key"`
+	Cert            string `mapstructure:"cert"`
+	Key             string `mapstructure:"key"`
+	KeyPasswordEnv  string `mapstructure:"key_password_env"`
+	KeyPasswordFile string `mapstructure:"key_password_file"`
+	// Field names the pair in the configuration ("identity.keys[0]",
+	// "identities[1].keys[0]"), for messages.
+	Field string `mapstructure:"-"`
+	// AllowWeakKey is the allow_weak_keys of the pair's identity (for
+	// certcheck).
+	AllowWeakKey bool `mapstructure:"-"`
+}
+
+// AllIdentities are our identities in order: the identity block (when it
+// has a name or keys), then identities.
+func (c *Config) AllIdentities() []Identity {
+	var out []Identity
+	if id := c.Identity; id.AS2ID != "" || id.PartyID != "" || len(id.Keys) > 0 {
+		out = append(out, id)
+	}
+	return append(out, c.Identities...)
+}
+
+// AllKeys are the key pairs of every identity, in order.
+func (c *Config) AllKeys() []KeyPair {
+	var out []KeyPair
+	for _, id := range c.AllIdentities() {
+		out = append(out, id.Keys...)
+	}
+	return out
+}
+
+// Password is where the key's password comes from.
+func (k KeyPair) Password() keyfile.Password {
+	return keyfile.Password{Env: k.KeyPasswordEnv, File: k.KeyPasswordFile}
 }
 
 // Handler selects the business handler.
@@ -121,6 +173,64 @@ type Handler struct {
 	// per payload in the gateway's database, in the accept transaction).
 	Type  string `mapstructure:"type"`
 	Inbox string `mapstructure:"inbox"`
+}
+
+// Route is one entry of handlers: a handler and the messages it takes.
+type Route struct {
+	Name  string     `mapstructure:"name"`
+	Match RouteMatch `mapstructure:"match"`
+	// Type: dir, http or exec; only its own block may be set.
+	Type string      `mapstructure:"type"`
+	Dir  DirHandler  `mapstructure:"dir"`
+	HTTP HTTPHandler `mapstructure:"http"`
+	Exec ExecHandler `mapstructure:"exec"`
+}
+
+// RouteMatch selects messages; every field is a glob (* and ?), empty
+// matches anything.
+type RouteMatch struct {
+	Partner     string `mapstructure:"partner"`
+	Protocol    string `mapstructure:"protocol"`
+	Service     string `mapstructure:"service"`
+	Action      string `mapstructure:"action"`
+	ContentType string `mapstructure:"content_type"`
+}
+
+// DirHandler writes payloads under Inbox/<partner>/.
+type DirHandler struct {
+	Inbox string `mapstructure:"inbox"`
+}
+
+// HTTPHandler posts each payload to URL.
+type HTTPHandler struct {
+	URL     string        `mapstructure:"url"`
+	Timeout time.Duration `mapstructure:"timeout"`
+	// AuthHeaderEnv names the environment variable holding the value of
+	// the AuthHeader header (default Authorization).
+	AuthHeaderEnv    string `mapstructure:"auth_header_env"`
+	AuthHeader       string `mapstructure:"auth_header"`
+	CAFile           string `mapstructure:"ca_file"`
+	CertFile         string `mapstructure:"cert_file"`
+	KeyFile          string `mapstructure:"key_file"`
+	MaxResponseBytes int64  `mapstructure:"max_response_bytes"`
+}
+
+// ExecHandler runs Command once per payload.
+type ExecHandler struct {
+	Command        []string      `mapstructure:"command"`
+	Dir            string        `mapstructure:"dir"`
+	Timeout        time.Duration `mapstructure:"timeout"`
+	Env            []string      `mapstructure:"env"`
+	MaxOutputBytes int64         `mapstructure:"max_output_bytes"`
+}
+
+// Routes returns the configured handler routes: handlers, or else the
+// single handler as a catch-all named "default".
+func (c *Config) Routes() []Route {
+	if len(c.Handlers) > 0 {
+		return c.Handlers
+	}
+	return []Route{{Name: "default", Type: c.Handler.Type, Dir: DirHandler{Inbox: c.Handler.Inbox}}}
 }
 
 // Audit configures audit sinks besides the store's own table.
@@ -174,6 +284,8 @@ var defaults = map[string]any{
 	"identity.party_id":          "",
 	"identity.party_type":        "",
 	"identity.keys":              []map[string]any{},
+	"identity.allow_weak_keys":   false,
+	"identities":                 []map[string]any{},
 	"handler.type":               "dir",
 	"handler.inbox":              "var/inbox",
 	"audit.file":                 "",
@@ -243,6 +355,16 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("config: %s: %w", displayName(path), err)
 	}
 	c.File = path
+	for i := range c.Identity.Keys {
+		c.Identity.Keys[i].Field = fmt.Sprintf("identity.keys[%d]", i)
+		c.Identity.Keys[i].AllowWeakKey = c.Identity.AllowWeakKeys
+	}
+	for j := range c.Identities {
+		for i := range c.Identities[j].Keys {
+			c.Identities[j].Keys[i].Field = fmt.Sprintf("identities[%d].keys[%d]", j, i)
+			c.Identities[j].Keys[i].AllowWeakKey = c.Identities[j].AllowWeakKeys
+		}
+	}
 	if c.Store == "memory" { // YAML users may drop the colon of "memory:"
 		c.Store = "memory:"
 	}
@@ -258,10 +380,23 @@ func Load(path string) (*Config, error) {
 				*p = resolve(base, *p)
 			}
 		}
+		for i := range c.Handlers {
+			h := &c.Handlers[i]
+			for _, p := range []*string{&h.Dir.Inbox, &h.HTTP.CAFile, &h.HTTP.CertFile, &h.HTTP.KeyFile, &h.Exec.Dir} {
+				*p = resolve(base, *p)
+			}
+			// A program named by a path is relative to the file; a bare
+			// name is looked up in PATH.
+			if len(h.Exec.Command) > 0 && strings.ContainsRune(h.Exec.Command[0], '/') {
+				h.Exec.Command[0] = resolve(base, h.Exec.Command[0])
+			}
+		}
 		if fromFile(v, "identity.keys") {
-			for i := range c.Identity.Keys {
-				c.Identity.Keys[i].Cert = resolve(base, c.Identity.Keys[i].Cert)
-				c.Identity.Keys[i].Key = resolve(base, c.Identity.Keys[i].Key)
+			resolveKeys(base, c.Identity.Keys)
+		}
+		if fromFile(v, "identities") {
+			for j := range c.Identities {
+				resolveKeys(base, c.Identities[j].Keys)
 			}
 		}
 		c.Peppol.resolvePaths(v, base)
@@ -279,6 +414,12 @@ func Load(path string) (*Config, error) {
 		}
 		if c.Admin.Token = strings.TrimSpace(string(b)); c.Admin.Token == "" {
 			return nil, fmt.Errorf("config: %s: admin.token_file: %s is empty", displayName(path), c.Admin.TokenFile)
+		}
+	}
+	for _, k := range []string{"handler.type", "handler.inbox"} {
+		c.legacyHandler = c.legacyHandler || fromFile(v, k)
+		if _, env := os.LookupEnv("GATEWAY_" + strings.ToUpper(strings.ReplaceAll(k, ".", "_"))); env {
+			c.legacyHandler = true
 		}
 	}
 	if err := c.validate(); err != nil {
@@ -301,6 +442,14 @@ func displayName(path string) string {
 		return "(defaults and environment)"
 	}
 	return path
+}
+
+func resolveKeys(base string, keys []KeyPair) {
+	for i := range keys {
+		keys[i].Cert = resolve(base, keys[i].Cert)
+		keys[i].Key = resolve(base, keys[i].Key)
+		keys[i].KeyPasswordFile = resolve(base, keys[i].KeyPasswordFile)
+	}
 }
 
 func resolve(base, p string) string {
@@ -338,15 +487,46 @@ func (c *Config) validate() error {
 	if c.Retention < time.Hour {
 		errs = append(errs, fmt.Errorf("retention: %s is shorter than 1h", c.Retention))
 	}
-	if c.Handler.Type != "dir" && c.Handler.Type != "table" {
-		errs = append(errs, fmt.Errorf("handler.type: %q is not one of: dir, table", c.Handler.Type))
+	if len(c.Handlers) == 0 {
+		if c.Handler.Type != "dir" && c.Handler.Type != "table" {
+			errs = append(errs, fmt.Errorf("handler.type: %q is not one of: dir, table (use handlers for http and exec)", c.Handler.Type))
+		}
+		if c.Handler.Type == "dir" && c.Handler.Inbox == "" {
+			errs = append(errs, errors.New("handler.inbox: required for the dir handler"))
+		}
+	} else {
+		if c.legacyHandler {
+			errs = append(errs, errors.New("handler and handlers are both set: move the handler into handlers (a last entry without match)"))
+		}
+		errs = append(errs, validateRoutes(c.Handlers, c.Lease)...)
 	}
-	if c.Handler.Type == "dir" && c.Handler.Inbox == "" {
-		errs = append(errs, errors.New("handler.inbox: required for the dir handler"))
-	}
-	for i, k := range c.Identity.Keys {
-		if k.Cert == "" || k.Key == "" {
-			errs = append(errs, fmt.Errorf("identity.keys[%d]: cert and key are both required", i))
+	errs = append(errs, checkKeys("identity.keys", c.Identity.Keys)...)
+	as2IDs, parties := map[string]bool{}, map[string]bool{}
+	first := len(c.AllIdentities()) > len(c.Identities) // the identity block comes first
+	for j, id := range c.AllIdentities() {
+		name := "identity"
+		if first {
+			j--
+		}
+		if j >= 0 {
+			name = fmt.Sprintf("identities[%d]", j)
+			errs = append(errs, checkKeys(name+".keys", id.Keys)...)
+			if id.AS2ID == "" && id.PartyID == "" {
+				errs = append(errs, fmt.Errorf("%s: as2_id or party_id required", name))
+			}
+		}
+		if id.AS2ID != "" {
+			if as2IDs[id.AS2ID] {
+				errs = append(errs, fmt.Errorf("%s.as2_id: %q is also another identity's", name, id.AS2ID))
+			}
+			as2IDs[id.AS2ID] = true
+		}
+		if id.PartyID != "" {
+			k := id.PartyType + "\x00" + id.PartyID
+			if parties[k] {
+				errs = append(errs, fmt.Errorf("%s.party_id: %q (type %q) is also another identity's", name, id.PartyID, id.PartyType))
+			}
+			parties[k] = true
 		}
 	}
 	for _, e := range []struct{ name, path string }{{"as2.path", c.AS2.Path}, {"as4.path", c.AS4.Path}} {
@@ -387,6 +567,20 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
+// checkKeys validates key pairs: a key file, at most one password source.
+func checkKeys(field string, keys []KeyPair) []error {
+	var errs []error
+	for i, k := range keys {
+		if k.Key == "" {
+			errs = append(errs, fmt.Errorf("%s[%d].key: required (a PEM, DER or PKCS#12 file; cert may be left out when it is PKCS#12)", field, i))
+		}
+		if k.KeyPasswordEnv != "" && k.KeyPasswordFile != "" {
+			errs = append(errs, fmt.Errorf("%s[%d]: key_password_env and key_password_file are exclusive", field, i))
+		}
+	}
+	return errs
+}
+
 func (a *Admin) validate() []error {
 	var errs []error
 	if a.Listen == "" {
@@ -409,6 +603,116 @@ func (a *Admin) validate() []error {
 	return errs
 }
 
+var routeName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+
+func validateRoutes(routes []Route, lease time.Duration) []error {
+	var errs []error
+	seen := map[string]int{}
+	catchAll := -1
+	for i, r := range routes {
+		at := fmt.Sprintf("handlers[%d]", i)
+		if r.Name != "" {
+			at += " (" + r.Name + ")"
+		}
+		bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(at+": "+format, a...)) }
+		switch {
+		case r.Name == "":
+			bad("name: required")
+		case !routeName.MatchString(r.Name):
+			bad("name: %q is not 1-64 of a-z 0-9 . _ - (starting with a letter or digit)", r.Name)
+		default:
+			if j, dup := seen[r.Name]; dup {
+				bad("name: also used by handlers[%d]", j)
+			}
+			seen[r.Name] = i
+		}
+		if catchAll >= 0 {
+			bad("unreachable: handlers[%d] before it has no match and takes every message", catchAll)
+		}
+		m := r.Match
+		if m == (RouteMatch{}) && catchAll < 0 {
+			catchAll = i
+		}
+		switch m.Protocol {
+		case "", "as2", "as4":
+		default:
+			bad("match.protocol: %q is not as2 or as4", m.Protocol)
+		}
+		if m.Protocol == "as2" && (m.Service != "" || m.Action != "") {
+			bad("match.service and match.action are AS4 values; with protocol as2 the route never matches")
+		}
+		if m.ContentType != "" && !strings.Contains(m.ContentType, "/") && m.ContentType != "*" {
+			bad("match.content_type: %q is not a media type pattern (type/subtype, e.g. application/edifact or application/*)", m.ContentType)
+		}
+		set := map[string]bool{"dir": r.Dir != (DirHandler{}), "http": r.HTTP != (HTTPHandler{}),
+			"exec": len(r.Exec.Command) > 0 || r.Exec.Dir != "" || r.Exec.Timeout != 0 || len(r.Exec.Env) > 0 || r.Exec.MaxOutputBytes != 0}
+		switch r.Type {
+		case "dir", "http", "exec":
+		case "":
+			bad("type: required (dir, http or exec)")
+		default:
+			bad("type: %q is not one of: dir, http, exec", r.Type)
+		}
+		for _, k := range []string{"dir", "http", "exec"} {
+			if set[k] && k != r.Type {
+				bad("%s: set, but type is %q", k, r.Type)
+			}
+		}
+		switch r.Type {
+		case "dir":
+			if r.Dir.Inbox == "" {
+				bad("dir.inbox: required")
+			}
+		case "http":
+			h := r.HTTP
+			if u, err := url.Parse(h.URL); h.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				bad("http.url: %q is not an http:// or https:// URL", redactURL(h.URL))
+			} else if u.User != nil {
+				if _, pw := u.User.Password(); pw {
+					bad("http.url: holds a password; put the credential in the environment variable named by http.auth_header_env")
+				}
+			}
+			if h.Timeout < 0 || h.Timeout >= lease {
+				bad("http.timeout: %s is not between 0 and the lease (%s), within which the handler must finish", h.Timeout, lease)
+			}
+			if (h.CertFile == "") != (h.KeyFile == "") {
+				bad("http.cert_file and http.key_file must be set together")
+			}
+			if h.AuthHeader != "" && h.AuthHeaderEnv == "" {
+				bad("http.auth_header: set without http.auth_header_env")
+			}
+			if h.AuthHeaderEnv != "" && !envName.MatchString(h.AuthHeaderEnv) {
+				bad("http.auth_header_env: not an environment variable name (value not shown: name the variable that holds the secret, never the secret itself)")
+			}
+			if h.MaxResponseBytes < 0 {
+				bad("http.max_response_bytes: negative")
+			}
+		case "exec":
+			e := r.Exec
+			if len(e.Command) == 0 || e.Command[0] == "" {
+				bad("exec.command: required (the program and its arguments as a list; no shell)")
+			}
+			if e.Timeout < 0 || e.Timeout >= lease {
+				bad("exec.timeout: %s is not between 0 and the lease (%s), within which the handler must finish", e.Timeout, lease)
+			}
+			if e.MaxOutputBytes < 0 {
+				bad("exec.max_output_bytes: negative")
+			}
+			for _, n := range e.Env {
+				if !envName.MatchString(n) {
+					bad("exec.env: %q is not an environment variable name", n)
+				} else if strings.HasPrefix(strings.ToUpper(n), "GATEWAY_") {
+					bad("exec.env: %s: GATEWAY_ names are the metadata and the gateway's own settings (which may hold secrets), never passed on", n)
+				}
+			}
+		}
+	}
+	if catchAll < 0 {
+		errs = append(errs, errors.New("handlers: the last entry must have no match (the catch-all), so that every message has a handler"))
+	}
+	return errs
+}
+
 // IsLoopback reports whether a listen address binds only the loopback
 // interface (127.0.0.0/8, ::1 or localhost); ":9090" binds every interface.
 func IsLoopback(addr string) bool {
@@ -422,6 +726,8 @@ func IsLoopback(addr string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // InFlightRetryAfterFixed is in_flight_retry_after as a duration: zero for
 // "auto", else the configured value (at least 1s).

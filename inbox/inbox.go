@@ -1,5 +1,16 @@
 // Package inbox is the built-in "dir" handler: every payload is written
-// atomically under <root>/<partner>/, never overwriting a file.
+// atomically under <root>/<partner>/, never overwriting a file, next to a
+// JSON sidecar with its metadata.
+//
+// A payload's file name starts with the partner's message id and the
+// interchange reference (when the payload carries one), so that an operator
+// can find it from either; both are sanitised (safe characters only, bounded
+// length). The rest of the name keeps it unique and idempotent per message:
+// the first 16 hex digits of the transport key, the first 12 of the
+// payload's SHA-256, and the sender's file name (sanitised, extension kept):
+//
+//	<message id>[_<reference>]-<key16>-<sha12>-<filename>
+//	<same>.meta.json
 package inbox
 
 import (
@@ -7,19 +18,35 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"time"
 
 	"gateway/exchange"
 )
 
-// Dir writes payloads to files. File names are derived from the transport
-// key, so a handler run repeated for the same message (after a crash between
-// write and accept) finds its own files and succeeds without a second copy.
+// SidecarSuffix ends the name of every payload's metadata file. A sender's
+// file name never ends in it (sanitize rewrites it), so that a payload is
+// never taken for a sidecar.
+const SidecarSuffix = ".meta.json"
+
+// Name bounds.
+const (
+	maxIDLen   = 64
+	maxRefLen  = 40
+	maxBaseLen = 90
+)
+
+// Dir writes payloads to files. File names are derived from the message id,
+// the interchange reference, the transport key and the payload hash, so a
+// handler run repeated for the same message (after a crash between write and
+// accept) finds its own files and succeeds without a second copy.
 type Dir struct {
 	Root string
 }
@@ -30,53 +57,153 @@ func (d Dir) Handle(ctx context.Context, m *exchange.Message) error {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}
-	for i, p := range m.Payloads {
+	for i := range m.Payloads {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("inbox: %w", err)
 		}
-		name := FileName(m, i)
-		if err := writeOnce(dir, name, p); err != nil {
+		if err := writePayload(dir, m, i); err != nil {
 			return fmt.Errorf("inbox: payload %d of %s from %s: %w", i+1, m.MessageID, m.Partner, err)
 		}
 	}
 	return syncDir(dir)
 }
 
-// FileName is the name payload i of m gets: the first 16 hex digits of the
-// transport key, the first 12 of the payload's SHA-256, and a sanitised
-// sender file name. It does not depend on the payload's position, which
-// shifts when business dedup leaves out payloads of interchanges accepted
-// before; a repeated run for the same message therefore always finds its
-// own files.
+// writePayload writes the sidecar, then the payload: a consumer that sees a
+// payload file finds its sidecar. A payload written by a version before the
+// findable names (legacy name, same content) counts as written.
+func writePayload(dir string, m *exchange.Message, i int) error {
+	p := m.Payloads[i]
+	name := FileName(m, i)
+	if legacy := filepath.Join(dir, LegacyFileName(m, i)); legacy != filepath.Join(dir, name) {
+		if same, err := sameContent(legacy, p.SHA256); err == nil && same {
+			return nil
+		}
+	}
+	side, err := json.MarshalIndent(SidecarOf(m, i), "", "  ")
+	if err != nil {
+		return err
+	}
+	side = append(side, '\n')
+	// An existing sidecar is this message's own from an earlier run (the
+	// name holds the transport key and the payload hash); it is kept.
+	if err := writeOnce(dir, name+SidecarSuffix, exchange.NewPayload(exchange.Payload{}, exchange.MemoryBody(side)), true); err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	return writeOnce(dir, name, p, false)
+}
+
+// Sidecar is the JSON metadata file written next to every payload.
+type Sidecar struct {
+	File      string    `json:"file"`
+	Partner   string    `json:"partner"`
+	Protocol  string    `json:"protocol"`
+	MessageID string    `json:"message_id"`
+	Received  time.Time `json:"received"`
+	// MessageIdempotencyKey is Message.IdempotencyKey, IdempotencyKey the
+	// payload's.
+	MessageIdempotencyKey string              `json:"message_idempotency_key"`
+	IdempotencyKey        string              `json:"idempotency_key"`
+	ContentType           string              `json:"content_type,omitempty"`
+	Filename              string              `json:"filename,omitempty"`
+	ContentID             string              `json:"content_id,omitempty"`
+	Size                  int64               `json:"size"`
+	SHA256                string              `json:"sha256"`
+	Payload               int                 `json:"payload"`
+	Payloads              int                 `json:"payloads"`
+	Interchange           *SidecarInterchange `json:"interchange,omitempty"`
+	Headers               map[string][]string `json:"headers,omitempty"`
+	Properties            map[string]string   `json:"properties,omitempty"`
+}
+
+// SidecarInterchange is the business envelope of a payload.
+type SidecarInterchange struct {
+	Key       string `json:"key"`
+	Standard  string `json:"standard"`
+	Sender    string `json:"sender,omitempty"`
+	Recipient string `json:"recipient,omitempty"`
+	Reference string `json:"reference"`
+	Date      string `json:"date,omitempty"`
+	Type      string `json:"type,omitempty"`
+}
+
+// SidecarOf is the metadata of payload i of m.
+func SidecarOf(m *exchange.Message, i int) Sidecar {
+	p := m.Payloads[i]
+	s := Sidecar{File: FileName(m, i), Partner: m.Partner, Protocol: string(m.Protocol), MessageID: m.MessageID,
+		Received: m.Received.UTC(), MessageIdempotencyKey: m.IdempotencyKey, IdempotencyKey: p.IdempotencyKey,
+		ContentType: p.ContentType, Filename: p.Filename, ContentID: p.ContentID, Size: p.Size, SHA256: p.SHA256,
+		Payload: i + 1, Payloads: len(m.Payloads), Properties: p.Properties}
+	if len(m.Headers) > 0 {
+		s.Headers = map[string][]string(m.Headers)
+	}
+	if ic, ok := m.PayloadInterchange(i); ok {
+		s.Interchange = &SidecarInterchange{Key: string(ic.Key), Standard: ic.Standard, Sender: ic.Sender,
+			Recipient: ic.Recipient, Reference: ic.Reference, Date: ic.Date, Type: ic.Type}
+	}
+	return s
+}
+
+// Payloads lists the payload files in dir (one partner's directory), without
+// sidecars and temporary files, sorted.
+func Payloads(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		n := e.Name()
+		if e.IsDir() || strings.HasPrefix(n, ".") || strings.HasSuffix(n, SidecarSuffix) {
+			continue
+		}
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// FileName is the name payload i of m gets (see the package comment). It
+// does not depend on the payload's position, which shifts when business
+// dedup leaves out payloads of interchanges accepted before; a repeated run
+// for the same message therefore always finds its own files.
 func FileName(m *exchange.Message, i int) string {
+	var prefix string
+	if id := sanitizeID(m.MessageID, maxIDLen); id != "" {
+		prefix = id
+	} else {
+		prefix = "message"
+	}
+	if ic, ok := m.PayloadInterchange(i); ok {
+		if ref := sanitizeID(ic.Reference, maxRefLen); ref != "" {
+			prefix += "_" + ref
+		}
+	}
+	return prefix + "-" + keyed(m, i, sanitize)
+}
+
+// LegacyFileName is the name earlier versions gave payload i of m (key16,
+// sha12 and the file name as they sanitised it); a payload found under it
+// is not written again.
+func LegacyFileName(m *exchange.Message, i int) string {
+	return keyed(m, i, legacySanitize)
+}
+
+func keyed(m *exchange.Message, i int, clean func(string) string) string {
 	p := m.Payloads[i]
 	base := p.Filename
 	if base == "" {
 		base = p.ContentID
 	}
-	base = sanitize(base)
+	base = clean(base)
 	if base == "" {
 		base = "payload" + extension(p.ContentType)
 	}
 	return fmt.Sprintf("%s-%s-%s", string(m.TransportKey)[:min(16, len(m.TransportKey))], p.SHA256[:min(12, len(p.SHA256))], base)
 }
 
-func extension(ct string) string {
-	ct = strings.ToLower(ct)
-	switch {
-	case strings.Contains(ct, "xml"):
-		return ".xml"
-	case strings.Contains(ct, "edifact"), strings.Contains(ct, "edi-consent"), strings.Contains(ct, "x12"):
-		return ".edi"
-	case strings.HasPrefix(ct, "text/"):
-		return ".txt"
-	}
-	return ".bin"
-}
-
-// sanitize keeps a file name safe: no directories, no dot files, a limited
-// character set and length.
-func sanitize(s string) string {
+// legacySanitize is the file name sanitiser of earlier versions, kept
+// unchanged for LegacyFileName.
+func legacySanitize(s string) string {
 	s = filepath.Base(strings.ReplaceAll(s, "\\", "/"))
 	var b strings.Builder
 	for _, r := range s {
@@ -94,12 +221,76 @@ func sanitize(s string) string {
 	return out
 }
 
+func extension(ct string) string {
+	ct = strings.ToLower(ct)
+	switch {
+	case strings.Contains(ct, "xml"):
+		return ".xml"
+	case strings.Contains(ct, "edifact"), strings.Contains(ct, "edi-consent"), strings.Contains(ct, "x12"):
+		return ".edi"
+	case strings.HasPrefix(ct, "text/"):
+		return ".txt"
+	}
+	return ".bin"
+}
+
+// safeRune reports whether r may appear in a file name: ASCII letters,
+// digits and . _ - @ + (portable, no shell or path meaning).
+func safeRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+		r == '.' || r == '-' || r == '_' || r == '@' || r == '+'
+}
+
+// sanitize keeps a sender's file name safe: no directories, no dot files, a
+// limited character set and length (the end, with the extension, is kept),
+// never the sidecar suffix.
+func sanitize(s string) string {
+	s = filepath.Base(strings.ReplaceAll(s, "\\", "/"))
+	if s == "/" || s == "." {
+		return ""
+	}
+	out := strings.TrimLeft(mapSafe(s), ".")
+	if len(out) > maxBaseLen {
+		out = strings.TrimLeft(out[len(out)-maxBaseLen:], ".")
+	}
+	if strings.HasSuffix(out, SidecarSuffix) {
+		out = strings.TrimSuffix(out, SidecarSuffix) + "_meta.json"
+	}
+	return out
+}
+
+// sanitizeID makes a message id or reference a file name part: safe
+// characters only (every other character, or invalid byte, becomes _), no
+// leading dot (hidden file), - or + (taken for an option by rm * and
+// other tools), at most n bytes (the start is kept).
+func sanitizeID(s string, n int) string {
+	out := strings.TrimLeft(mapSafe(s), ".-+")
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+func mapSafe(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if safeRune(r) {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
 // writeOnce writes p to dir/name through a synced temporary file and a hard
 // link, which fails instead of replacing an existing file. An existing file
 // with the same content is this message's own earlier write.
-func writeOnce(dir, name string, p exchange.Payload) error {
+// With keep, an existing file with other content is left as it is (a
+// sidecar from an earlier run, whose received time differs).
+func writeOnce(dir, name string, p exchange.Payload, keep bool) error {
 	final := filepath.Join(dir, name)
-	tmp, err := os.CreateTemp(dir, ".tmp-"+name+"-*")
+	tmp, err := os.CreateTemp(dir, ".tmp-"+name[:min(len(name), 32)]+"-*")
 	if err != nil {
 		return err
 	}
@@ -125,6 +316,9 @@ func writeOnce(dir, name string, p exchange.Payload) error {
 	if err := os.Link(tmp.Name(), final); err != nil {
 		if !errors.Is(err, os.ErrExist) {
 			return err
+		}
+		if keep {
+			return nil
 		}
 		same, serr := sameContent(final, sum)
 		if serr != nil {

@@ -30,7 +30,7 @@ func TestWritesEachPayloadUnderPartner(t *testing.T) {
 	if err := (Dir{Root: root}).Handle(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
-	entries, _ := os.ReadDir(filepath.Join(root, "acme"))
+	entries, _ := Payloads(filepath.Join(root, "acme"))
 	if len(entries) != 2 {
 		t.Fatalf("files = %v", entries)
 	}
@@ -70,7 +70,7 @@ func TestRepeatedRunIsIdempotentAndNeverOverwrites(t *testing.T) {
 		t.Fatalf("overwritten: %q", b)
 	}
 	entries, _ := os.ReadDir(filepath.Join(root, "acme"))
-	if len(entries) != 1 {
+	if len(entries) != 2 { // the payload and its sidecar
 		t.Fatalf("temp files left: %v", entries)
 	}
 }

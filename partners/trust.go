@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 
+	"gateway/keyfile"
 	"gateway/trust"
 )
 
@@ -59,11 +60,14 @@ func (t *Trust) validate(section string, f func(field, format string, a ...any) 
 		return f(section+".trust", "%q is not one of pinned, ca", t.Model)
 	}
 	if !t.CA() {
-		for field, set := range map[string]bool{"ca_certificates": len(t.CACertificates) > 0, "intermediates": len(t.Intermediates) > 0,
-			"certificate_subject": t.CertificateSubject != "", "extended_key_usage": len(t.ExtendedKeyUsage) > 0,
-			"party_id_is_cn": t.PartyIDIsCN, "revocation": t.Revocation != nil} {
-			if set {
-				return f(section+"."+field, "needs trust: ca")
+		for _, c := range []struct {
+			field string
+			set   bool
+		}{{"ca_certificates", len(t.CACertificates) > 0}, {"intermediates", len(t.Intermediates) > 0},
+			{"certificate_subject", t.CertificateSubject != ""}, {"extended_key_usage", len(t.ExtendedKeyUsage) > 0},
+			{"party_id_is_cn", t.PartyIDIsCN}, {"revocation", t.Revocation != nil}} {
+			if c.set {
+				return f(section+"."+c.field, "needs trust: ca")
 			}
 		}
 		return nil
@@ -113,19 +117,19 @@ func (t *Trust) validate(section string, f func(field, format string, a ...any) 
 }
 
 // loadTrust reads the CA files of a trust: ca agreement into a policy.
-func (d *Directory) loadTrust(file, section string, t *Trust) (*trust.Policy, error) {
+func (d *Directory) loadTrust(file, section string, t *Trust) (*trust.CAPolicy, error) {
 	if !t.CA() {
 		return nil, nil
 	}
-	roots, err := d.loadCerts(file, section+".ca_certificates", t.CACertificates)
+	roots, err := d.loadCerts(file, section+".ca_certificates", t.CACertificates, keyfile.Password{})
 	if err != nil {
 		return nil, err
 	}
-	inter, err := d.loadCerts(file, section+".intermediates", t.Intermediates)
+	inter, err := d.loadCerts(file, section+".intermediates", t.Intermediates, keyfile.Password{})
 	if err != nil {
 		return nil, err
 	}
-	p := &trust.Policy{Roots: roots, Intermediates: inter, Subject: t.CertificateSubject}
+	p := &trust.CAPolicy{Roots: roots, Intermediates: inter, Subject: t.CertificateSubject}
 	for _, e := range t.ExtendedKeyUsage {
 		p.ExtKeyUsages = append(p.ExtKeyUsages, ekuNames[e])
 	}
@@ -137,8 +141,8 @@ func (d *Directory) loadTrust(file, section string, t *Trust) (*trust.Policy, er
 
 // AS2Trust is the CA trust policy of a trust: ca AS2 agreement; nil for
 // pinned certificates.
-func (d *Directory) AS2Trust(p *Partner) *trust.Policy { return d.policies["as2\x00"+p.ID] }
+func (d *Directory) AS2Trust(p *Partner) *trust.CAPolicy { return d.policies["as2\x00"+p.ID] }
 
 // AS4Trust is the CA trust policy of a trust: ca AS4 agreement; nil for
 // pinned certificates.
-func (d *Directory) AS4Trust(p *Partner) *trust.Policy { return d.policies["as4\x00"+p.ID] }
+func (d *Directory) AS4Trust(p *Partner) *trust.CAPolicy { return d.policies["as4\x00"+p.ID] }

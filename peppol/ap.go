@@ -39,7 +39,7 @@ type Settings struct {
 
 // AP is the receiving access point.
 type AP struct {
-	Policy       *trust.Policy
+	Policy       *trust.CAPolicy
 	participants map[string]bool
 	settings     Settings
 }
@@ -63,7 +63,7 @@ func New(s Settings) (*AP, error) {
 	// The AP CA is an intermediate below the OpenPeppol root: a configured
 	// file may hold either; each one is a trust anchor, so that an operator
 	// may configure the AP CA alone.
-	ap.Policy = &trust.Policy{Roots: s.APCA, Revocation: s.Revocation}
+	ap.Policy = &trust.CAPolicy{Roots: s.APCA, Revocation: s.Revocation}
 	return ap, nil
 }
 

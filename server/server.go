@@ -101,23 +101,19 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 	sink = metricsSink{Sink: sink, m: s.Metrics}
 	var handler exchange.Handler
 	var txHandler exchange.TxHandler
-	switch cfg.Handler.Type {
-	case "dir":
-		if err := os.MkdirAll(cfg.Handler.Inbox, 0o750); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("server: inbox: %w", err)
-		}
-		handler = inbox.Dir{Root: cfg.Handler.Inbox}
-	case "table":
-		t, err := inbox.OpenTable(ctx, be)
+	if cfg.Handler.Type == "table" && len(cfg.Handlers) == 0 {
+		// The built-in transactional handler (a row per payload in the
+		// gateway's database, committed with the accept).
+		txHandler, err = inbox.OpenTable(ctx, be)
 		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("server: handler.type table: %w", err)
+			err = fmt.Errorf("server: handler.type table: %w", err)
 		}
-		txHandler = t
-	default:
+	} else {
+		handler, err = buildHandler(cfg, log)
+	}
+	if err != nil {
 		s.Close()
-		return nil, fmt.Errorf("server: unknown handler type %q", cfg.Handler.Type)
+		return nil, err
 	}
 	if d, err := time.ParseDuration(os.Getenv("GATEWAY_FAULT_HANDLER_DELAY")); err == nil && d > 0 && handler != nil {
 		// Fault injection for crash tests: the handler's side effect is

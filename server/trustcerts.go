@@ -33,8 +33,12 @@ func trustCerts(d *partners.Directory, pc config.Peppol) []certcheck.Cert {
 			if s.t == nil || !s.t.CA() {
 				continue
 			}
-			for field, files := range map[string][]string{"ca_certificates": s.t.CACertificates, "intermediates": s.t.Intermediates} {
-				for i, f := range files {
+			for _, l := range []struct {
+				field string
+				files []string
+			}{{"ca_certificates", s.t.CACertificates}, {"intermediates", s.t.Intermediates}} {
+				field := l.field
+				for i, f := range l.files {
 					if !filepath.IsAbs(f) {
 						f = filepath.Join(d.Dir, f)
 					}
@@ -67,7 +71,7 @@ func trustOf4(a *partners.AS4) *partners.Trust {
 
 // sameTrust reports whether two CA trust policies have the same
 // certificates (the rest of the agreement is compared with the partner).
-func sameTrust(a, b *trust.Policy) bool {
+func sameTrust(a, b *trust.CAPolicy) bool {
 	if a == nil || b == nil {
 		return a == b
 	}

@@ -39,6 +39,7 @@ import (
 
 	"gateway/as4"
 	"gateway/receipt"
+	"gateway/trust"
 	"gateway/wssec"
 	"gateway/xmlenc"
 )
@@ -88,6 +89,10 @@ type Client struct {
 	Host string
 	// MaxResponse bounds the response body read (default DefaultMaxResponse).
 	MaxResponse int64
+	// AllowWeakKeys accepts receipt signers and an encryption recipient
+	// with RSA keys of 1024 to 2047 bits (legacy receivers). Either must
+	// be valid at Now in any case (trust.CheckSigner).
+	AllowWeakKeys bool
 }
 
 // Encryption says for whom and how attachments are encrypted.
@@ -302,6 +307,9 @@ func (c *Client) Build(m *Message) (*Outgoing, error) {
 		if c.Encryption.Recipient == nil {
 			return nil, errors.New("as4 client: Encryption without Recipient certificate")
 		}
+		if err := trust.CheckSigner(c.Encryption.Recipient, c.now(), trust.Policy{AllowWeakKeys: c.AllowWeakKeys}); err != nil {
+			return nil, fmt.Errorf("as4 client: the encryption recipient's %w", err)
+		}
 		opts := c.Encryption.Options
 		opts.Rand = c.rand()
 		parts, err = xmlenc.Encrypt(doc, parts, xmlenc.Recipient{Cert: c.Encryption.Recipient, Reference: c.Encryption.KeyReference}, opts)
@@ -490,7 +498,7 @@ func (c *Client) Post(ctx context.Context, url string, out *Outgoing) (*Response
 	}
 	r, err := VerifyReceipt(resp.ContentType, body, ReceiptCheck{
 		Trusted: c.ReceiptSigners, MessageID: out.MessageID, References: out.References,
-		Now: c.now, ClockSkew: c.ClockSkew,
+		Now: c.now, ClockSkew: c.ClockSkew, AllowWeakKeys: c.AllowWeakKeys,
 	})
 	if errors.Is(err, ErrNotCovered) {
 		resp.Receipt = r

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -138,7 +137,7 @@ func BenchmarkEndpointSignedEncryptedCompressed10KB(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-	files, err := os.ReadDir(filepath.Join(inboxDir, "acme"))
+	files, err := inbox.Payloads(filepath.Join(inboxDir, "acme"))
 	if err != nil || len(files) != b.N {
 		b.Fatalf("inbox holds %d files (%v), want %d", len(files), err, b.N)
 	}

@@ -70,7 +70,6 @@ package endpoint
 
 import (
 	"context"
-	"crypto"
 	"errors"
 	"fmt"
 	"io"
@@ -137,6 +136,10 @@ type Config struct {
 	// without to_party_id then only matches messages addressed to it.
 	// Empty: eb:To is only checked by P-Modes that name a to_party_id.
 	PartyID, PartyType string
+	// Identities are our further parties, each with its own keys (see
+	// Identity); PartyID, PartyType and Keys are the first. A P-Mode
+	// without to_party_id matches messages addressed to any of them.
+	Identities []Identity
 	// Limits bound the request. MaxMessageSize is the body limit: a longer
 	// body is answered 413. Zero fields take the as4 package defaults.
 	Limits as4.Limits
@@ -187,10 +190,11 @@ const maxKeyOperationsPerMessage = 8
 
 // Endpoint is the AS4 receiving endpoint, an http.Handler.
 type Endpoint struct {
-	cfg    Config
-	signer crypto.Signer
-	log    *slog.Logger
-	trust  *trust.Checker
+	cfg Config
+	// ids are our identities: ids[0] from PartyID, PartyType and Keys.
+	ids   []*ownIdentity
+	log   *slog.Logger
+	trust *trust.Checker
 }
 
 // New checks cfg and returns the endpoint.
@@ -204,18 +208,25 @@ func New(cfg Config) (*Endpoint, error) {
 	if len(cfg.Keys) == 0 || cfg.Keys[0].Cert == nil {
 		return nil, errors.New("as4 endpoint: no key to sign receipts (Keys[0])")
 	}
-	signer, ok := cfg.Keys[0].Key.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("as4 endpoint: Keys[0] (%s) cannot sign receipts; put a signing key first", cfg.Keys[0].Cert.Subject)
+	first, err := newIdentity(Identity{PartyID: cfg.PartyID, PartyType: cfg.PartyType, Keys: cfg.Keys}, "identity")
+	if err != nil {
+		return nil, err
 	}
-	pub, ok := signer.Public().(interface{ Equal(crypto.PublicKey) bool })
-	if !ok || !pub.Equal(cfg.Keys[0].Cert.PublicKey) {
-		return nil, fmt.Errorf("as4 endpoint: Keys[0] key does not belong to certificate %s", cfg.Keys[0].Cert.Subject)
-	}
-	for i, k := range cfg.Keys {
-		if k.Cert == nil || k.Key == nil {
-			return nil, fmt.Errorf("as4 endpoint: Keys[%d] lacks certificate or key", i)
+	ids := []*ownIdentity{first}
+	for i, id := range cfg.Identities {
+		if id.PartyID == "" {
+			return nil, fmt.Errorf("as4 endpoint: Identities[%d]: no PartyID", i)
 		}
+		for _, o := range ids {
+			if o.PartyID == id.PartyID && o.PartyType == id.PartyType {
+				return nil, fmt.Errorf("as4 endpoint: Identities[%d]: party %q (type %q) is used twice", i, id.PartyID, id.PartyType)
+			}
+		}
+		oi, err := newIdentity(id, fmt.Sprintf("Identities[%d]", i))
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, oi)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -243,7 +254,7 @@ func New(cfg Config) (*Endpoint, error) {
 	if tc == nil {
 		tc = &trust.Checker{Log: log, Now: cfg.Now}
 	}
-	return &Endpoint{cfg: cfg, signer: signer, log: log, trust: tc}, nil
+	return &Endpoint{cfg: cfg, ids: ids, log: log, trust: tc}, nil
 }
 
 // trace is what the endpoint logs and audits about one request.
@@ -255,6 +266,8 @@ type trace struct {
 	incident string
 	pipeline bool
 	test     bool
+	// id is the identity of ours that signs the answer.
+	id *ownIdentity
 }
 
 // ServeHTTP implements http.Handler.
@@ -402,6 +415,9 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	}
 	msgID := unverified.UserMessage.MessageInfo.MessageID
 	tr.messageID = msgID
+	// Unverified too: which of our identities signs the error signals
+	// until the signature is verified, and whose keys decrypt first.
+	tr.id = e.identityFor(unverified.UserMessage.To)
 	if err := checkMustUnderstand(env); err != nil {
 		return e.reject(tr, err, msgID)
 	}
@@ -428,13 +444,14 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	for i, p := range env.Attachments {
 		atts[i] = xmlenc.Attachment{ContentID: p.ContentID, Header: p.Header, Body: p.Body}
 	}
-	dec, err := xmlenc.Decrypt(env.Doc, atts, e.cfg.Keys, xmlenc.Options{
+	keys := e.decryptionKeys(tr.id)
+	dec, err := xmlenc.Decrypt(env.Doc, atts, keys, xmlenc.Options{
 		AllowedAlgorithms:           e.cfg.AllowedAlgorithms,
 		RequireEncryptedAttachments: pa.RequireEncryption,
 		// Senders that wrap the key once per attachment use one private-key
 		// operation per EncryptedKey; allow a few, not an unbounded number
 		// from an unauthenticated request.
-		MaxPrivateKeyOperations: maxKeyOperationsPerMessage * max(1, len(e.cfg.Keys)),
+		MaxPrivateKeyOperations: maxKeyOperationsPerMessage * max(1, len(keys)),
 	})
 	if err != nil {
 		return e.reject(tr, decryptError(err), msgID)
@@ -450,6 +467,9 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		Trusted:   e.cfg.Partners.AS4Certificates(partner),
 		Now:       e.cfg.Now,
 		ClockSkew: pa.ClockSkew.Std(),
+		// Key size is judged by trust.CheckSigner below, like AS2 does;
+		// wssec keeps the floor.
+		MinRSABits: trust.WeakRSAFloor,
 	}
 	var run *trustRun
 	pol := e.cfg.Partners.AS4Trust(partner)
@@ -465,6 +485,11 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	if err != nil {
 		return e.reject(tr, securityError(err), msgID)
 	}
+	// The signer's certificate must be valid now and its key long enough
+	// (the same check and wording as AS2's authentication-failed).
+	if err := trust.CheckSigner(res.Signer, e.cfg.Now(), trust.Policy{AllowWeakKeys: pa.AllowWeakKeys}); err != nil {
+		return e.reject(tr, as4.FailedAuthentication("the signer's "+err.Error(), err), msgID)
+	}
 
 	// From here on only the verified eb:Messaging element counts.
 	verified, err := as4.ParseMessaging(res.Messaging)
@@ -475,6 +500,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	if um == nil || um.MessageInfo.MessageID != msgID || !hasParty(um.From, from) {
 		return e.reject(tr, as4.FailedAuthentication("the signed eb:Messaging header is not the one that was read", nil), msgID)
 	}
+	tr.id = e.identityFor(um.To) // the verified eb:To signs from here on
 	pm, err := as4.Match(e.pmodes(pa), um)
 	if err != nil {
 		return e.reject(tr, as4.AsError(err), msgID)
@@ -515,7 +541,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	refs := receiptReferences(res.References)
 	if um.IsTest() {
 		tr.test = true
-		reply, err := e.receiptReply(um, refs)
+		reply, err := e.receiptReply(um, refs, tr.id)
 		if err != nil {
 			return e.internalError(tr, err)
 		}
@@ -533,7 +559,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	tr.pipeline = true
 	reply := e.cfg.Pipeline.Process(ctx, exchange.Inbound{
 		Message: msg,
-		Replies: &replies{e: e, um: um, refs: refs},
+		Replies: &replies{e: e, um: um, refs: refs, id: tr.id},
 		Window:  pa.DedupWindow.Std(),
 		OnDrift: exchange.DriftPolicyOf(partner.OnDrift),
 	})
@@ -661,7 +687,12 @@ func (e *Endpoint) pmodes(pa *partners.AS4) []as4.PMode {
 			ToPartyID: pm.ToPartyID, ToPartyType: pm.ToPartyType,
 		}
 		if m.ToPartyID == "" && m.ToPartyType == "" {
-			m.ToPartyID, m.ToPartyType = e.cfg.PartyID, e.cfg.PartyType
+			// Addressed to any of our identities: one P-Mode each.
+			for _, id := range e.ids {
+				m.ToPartyID, m.ToPartyType = id.PartyID, id.PartyType
+				out = append(out, m)
+			}
+			continue
 		}
 		out = append(out, m)
 	}

@@ -25,7 +25,7 @@ type trustRun struct {
 // signerCheck is the wssec callback of a trust: ca partner: the signer must
 // chain to the partner's CA, match certificate_subject, carry the eb:From
 // PartyId as its CN when party_id_is_cn is set, and not be revoked.
-func (e *Endpoint) signerCheck(ctx context.Context, pol *trust.Policy, t *partners.Trust, from as4.PartyID, run *trustRun, requireDirect bool) func(wssec.SignerInfo) error {
+func (e *Endpoint) signerCheck(ctx context.Context, pol *trust.CAPolicy, t *partners.Trust, from as4.PartyID, run *trustRun, requireDirect bool) func(wssec.SignerInfo) error {
 	return func(si wssec.SignerInfo) error {
 		run.ran, run.info = true, si
 		if requireDirect && !si.DirectReference {

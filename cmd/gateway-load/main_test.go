@@ -19,6 +19,7 @@ import (
 	"gateway/config"
 	"gateway/dedup"
 	"gateway/envelope"
+	"gateway/inbox"
 	"gateway/server"
 )
 
@@ -74,8 +75,8 @@ var summaryLine = regexp.MustCompile(`^gateway-load (as2|as4): messages=(\d+) un
 func TestLoadAgainstDemoGateway(t *testing.T) {
 	for _, protocol := range []string{"as2", "as4"} {
 		t.Run(protocol, func(t *testing.T) {
-			base, inbox, s := demoGateway(t)
-			audit := filepath.Join(filepath.Dir(inbox), "audit.jsonl")
+			base, inboxDir, s := demoGateway(t)
+			audit := filepath.Join(filepath.Dir(inboxDir), "audit.jsonl")
 			var out, errb bytes.Buffer
 			args := append(demoFlags(t), "-protocol", protocol, "-url", base+"/"+protocol,
 				"-n", "16", "-c", "4", "-size", "2048", "-duplicates", "0.25")
@@ -121,18 +122,18 @@ func TestLoadAgainstDemoGateway(t *testing.T) {
 			if decisions["new"] != 16 || decisions["new-interchange"] != 16 || decisions["duplicate"] != 4 || len(decisions) != 3 || handled != 16 {
 				t.Errorf("audit: decisions %v, %d handler runs", decisions, handled)
 			}
-			files, err := os.ReadDir(filepath.Join(inbox, "demo"))
+			files, err := inbox.Payloads(filepath.Join(inboxDir, "demo"))
 			if err != nil || len(files) != 16 {
 				t.Fatalf("inbox holds %d files (%v), want 16", len(files), err)
 			}
 			for _, f := range files {
-				b, err := os.ReadFile(filepath.Join(inbox, "demo", f.Name()))
+				b, err := os.ReadFile(filepath.Join(inboxDir, "demo", f))
 				if err != nil {
 					t.Fatal(err)
 				}
 				ic, err := envelope.Extract(b)
 				if err != nil || len(b) != 2048 {
-					t.Fatalf("%s: %d bytes, %v", f.Name(), len(b), err)
+					t.Fatalf("%s: %d bytes, %v", f, len(b), err)
 				}
 				recs, err := s.Backend.(dedup.Ledger).FindInterchanges(context.Background(), dedup.InterchangeQuery{Reference: ic.Reference})
 				if err != nil || len(recs) != 1 || recs[0].Retries != 0 {

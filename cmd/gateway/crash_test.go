@@ -17,6 +17,7 @@ import (
 
 	"gateway/as2client"
 	"gateway/cms"
+	"gateway/inbox"
 )
 
 // TestMain lets the test binary act as the gateway binary: the crash test
@@ -122,8 +123,8 @@ shutdown_timeout: 1s
 		_, err := client.Send(ctx, msg)
 		sent <- err
 	}()
-	inbox := filepath.Join(dir, "inbox", "demo")
-	waitFor(t, func() bool { return len(inboxFiles(inbox)) == 1 }, "payload written by the first run")
+	inboxDir := filepath.Join(dir, "inbox", "demo")
+	waitFor(t, func() bool { return len(inboxFiles(inboxDir)) == 1 }, "payload written by the first run")
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -148,21 +149,16 @@ shutdown_timeout: 1s
 	if !res.OK() || !strings.Contains(res.MDN.Disposition.String(), "duplicate-document") || !res.MDN.MICMatched {
 		t.Fatalf("second resend: %v %v", res.Problems, res.MDN.Disposition)
 	}
-	if files := inboxFiles(inbox); len(files) != 1 {
+	if files := inboxFiles(inboxDir); len(files) != 1 {
 		t.Fatalf("inbox holds %d files, want exactly 1: %v", len(files), files)
 	}
 }
 
 // inboxFiles lists the delivered payloads in dir: not the temporary files
-// (".tmp-…") of a write in progress, which a kill -9 can leave behind.
+// a kill -9 during the write leaves behind, nor the sidecars
+// (inbox.Payloads).
 func inboxFiles(dir string) []string {
-	entries, _ := os.ReadDir(dir)
-	var names []string
-	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), ".") {
-			names = append(names, e.Name())
-		}
-	}
+	names, _ := inbox.Payloads(dir)
 	return names
 }
 

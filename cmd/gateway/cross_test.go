@@ -19,6 +19,7 @@ import (
 	"gateway/config"
 	"gateway/dedup"
 	"gateway/exchange"
+	"gateway/inbox"
 	"gateway/server"
 )
 
@@ -74,7 +75,7 @@ func TestSameInterchangeViaAS2AndAS4(t *testing.T) {
 		t.Fatalf("AS4 receipt: %s", out.String())
 	}
 
-	files, _ := os.ReadDir(filepath.Join(dir, "inbox", "demo"))
+	files, _ := inbox.Payloads(filepath.Join(dir, "inbox", "demo"))
 	if len(files) != 1 {
 		t.Fatalf("inbox holds %d files, want 1", len(files))
 	}

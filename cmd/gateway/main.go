@@ -265,7 +265,7 @@ func partnersCheck(args []string, stdout io.Writer) error {
 		if path == "" {
 			path = cfg.Partners
 		}
-		keys, warnAhead = cfg.Identity.Keys, cfg.CertWarning
+		keys, warnAhead = cfg.AllKeys(), cfg.CertWarning
 	}
 	d, err := partners.Load(path)
 	if err != nil {

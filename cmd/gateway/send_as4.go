@@ -17,7 +17,7 @@ import (
 
 	"gateway/as4"
 	"gateway/as4/client"
-	"gateway/as4/endpoint"
+	"gateway/keyfile"
 	"gateway/partners"
 	"gateway/receipt"
 	"gateway/wssec"
@@ -64,8 +64,9 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		fs.PrintDefaults()
 	}
 	url := fs.String("url", "", "the receiver's AS4 endpoint URL (required)")
-	keyFile := fs.String("key", "", "our PEM private key that signs the message (required)")
-	certFile := fs.String("cert", "", "our PEM certificate of -key (required)")
+	keyFile := fs.String("key", "", "our private key that signs the message: PEM, DER or PKCS#12 (required)")
+	certFile := fs.String("cert", "", "our certificate of -key: PEM, DER or PKCS#12 (required unless -key is a PKCS#12 file holding it)")
+	keyPasswordEnv := fs.String("key-password-env", "", "environment variable holding the password of a PKCS#12 -key")
 	receiptCert := fs.String("receipt-cert", "", "PEM file with the receiver's certificate(s) that sign receipts (required)")
 	encryptCert := fs.String("encrypt-cert", "", "the receiver's encryption certificate (RSA or X25519); empty sends signed only")
 	from := fs.String("from", "", "our eb:From PartyId (required)")
@@ -86,12 +87,13 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	cipher := fs.String("cipher", "aes128-gcm", "content encryption: aes128-gcm, aes192-gcm or aes256-gcm")
 	keyTransport := fs.String("key-transport", "rsa-oaep-mgf1p", "RSA key transport: rsa-oaep-mgf1p or rsa-oaep (xmlenc 1.1, MGF1-SHA256)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "HTTP timeout")
+	allowWeak := fs.Bool("allow-weak-keys", false, "accept RSA keys of 1024 to 2047 bits for the receipt signer and the encryption certificate (legacy receivers)")
 	saveReceipt := fs.String("save-receipt", "", "write the answer (receipt or error signal) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	files := fs.Args()
-	for name, v := range map[string]string{"-url": *url, "-key": *keyFile, "-cert": *certFile, "-receipt-cert": *receiptCert,
+	for name, v := range map[string]string{"-url": *url, "-key": *keyFile, "-receipt-cert": *receiptCert,
 		"-from": *from, "-to": *to, "-service": *service, "-action": *action} {
 		if v == "" {
 			return fmt.Errorf("%w: send-as4 needs %s (see gateway send-as4 -h)", errUsage, name)
@@ -101,11 +103,11 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: send-as4 needs at least one FILE to send", errUsage)
 	}
 
-	kp, err := endpoint.LoadKeyPair(*certFile, *keyFile)
+	cert, key, err := keyfile.KeyPair(*certFile, *keyFile, keyfile.Password{Env: *keyPasswordEnv})
 	if err != nil {
-		return err
+		return fmt.Errorf("send-as4: %w", err)
 	}
-	signer, ok := kp.Key.(crypto.Signer)
+	signer, ok := key.(crypto.Signer)
 	if !ok {
 		return fmt.Errorf("send-as4: %s is not a signing key", *keyFile)
 	}
@@ -114,8 +116,8 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("send-as4: -receipt-cert: %w", err)
 	}
 	c := &client.Client{
-		Signer: signer, Certificate: kp.Cert, ReceiptSigners: receiptSigners,
-		HTTP: &http.Client{Timeout: *timeout},
+		Signer: signer, Certificate: cert, ReceiptSigners: receiptSigners,
+		HTTP: &http.Client{Timeout: *timeout}, AllowWeakKeys: *allowWeak,
 	}
 	if *signAlg != "" {
 		if c.SignatureMethod, ok = signatureMethods[*signAlg]; !ok {
