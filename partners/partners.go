@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"gateway/internal/brainpool"
 )
 
 // Duration is a time.Duration written in YAML as "168h", "30m", "7d" or "0".
@@ -130,6 +132,11 @@ type AS4 struct {
 	DedupWindow Duration `yaml:"dedup_window"`
 	RetryWindow Duration `yaml:"retry_window"`
 	PModes      []PMode  `yaml:"pmodes"`
+	// Profile "bdew" applies the BDEW AS4 profile (see bdew.go): a security
+	// floor the file cannot relax and the profile's defaults.
+	Profile string `yaml:"profile"`
+
+	set map[string]bool // keys present in the file's as4 section
 }
 
 // PMode is one processing mode agreed with the partner; empty fields match
@@ -235,6 +242,10 @@ func Load(dir string) (*Directory, error) {
 				errs = append(errs, err)
 				continue
 			}
+			if err := p.AS4.checkProfileCertificates(certs); err != nil {
+				errs = append(errs, &FieldError{path, "as4.certificates", err.Error()})
+				continue
+			}
 			d.certs["as4\x00"+p.ID] = certs
 			if p.AS4.RetryWindow > p.AS4.DedupWindow {
 				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as4.dedup_window %s is shorter than as4.retry_window %s: a late retransmission would be processed as new",
@@ -271,7 +282,7 @@ func ReadCertificates(path string) ([]*x509.Certificate, error) {
 		return nil, err
 	}
 	if !bytes.Contains(b, []byte("-----BEGIN")) {
-		c, err := x509.ParseCertificate(b)
+		c, err := brainpool.ParseCertificate(b)
 		if err != nil {
 			return nil, fmt.Errorf("%s: not a PEM or DER certificate: %w", path, err)
 		}
@@ -287,7 +298,7 @@ func ReadCertificates(path string) ([]*x509.Certificate, error) {
 		if blk.Type != "CERTIFICATE" {
 			continue
 		}
-		c, err := x509.ParseCertificate(blk.Bytes)
+		c, err := brainpool.ParseCertificate(blk.Bytes)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
@@ -312,6 +323,9 @@ func LoadFile(path string) (*Partner, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	p.File = path
+	if p.AS4 != nil {
+		p.AS4.set = presentKeys(b, "as4")
+	}
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
@@ -413,6 +427,9 @@ func (p *Partner) validate() error {
 				return f(fmt.Sprintf("as4.pmodes[%d].id", i), "%q is used twice", pm.ID)
 			}
 			seen[pm.ID] = true
+		}
+		if err := a.applyProfile(f); err != nil {
+			return err
 		}
 		if a.ClockSkew == 0 {
 			a.ClockSkew = Duration(5 * time.Minute)
