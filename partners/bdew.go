@@ -24,6 +24,9 @@ const (
 	PartyTypeDVGW = "urn:oasis:names:tc:ebcore:partyid-type:unregistered:DVGW"
 )
 
+// BDEWAgreement is the eb:AgreementRef of BDEW AS4 market communication.
+const BDEWAgreement = "https://www.bdew.de/as4/communication/agreement"
+
 // BDEWRetryPeriod is how long a BDEW AS4 sender retransmits; the dedup
 // window of a bdew partner covers at least this.
 const BDEWRetryPeriod = 72 * time.Hour

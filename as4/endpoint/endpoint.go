@@ -169,9 +169,10 @@ const maxKeyOperationsPerMessage = 8
 
 // Endpoint is the AS4 receiving endpoint, an http.Handler.
 type Endpoint struct {
-	cfg    Config
-	signer crypto.Signer
-	log    *slog.Logger
+	cfg     Config
+	signer  crypto.Signer
+	bdewKey *signingKey // brainpool signing key for bdew partners, if any
+	log     *slog.Logger
 }
 
 // New checks cfg and returns the endpoint.
@@ -214,7 +215,7 @@ func New(cfg Config) (*Endpoint, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Endpoint{cfg: cfg, signer: signer, log: log}, nil
+	return &Endpoint{cfg: cfg, signer: signer, bdewKey: bdewSigningKey(cfg.Keys), log: log}, nil
 }
 
 // trace is what the endpoint logs and audits about one request.
@@ -226,6 +227,7 @@ type trace struct {
 	incident string
 	pipeline bool
 	test     bool
+	bdew     bool // the partner follows the BDEW AS4 profile
 }
 
 // ServeHTTP implements http.Handler.
@@ -374,6 +376,11 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	tr.partner = partner.ID
 	tr.key = dedup.TransportKey(string(exchange.AS4), from.Type, from.Value, msgID)
 	pa := partner.AS4
+	tr.bdew = pa.IsBDEW()
+	allowed := e.cfg.AllowedAlgorithms
+	if tr.bdew {
+		allowed = BDEWEncryptionAlgorithms
+	}
 
 	if ae := e.refuseCBC(env.Doc); ae != nil {
 		return e.reject(tr, ae, msgID)
@@ -385,7 +392,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		atts[i] = xmlenc.Attachment{ContentID: p.ContentID, Header: p.Header, Body: p.Body}
 	}
 	dec, err := xmlenc.Decrypt(env.Doc, atts, e.cfg.Keys, xmlenc.Options{
-		AllowedAlgorithms:           e.cfg.AllowedAlgorithms,
+		AllowedAlgorithms:           allowed,
 		RequireEncryptedAttachments: pa.RequireEncryption,
 		// Senders that wrap the key once per attachment use one private-key
 		// operation per EncryptedKey; allow a few, not an unbounded number
@@ -409,6 +416,11 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	})
 	if err != nil {
 		return e.reject(tr, securityError(err), msgID)
+	}
+	if tr.bdew {
+		if ae := checkBDEWSignature(res); ae != nil {
+			return e.reject(tr, ae, msgID)
+		}
 	}
 
 	// From here on only the verified eb:Messaging element counts.
@@ -446,7 +458,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	refs := receiptReferences(res.References)
 	if um.IsTest() {
 		tr.test = true
-		reply, err := e.receiptReply(um, refs)
+		reply, err := e.receiptReply(um, refs, tr.bdew)
 		if err != nil {
 			return e.internalError(tr, err)
 		}
@@ -464,7 +476,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	tr.pipeline = true
 	return e.cfg.Pipeline.Process(ctx, exchange.Inbound{
 		Message: msg,
-		Replies: &replies{e: e, um: um, refs: refs},
+		Replies: &replies{e: e, um: um, refs: refs, bdew: tr.bdew},
 		Window:  pa.DedupWindow.Std(),
 		OnDrift: exchange.DriftPolicyOf(partner.OnDrift),
 	})

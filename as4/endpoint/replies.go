@@ -22,11 +22,12 @@ type replies struct {
 	e    *Endpoint
 	um   *as4.UserMessage
 	refs []receipt.Reference
+	bdew bool
 }
 
 // Accepted returns the signed receipt; the pipeline stores it.
 func (r *replies) Accepted(ctx context.Context) (exchange.Reply, error) {
-	return r.e.receiptReply(r.um, r.refs)
+	return r.e.receiptReply(r.um, r.refs, r.bdew)
 }
 
 // Duplicate replays the receipt sent the first time, byte for byte.
@@ -58,16 +59,16 @@ func (r *replies) Failed(ctx context.Context, f *exchange.Failure) (exchange.Rep
 	default:
 		return exchange.Reply{}, fmt.Errorf("as4 endpoint: no ebMS error for failure kind %s", f.Kind)
 	}
-	return r.e.signalError(as4.Other(truncate(detail)+note, f.Err).WithRef(id), id, retryable)
+	return r.e.signalError(as4.Other(truncate(detail)+note, f.Err).WithRef(id), id, retryable, r.bdew)
 }
 
 // receiptReply builds and signs the receipt of um.
-func (e *Endpoint) receiptReply(um *as4.UserMessage, refs []receipt.Reference) (exchange.Reply, error) {
+func (e *Endpoint) receiptReply(um *as4.UserMessage, refs []receipt.Reference, bdew bool) (exchange.Reply, error) {
 	sig, err := receipt.BuildReceipt(um, refs, receipt.Options{Now: e.cfg.Now, Host: e.cfg.Host})
 	if err != nil {
 		return exchange.Reply{}, fmt.Errorf("as4 endpoint: receipt: %w", err)
 	}
-	body, err := e.sign(sig.Doc)
+	body, err := e.sign(sig.Doc, bdew)
 	if err != nil {
 		return exchange.Reply{}, fmt.Errorf("as4 endpoint: receipt: %w", err)
 	}
@@ -81,7 +82,7 @@ func (e *Endpoint) receiptReply(um *as4.UserMessage, refs []receipt.Reference) (
 
 // signalError builds and signs an ebMS error signal. A retryable error is
 // sent with HTTP 500 and a SOAP 1.2 env:Receiver fault in the body.
-func (e *Endpoint) signalError(ae *as4.Error, refTo string, retryable bool) (exchange.Reply, error) {
+func (e *Endpoint) signalError(ae *as4.Error, refTo string, retryable, bdew bool) (exchange.Reply, error) {
 	sig, err := receipt.BuildError([]*as4.Error{ae}, refTo, receipt.Options{Now: e.cfg.Now, Host: e.cfg.Host})
 	if err != nil {
 		return exchange.Reply{}, fmt.Errorf("as4 endpoint: error signal: %w", err)
@@ -93,7 +94,7 @@ func (e *Endpoint) signalError(ae *as4.Error, refTo string, retryable bool) (exc
 			return exchange.Reply{}, err
 		}
 	}
-	body, err := e.sign(sig.Doc)
+	body, err := e.sign(sig.Doc, bdew)
 	if err != nil {
 		return exchange.Reply{}, fmt.Errorf("as4 endpoint: error signal: %w", err)
 	}
@@ -122,8 +123,12 @@ func addReceiverFault(doc *etree.Document, reason string) error {
 }
 
 // sign adds our WS-Security signature to a signal and serialises it.
-func (e *Endpoint) sign(doc *etree.Document) ([]byte, error) {
-	if err := wssec.Sign(doc, nil, wssec.SignOptions{Signer: e.signer, Certificate: e.cfg.Keys[0].Cert, Now: e.cfg.Now}); err != nil {
+func (e *Endpoint) sign(doc *etree.Document, bdew bool) ([]byte, error) {
+	k, err := e.signingKeyFor(bdew)
+	if err != nil {
+		return nil, err
+	}
+	if err := wssec.Sign(doc, nil, wssec.SignOptions{Signer: k.signer, Certificate: k.cert, PKIPath: k.pkiPath, Now: e.cfg.Now}); err != nil {
 		return nil, err
 	}
 	return doc.WriteToBytes()
@@ -138,7 +143,7 @@ func (e *Endpoint) reject(tr *trace, ae *as4.Error, refTo string) exchange.Reply
 	tr.incident = exchange.NewIncident()
 	ae.Detail = strings.TrimSpace(ae.Detail + " (" + exchange.IncidentNote(tr.incident) + ")")
 	tr.err = ae
-	reply, err := e.signalError(ae, refTo, false)
+	reply, err := e.signalError(ae, refTo, false, tr.bdew)
 	if err != nil {
 		return e.internalError(tr, err)
 	}

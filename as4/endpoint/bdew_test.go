@@ -1,0 +1,239 @@
+package endpoint_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gateway/as4"
+	"gateway/as4/client"
+	"gateway/as4/endpoint"
+	"gateway/dedup"
+	"gateway/exchange"
+	"gateway/internal/brainpool"
+	"gateway/internal/brainpool/bptest"
+	"gateway/partners"
+	"gateway/receipt"
+	"gateway/wssec"
+	"gateway/xmlenc"
+)
+
+const utilmd = "UNA:+.? 'UNB+UNOC:3+9900000000002:500+9900000000001:500+250101:1200+ICR0001++TL'" +
+	"UNH+1+UTILMD:D:11A:UN:S2.1'BGM+E01+DOC0001'UNT+3+1'UNZ+1+ICR0001'"
+
+type bdewSetup struct {
+	pki     *bptest.PKI
+	gw, sw  bptest.Party // the gateway and the sending market partner
+	url     string
+	calls   *atomic.Int64
+	client  *client.Client
+	message func(id string) *client.Message
+}
+
+// newBDEW builds a brainpool PKI with openssl (three key pairs per market
+// partner: TLS, signature, encryption), a partner directory with a bdew
+// partner and the real endpoint behind an HTTP server.
+func newBDEW(t *testing.T) *bdewSetup {
+	t.Helper()
+	pki := bptest.New(t)
+	s := &bdewSetup{pki: pki, gw: pki.Party("9900000000001"), sw: pki.Party("9900000000002"), calls: &atomic.Int64{}}
+	dir := t.TempDir()
+	cert, _ := os.ReadFile(s.sw.Signing.CertFile)
+	os.WriteFile(filepath.Join(dir, "sw-sig.pem"), cert, 0o600)
+	os.WriteFile(filepath.Join(dir, "stadtwerke.yaml"), []byte(`id: stadtwerke
+as4:
+  profile: bdew
+  party_id: "9900000000002"
+  certificates: [sw-sig.pem]
+  pmodes:
+    - id: mp
+      agreement: https://www.bdew.de/as4/communication/agreement
+      service: https://www.bdew.de/as4/communication/services/MP
+      action: http://docs.oasis-open.org/ebxml-msg/as4/200902/action
+`), 0o600)
+	d, err := partners.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := &exchange.Pipeline{Store: dedup.NewMemoryStore(dedup.Options{Lease: time.Minute}), Log: slog.New(slog.DiscardHandler),
+		Handler: exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error {
+			s.calls.Add(1)
+			if m.Partner != "stadtwerke" || len(m.Payloads) != 1 {
+				return fmt.Errorf("unexpected message %+v", m)
+			}
+			return nil
+		})}
+	ep, err := endpoint.New(endpoint.Config{Partners: d, Pipeline: pl, Log: slog.New(slog.DiscardHandler),
+		// Keys[0] (RSA) signs for the other partners; the bdew partner gets
+		// receipts signed with the brainpool signing key.
+		Keys:    []xmlenc.KeyPair{getKeys(t).gatewayRSA, {Cert: s.gw.Signing.Cert, Key: s.gw.Signing.Key}, {Cert: s.gw.Encrypt.Cert, Key: s.gw.Encrypt.Key}},
+		PartyID: s.gw.ID, PartyType: partners.PartyTypeGLN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(ep)
+	t.Cleanup(srv.Close)
+	s.url = srv.URL
+	s.client = &client.Client{
+		Signer: s.sw.Signing.Key, Certificate: s.sw.Signing.Cert, PKIPath: true,
+		Encryption:     &client.Encryption{Recipient: s.gw.Encrypt.Cert, KeyReference: xmlenc.ByX509SKI},
+		ReceiptSigners: []*x509.Certificate{s.gw.Signing.Cert},
+	}
+	s.message = func(id string) *client.Message {
+		return &client.Message{MessageID: id,
+			From: as4.PartyID{Value: s.sw.ID, Type: partners.PartyTypeGLN}, To: as4.PartyID{Value: s.gw.ID, Type: partners.PartyTypeGLN},
+			AgreementRef: partners.BDEWAgreement, Service: "https://www.bdew.de/as4/communication/services/MP",
+			Action:   "http://docs.oasis-open.org/ebxml-msg/as4/200902/action",
+			Payloads: []client.Payload{{MimeType: "application/edifact", Data: []byte(utilmd), Compress: true}}}
+	}
+	return s
+}
+
+func TestBDEWEndToEnd(t *testing.T) {
+	s := newBDEW(t)
+	ctx := context.Background()
+	out, err := s.client.Build(s.message("utilmd-1@9900000000002"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{xmlenc.AlgECDHES, xmlenc.AlgConcatKDF, brainpool.NamedCurveURI, wssec.ValueTypeX509PKIPathv1, wssec.AlgECDSASHA256, "X509SKI"} {
+		if !bytes.Contains(out.Body, []byte(want)) {
+			t.Fatalf("sent message lacks %s", want)
+		}
+	}
+	var receipts [][]byte
+	for i := 0; i < 2; i++ {
+		resp, err := s.client.Post(ctx, s.url, out)
+		if err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+		if resp.Receipt == nil || resp.Receipt.RefToMessageID != "utilmd-1@9900000000002" {
+			t.Fatalf("post %d: no receipt for the message: %+v", i, resp.Receipt)
+		}
+		receipts = append(receipts, resp.Body)
+	}
+	if s.calls.Load() != 1 || !bytes.Equal(receipts[0], receipts[1]) {
+		t.Fatalf("handler ran %d times; second receipt is the first: %v", s.calls.Load(), bytes.Equal(receipts[0], receipts[1]))
+	}
+	rc := string(receipts[0])
+	if !strings.Contains(rc, wssec.AlgECDSASHA256) || !strings.Contains(rc, wssec.ValueTypeX509PKIPathv1) {
+		t.Fatalf("receipt is not signed with ecdsa-sha256 and a PKIPath token: %s", rc)
+	}
+	// The receipt verified by implementations that are not ours.
+	verifyWithXMLSec1(t, receipts[0], s.gw.Signing.CertFile)
+}
+
+func TestBDEWRefusals(t *testing.T) {
+	s := newBDEW(t)
+	ctx := context.Background()
+	soapPart := func(out *client.Outgoing, f func(string) string) *client.Outgoing {
+		body := string(out.Body)
+		i := strings.Index(body, "<S12:Envelope")
+		j := strings.Index(body, "</S12:Envelope>") + len("</S12:Envelope>")
+		changed := body[:i] + f(body[i:j]) + body[j:]
+		if changed == body {
+			t.Fatal("mutation did not apply")
+		}
+		return &client.Outgoing{MessageID: out.MessageID, ContentType: out.ContentType, Body: []byte(changed), References: out.References}
+	}
+	p256, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	p256Point, _ := p256.PublicKey.Bytes()
+	for name, c := range map[string]struct {
+		build func(t *testing.T) *client.Outgoing
+		code  string
+	}{
+		"tampered eb:Messaging": {func(t *testing.T) *client.Outgoing {
+			out, _ := s.client.Build(s.message("tampered@9900000000002"))
+			return soapPart(out, func(x string) string {
+				return strings.Replace(x, "<eb:ConversationId>tampered@9900000000002", "<eb:ConversationId>other@9900000000002", 1)
+			})
+		}, "EBMS:0101"},
+		"wrong-curve ephemeral key": {func(t *testing.T) *client.Outgoing {
+			out, _ := s.client.Build(s.message("curve@9900000000002"))
+			return soapPart(out, func(x string) string {
+				x = strings.Replace(x, brainpool.NamedCurveURI, "urn:oid:1.2.840.10045.3.1.7", 1)
+				re := regexp.MustCompile(`<dsig11:PublicKey>[^<]*</dsig11:PublicKey>`)
+				return re.ReplaceAllString(x, "<dsig11:PublicKey>"+base64.StdEncoding.EncodeToString(p256Point)+"</dsig11:PublicKey>")
+			})
+		}, "EBMS:0103"},
+		"wrong-curve signing key": {func(t *testing.T) *client.Outgoing {
+			c := *s.client
+			c.Signer, c.Certificate = p256, selfSignedP256(t, p256)
+			out, err := c.Build(s.message("p256@9900000000002"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}, "EBMS:0101"},
+		"SHA-512 digests": {func(t *testing.T) *client.Outgoing {
+			c := *s.client
+			c.DigestMethod = wssec.AlgSHA512
+			out, _ := c.Build(s.message("sha512@9900000000002"))
+			return out
+		}, "EBMS:0103"},
+		"unencrypted": {func(t *testing.T) *client.Outgoing {
+			c := *s.client
+			c.Encryption = nil
+			out, _ := c.Build(s.message("plain@9900000000002"))
+			return out
+		}, "EBMS:0103"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := s.client.Post(ctx, s.url, c.build(t))
+			var se *receipt.SignalError
+			if !errors.As(err, &se) || len(se.Errors) == 0 || se.Errors[0].Code != c.code {
+				t.Fatalf("err = %v, want %s", err, c.code)
+			}
+		})
+	}
+	if s.calls.Load() != 0 {
+		t.Fatalf("handler ran %d times for refused messages", s.calls.Load())
+	}
+}
+
+func verifyWithXMLSec1(t *testing.T, doc []byte, certFile string) {
+	t.Helper()
+	path, err := exec.LookPath("xmlsec1")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("xmlsec1 not installed")
+		}
+		t.Skip("xmlsec1 not installed")
+	}
+	f := filepath.Join(t.TempDir(), "receipt.xml")
+	os.WriteFile(f, doc, 0o600)
+	out, err := exec.Command(path, "--verify", "--pubkey-cert-pem", certFile, "--id-attr:Id", "Messaging", "--id-attr:Id", "Body", f).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("xmlsec1 does not verify the receipt: %v: %s", err, out)
+	}
+}
+
+func selfSignedP256(t *testing.T, k *ecdsa.PrivateKey) *x509.Certificate {
+	t.Helper()
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "9900000000002.sig"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	return c
+}
