@@ -127,6 +127,10 @@ type AS4 struct {
 	// Certificates are the partner's signing certificates (rollover: several).
 	Certificates      []string `yaml:"certificates"`
 	RequireEncryption bool     `yaml:"require_encryption"`
+	// TLSCertificates are the partner's TLS client certificates; when set,
+	// a message must come over a TLS connection authenticated with one of
+	// them (directly, or forwarded by a trusted proxy: as4.client_cert_header).
+	TLSCertificates []string `yaml:"tls_certificates"`
 	// ClockSkew tolerated on wsu:Timestamp (default 5m).
 	ClockSkew   Duration `yaml:"clock_skew"`
 	DedupWindow Duration `yaml:"dedup_window"`
@@ -247,6 +251,14 @@ func Load(dir string) (*Directory, error) {
 				continue
 			}
 			d.certs["as4\x00"+p.ID] = certs
+			if len(p.AS4.TLSCertificates) > 0 {
+				tls, err := d.loadCerts(path, "as4.tls_certificates", p.AS4.TLSCertificates)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				d.certs["as4tls\x00"+p.ID] = tls
+			}
 			if p.AS4.RetryWindow > p.AS4.DedupWindow {
 				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as4.dedup_window %s is shorter than as4.retry_window %s: a late retransmission would be processed as new",
 					path, p.AS4.DedupWindow.Std(), p.AS4.RetryWindow.Std()))
@@ -486,3 +498,8 @@ func (d *Directory) AS2Certificates(p *Partner) []*x509.Certificate { return d.c
 
 // AS4Certificates are the partner's configured AS4 certificates.
 func (d *Directory) AS4Certificates(p *Partner) []*x509.Certificate { return d.certs["as4\x00"+p.ID] }
+
+// AS4TLSCertificates are the partner's configured TLS client certificates (none: not checked).
+func (d *Directory) AS4TLSCertificates(p *Partner) []*x509.Certificate {
+	return d.certs["as4tls\x00"+p.ID]
+}

@@ -96,11 +96,16 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 		snap.as2 = ep
 	}
 	if id.PartyID != "" && len(as4Keys) > 0 {
+		proxies, err := config.ParseProxies(s.Config.AS4.TrustedProxies)
+		if err != nil {
+			return nil, fmt.Errorf("server: as4.trusted_proxies: %w", err)
+		}
 		ep, err := endpoint.New(endpoint.Config{
 			Partners: dir, Keys: as4Keys, Pipeline: s.Pipeline,
 			PartyID: id.PartyID, PartyType: id.PartyType,
 			Limits:   as4.Limits{MaxMessageSize: s.Config.Limits.MaxBodyBytes},
 			SpoolDir: s.Config.SpoolDir, Log: s.Log,
+			ClientCertHeader: s.Config.AS4.ClientCertHeader, TrustedProxies: proxies,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("server: as4: %w", err)

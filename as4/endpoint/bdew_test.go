@@ -13,7 +13,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/big"
+	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,13 +54,19 @@ type bdewSetup struct {
 // newBDEW builds a brainpool PKI with openssl (three key pairs per market
 // partner: TLS, signature, encryption), a partner directory with a bdew
 // partner and the real endpoint behind an HTTP server.
-func newBDEW(t *testing.T) *bdewSetup {
+func newBDEW(t *testing.T) *bdewSetup { return newBDEWWith(t, "", nil) }
+
+// newBDEWWith adds partnerExtra to the partner's as4 section and lets mod
+// change the endpoint configuration.
+func newBDEWWith(t *testing.T, partnerExtra string, mod func(*endpoint.Config)) *bdewSetup {
 	t.Helper()
 	pki := bptest.New(t)
 	s := &bdewSetup{pki: pki, gw: pki.Party("9900000000001"), sw: pki.Party("9900000000002"), calls: &atomic.Int64{}}
 	dir := t.TempDir()
 	cert, _ := os.ReadFile(s.sw.Signing.CertFile)
 	os.WriteFile(filepath.Join(dir, "sw-sig.pem"), cert, 0o600)
+	tlsCert, _ := os.ReadFile(s.sw.TLS.CertFile)
+	os.WriteFile(filepath.Join(dir, "sw-tls.pem"), tlsCert, 0o600)
 	os.WriteFile(filepath.Join(dir, "stadtwerke.yaml"), []byte(`id: stadtwerke
 as4:
   profile: bdew
@@ -68,7 +77,7 @@ as4:
       agreement: https://www.bdew.de/as4/communication/agreement
       service: https://www.bdew.de/as4/communication/services/MP
       action: http://docs.oasis-open.org/ebxml-msg/as4/200902/action
-`), 0o600)
+`+partnerExtra), 0o600)
 	d, err := partners.Load(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -81,11 +90,15 @@ as4:
 			}
 			return nil
 		})}
-	ep, err := endpoint.New(endpoint.Config{Partners: d, Pipeline: pl, Log: slog.New(slog.DiscardHandler),
+	cfg := endpoint.Config{Partners: d, Pipeline: pl, Log: slog.New(slog.DiscardHandler),
 		// Keys[0] (RSA) signs for the other partners; the bdew partner gets
 		// receipts signed with the brainpool signing key.
 		Keys:    []xmlenc.KeyPair{getKeys(t).gatewayRSA, {Cert: s.gw.Signing.Cert, Key: s.gw.Signing.Key}, {Cert: s.gw.Encrypt.Cert, Key: s.gw.Encrypt.Key}},
-		PartyID: s.gw.ID, PartyType: partners.PartyTypeGLN})
+		PartyID: s.gw.ID, PartyType: partners.PartyTypeGLN}
+	if mod != nil {
+		mod(&cfg)
+	}
+	ep, err := endpoint.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,4 +249,70 @@ func selfSignedP256(t *testing.T, k *ecdsa.PrivateKey) *x509.Certificate {
 	}
 	c, _ := x509.ParseCertificate(der)
 	return c
+}
+
+// headerTransport adds a header to every request (the TLS-terminating proxy).
+type headerTransport struct{ name, value string }
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if h.value != "" {
+		r.Header.Set(h.name, h.value)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// The transport note of the profile: behind a TLS-terminating proxy the
+// verified client certificate arrives in a header, trusted only from the
+// configured proxy addresses, and must be one of the sending partner's TLS
+// certificates.
+func TestBDEWForwardedClientCertificate(t *testing.T) {
+	const header = "X-SSL-Client-Cert"
+	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	trusted := newBDEWWith(t, "  tls_certificates: [sw-tls.pem]\n", func(c *endpoint.Config) {
+		c.ClientCertHeader, c.TrustedProxies = header, loopback
+	})
+	pemOf := func(kp bptest.KeyPair) string {
+		b, _ := os.ReadFile(kp.CertFile)
+		return url.QueryEscape(string(b)) // nginx $ssl_client_escaped_cert
+	}
+	ctx := context.Background()
+	for name, c := range map[string]struct {
+		value string
+		code  string // "" = receipt
+	}{
+		"partner's TLS certificate (URL-encoded PEM)": {pemOf(trusted.sw.TLS), ""},
+		"partner's TLS certificate (base64 DER)":      {base64.StdEncoding.EncodeToString(trusted.sw.TLS.Cert.Raw), ""},
+		"no certificate":                              {"", "EBMS:0101"},
+		"another party's certificate":                 {pemOf(trusted.gw.TLS), "EBMS:0101"},
+		"partner's signing, not TLS, certificate":     {pemOf(trusted.sw.Signing), "EBMS:0101"},
+		"garbage": {"%%%", "EBMS:0101"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cl := *trusted.client
+			cl.HTTP = &http.Client{Transport: headerTransport{header, c.value}}
+			_, resp, err := cl.Send(ctx, trusted.url, trusted.message(strings.ReplaceAll(name, " ", "-")+"@9900000000002"))
+			if c.code == "" {
+				if err != nil || resp.Receipt == nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var se *receipt.SignalError
+			if !errors.As(err, &se) || se.Errors[0].Code != c.code {
+				t.Fatalf("err = %v, want %s", err, c.code)
+			}
+		})
+	}
+	// From an address that is not a trusted proxy the header is ignored.
+	untrusted := newBDEWWith(t, "  tls_certificates: [sw-tls.pem]\n", func(c *endpoint.Config) {
+		c.ClientCertHeader, c.TrustedProxies = header, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	})
+	cl := *untrusted.client
+	cl.HTTP = &http.Client{Transport: headerTransport{header, pemOf(untrusted.sw.TLS)}}
+	_, _, err := cl.Send(ctx, untrusted.url, untrusted.message("untrusted@9900000000002"))
+	var se *receipt.SignalError
+	if !errors.As(err, &se) || se.Errors[0].Code != "EBMS:0101" {
+		t.Fatalf("header from an untrusted address: %v", err)
+	}
 }

@@ -70,12 +70,14 @@ package endpoint
 import (
 	"context"
 	"crypto"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/netip"
 	"net/textproto"
 	"slices"
 	"strings"
@@ -161,6 +163,12 @@ type Config struct {
 	// Log receives one line per message the pipeline does not see (rejected
 	// before it, or an ebMS test message); the pipeline logs the others.
 	Log *slog.Logger
+	// ClientCertHeader names the header in which a TLS-terminating proxy
+	// forwards the verified client certificate; it is read only from
+	// TrustedProxies. A partner with tls_certificates must present one of
+	// them (directly over TLS or through the proxy), else EBMS:0101.
+	ClientCertHeader string
+	TrustedProxies   []netip.Prefix
 }
 
 // maxKeyOperationsPerMessage bounds the private-key operations (RSA unwraps,
@@ -228,6 +236,10 @@ type trace struct {
 	pipeline bool
 	test     bool
 	bdew     bool // the partner follows the BDEW AS4 profile
+	// clientCert is the TLS client certificate (ours or forwarded by a
+	// trusted proxy); clientCertErr an unreadable forwarded one.
+	clientCert    *x509.Certificate
+	clientCertErr error
 }
 
 // ServeHTTP implements http.Handler.
@@ -245,6 +257,11 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body := &countingReader{r: r.Body}
 	var tr trace
+	var ignored string
+	tr.clientCert, ignored, tr.clientCertErr = e.clientCertificate(r)
+	if ignored != "" {
+		e.log.Warn("as4 client certificate header ignored: not from a trusted proxy", "protocol", string(exchange.AS4), "remote", ignored, "header", e.cfg.ClientCertHeader)
+	}
 	reply, large := e.receive(r.Context(), r.Header.Get("Content-Type"), body, limit, &tr)
 	if large {
 		e.tooLarge(w, r, start)
@@ -431,6 +448,9 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	um := verified.UserMessage
 	if um == nil || um.MessageInfo.MessageID != msgID || !hasParty(um.From, from) {
 		return e.reject(tr, as4.FailedAuthentication("the signed eb:Messaging header is not the one that was read", nil), msgID)
+	}
+	if ae := checkClientCert(tr, e.cfg.Partners.AS4TLSCertificates(partner)); ae != nil {
+		return e.reject(tr, ae, msgID)
 	}
 	pm, err := as4.Match(e.pmodes(pa), um)
 	if err != nil {
