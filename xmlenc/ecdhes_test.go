@@ -226,8 +226,9 @@ func FuzzKeyAgreementMethod(f *testing.F) {
 			}
 			return
 		}
-		if len(res.Keys) == 0 {
-			t.Fatal("success without a key")
+		// A message without encryption left decrypts to itself.
+		if len(res.Parts) > 0 && len(res.Keys) == 0 {
+			t.Fatal("decrypted parts without a key")
 		}
 	})
 }
