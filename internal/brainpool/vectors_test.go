@@ -3,6 +3,7 @@ package brainpool
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"math/big"
 	"testing"
 )
 
@@ -35,5 +36,55 @@ func TestWycheproofECDSASubset(t *testing.T) {
 		if got := VerifyRaw(pub, sum[:], sig); got != v.valid {
 			t.Errorf("tcId %d: verify = %v, want %v", v.id, got, v.valid)
 		}
+	}
+}
+
+// TestVerifyLargeXCoordinate builds, as Wycheproof's "k*G has a large
+// x-coordinate" and "r too large" vectors do, a signature whose point R has
+// x ≥ n: r = x mod n must verify, r = x itself must not.
+func TestVerifyLargeXCoordinate(t *testing.T) {
+	p, a, b, n := mustHex(hexP), mustHex(hexA), mustHex(hexB), mustHex(hexN)
+	// The largest x < p on the curve (p ≡ 3 mod 4: y = rhs^((p+1)/4)).
+	exp := new(big.Int).Rsh(new(big.Int).Add(p, big.NewInt(1)), 2)
+	var rx, ry *big.Int
+	for x := new(big.Int).Sub(p, big.NewInt(1)); ; x.Sub(x, big.NewInt(1)) {
+		rhs := new(big.Int).Exp(x, big.NewInt(3), p)
+		rhs.Add(rhs, new(big.Int).Mul(a, x)).Add(rhs, b).Mod(rhs, p)
+		y := new(big.Int).Exp(rhs, exp, p)
+		if new(big.Int).Exp(y, big.NewInt(2), p).Cmp(rhs) == 0 {
+			rx, ry = new(big.Int).Set(x), y
+			break
+		}
+	}
+	if rx.Cmp(n) < 0 {
+		t.Fatal("no x ≥ n found")
+	}
+	digest := sha256.Sum256([]byte("123400"))
+	e := new(big.Int).Mod(new(big.Int).SetBytes(digest[:]), n)
+	r := new(big.Int).Mod(rx, n)
+	s := new(big.Int).Sub(n, big.NewInt(3))
+	// Q = r⁻¹(s·R − e·G)
+	sx, sy := refMult(s, rx, ry)
+	ex, ey := refMult(e, mustHex(hexGx), mustHex(hexGy))
+	ey = new(big.Int).Sub(p, ey)
+	tx, ty := refAdd(sx, sy, ex, ey)
+	qx, qy := refMult(new(big.Int).ModInverse(r, n), tx, ty)
+	raw := make([]byte, 65)
+	raw[0] = 4
+	qx.FillBytes(raw[1:33])
+	qy.FillBytes(raw[33:])
+	pub, err := NewPublicKey(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := make([]byte, 64)
+	r.FillBytes(sig[:32])
+	s.FillBytes(sig[32:])
+	if !VerifyRaw(pub, digest[:], sig) {
+		t.Fatal("r = x mod n (x ≥ n) does not verify")
+	}
+	rx.FillBytes(sig[:32])
+	if VerifyRaw(pub, digest[:], sig) {
+		t.Fatal("r = x ≥ n verifies")
 	}
 }
