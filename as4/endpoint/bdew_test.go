@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -305,8 +306,10 @@ func TestBDEWForwardedClientCertificate(t *testing.T) {
 		})
 	}
 	// From an address that is not a trusted proxy the header is ignored.
+	var logs syncBuffer
 	untrusted := newBDEWWith(t, "  tls_certificates: [sw-tls.pem]\n", func(c *endpoint.Config) {
 		c.ClientCertHeader, c.TrustedProxies = header, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+		c.Log = slog.New(slog.NewJSONHandler(&logs, nil))
 	})
 	cl := *untrusted.client
 	cl.HTTP = &http.Client{Transport: headerTransport{header, pemOf(untrusted.sw.TLS)}}
@@ -314,5 +317,42 @@ func TestBDEWForwardedClientCertificate(t *testing.T) {
 	var se *receipt.SignalError
 	if !errors.As(err, &se) || se.Errors[0].Code != "EBMS:0101" {
 		t.Fatalf("header from an untrusted address: %v", err)
+	}
+	if !strings.Contains(logs.String(), "as4 client certificate header ignored: not from a trusted proxy") {
+		t.Fatalf("ignored header not logged: %s", logs.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Without a brainpool signing key among our keys, a bdew partner's message
+// cannot be answered as the profile asks: HTTP 500 (the sender retries), no
+// delivery.
+func TestBDEWWithoutBrainpoolSigningKey(t *testing.T) {
+	var s *bdewSetup
+	s = newBDEWWith(t, "", func(c *endpoint.Config) {
+		c.Keys = []xmlenc.KeyPair{c.Keys[0], c.Keys[2]} // RSA and the brainpool encryption key only
+	})
+	_, resp, err := s.client.Send(context.Background(), s.url, s.message("nokey@9900000000002"))
+	if err == nil || resp == nil || resp.Status != 500 {
+		t.Fatalf("status %v, err %v", resp, err)
+	}
+	if s.calls.Load() != 0 {
+		t.Fatalf("handler ran %d times for a message that cannot be acknowledged", s.calls.Load())
 	}
 }

@@ -396,6 +396,10 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	tr.bdew = pa.IsBDEW()
 	allowed := e.cfg.AllowedAlgorithms
 	if tr.bdew {
+		if _, err := e.signingKeyFor(true); err != nil {
+			// Our configuration, not the message: the sender retries.
+			return e.internalError(tr, err)
+		}
 		allowed = BDEWEncryptionAlgorithms
 	}
 
