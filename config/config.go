@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -244,6 +245,12 @@ type Audit struct {
 // Endpoint is a protocol's HTTP path.
 type Endpoint struct {
 	Path string `mapstructure:"path"`
+	// ClientCertHeader (as4 only) names the request header in which a
+	// TLS-terminating proxy forwards the verified client certificate
+	// (URL-encoded PEM as nginx's $ssl_client_escaped_cert, or base64 DER).
+	// It is read only from TrustedProxies (IP addresses or CIDR prefixes).
+	ClientCertHeader string   `mapstructure:"client_cert_header"`
+	TrustedProxies   []string `mapstructure:"trusted_proxies"`
 }
 
 // Limits protect the server.
@@ -292,6 +299,8 @@ var defaults = map[string]any{
 	"audit.best_effort":          false,
 	"as2.path":                   "/as2",
 	"as4.path":                   "/as4",
+	"as4.client_cert_header":     "",
+	"as4.trusted_proxies":        []string{},
 	"limits.max_body_bytes":      int64(100 << 20),
 	"limits.read_header_timeout": 10 * time.Second,
 	"limits.read_timeout":        5 * time.Minute,
@@ -534,6 +543,15 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("%s: %q must start with /", e.name, e.path))
 		}
 	}
+	if c.AS2.ClientCertHeader != "" || len(c.AS2.TrustedProxies) > 0 {
+		errs = append(errs, errors.New("as2.client_cert_header, as2.trusted_proxies: only the as4 endpoint reads forwarded client certificates"))
+	}
+	if _, err := ParseProxies(c.AS4.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("as4.trusted_proxies: %w", err))
+	}
+	if c.AS4.ClientCertHeader != "" && len(c.AS4.TrustedProxies) == 0 {
+		errs = append(errs, errors.New("as4.client_cert_header: needs as4.trusted_proxies (the header is trusted only from them)"))
+	}
 	if c.Limits.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("limits.max_body_bytes: must be positive"))
 	}
@@ -757,3 +775,22 @@ func redactURL(s string) string {
 
 // Redacted returns the store URL with any password hidden, for logs.
 func (c *Config) Redacted() string { return redactURL(c.Store) }
+
+// ParseProxies parses as4.trusted_proxies: IP addresses or CIDR prefixes.
+func ParseProxies(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range list {
+		s = strings.TrimSpace(s)
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither an IP address nor a CIDR prefix", s)
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}

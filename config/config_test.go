@@ -230,3 +230,23 @@ func TestInFlightRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+func TestForwardedClientCertificateSettings(t *testing.T) {
+	c, err := Load(write(t, "as4:\n  client_cert_header: X-SSL-Client-Cert\n  trusted_proxies: [10.1.2.3, \"192.168.0.0/16\", \"::1\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ParseProxies(c.AS4.TrustedProxies)
+	if err != nil || len(p) != 3 || p[0].String() != "10.1.2.3/32" || p[1].String() != "192.168.0.0/16" || p[2].String() != "::1/128" {
+		t.Fatalf("proxies %v, %v", p, err)
+	}
+	for _, tc := range []struct{ body, want string }{
+		{"as4:\n  client_cert_header: X-SSL-Client-Cert\n", "as4.client_cert_header"},
+		{"as4:\n  trusted_proxies: [proxy.example]\n", "as4.trusted_proxies"},
+		{"as2:\n  client_cert_header: X\n", "as2.client_cert_header"},
+	} {
+		if _, err := Load(write(t, tc.body)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want mention of %q", tc.body, err, tc.want)
+		}
+	}
+}

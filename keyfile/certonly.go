@@ -18,6 +18,8 @@ import (
 	"hash"
 	"math/big"
 	"unicode/utf16"
+
+	"gateway/internal/brainpool"
 )
 
 // certOnlyPKCS12 reads the certificates of a PKCS#12 file without a
@@ -106,7 +108,7 @@ func certOnlyPKCS12(b []byte, password string) ([]*x509.Certificate, error) {
 			if _, err := asn1.Unmarshal(inner, &cb); err != nil || !cb.ID.Equal(oidX509Cert) {
 				continue
 			}
-			c, err := x509.ParseCertificate(cb.Value)
+			c, err := brainpool.ParseCertificate(cb.Value)
 			if err != nil {
 				return nil, fmt.Errorf("PKCS#12: certificate: %w", err)
 			}

@@ -19,6 +19,8 @@ import (
 	"strings"
 
 	"software.sslmate.com/src/go-pkcs12"
+
+	"gateway/internal/brainpool"
 )
 
 // What can be wrong with a file.
@@ -96,7 +98,7 @@ func Certificates(path string, pw Password) ([]*x509.Certificate, error) {
 		}
 		return certs, nil
 	}
-	if c, err := x509.ParseCertificate(b); err == nil {
+	if c, err := brainpool.ParseCertificate(b); err == nil {
 		return []*x509.Certificate{c}, nil
 	}
 	if !looksLikePKCS12(b) {
@@ -196,7 +198,12 @@ func (e mismatchError) Is(target error) bool { return target == ErrKeyMismatch }
 // PEM encodes a certificate and key as PEM (CERTIFICATE, PKCS#8 PRIVATE
 // KEY), the form the protocol packages' parsers take.
 func PEM(cert *x509.Certificate, key crypto.PrivateKey) (certPEM, keyPEM []byte, err error) {
-	k8, err := x509.MarshalPKCS8PrivateKey(key)
+	var k8 []byte
+	if bk, ok := key.(*brainpool.PrivateKey); ok {
+		k8, err = brainpool.MarshalPKCS8PrivateKey(bk)
+	} else {
+		k8, err = x509.MarshalPKCS8PrivateKey(key)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("keyfile: %w", err)
 	}
@@ -215,7 +222,7 @@ func pemCertificates(b []byte) ([]*x509.Certificate, error) {
 		if blk.Type != "CERTIFICATE" {
 			continue
 		}
-		c, err := x509.ParseCertificate(blk.Bytes)
+		c, err := brainpool.ParseCertificate(blk.Bytes)
 		if err != nil {
 			return nil, fmt.Errorf("certificate: %w", err)
 		}
@@ -235,6 +242,12 @@ func pemKey(b []byte) (crypto.PrivateKey, error) {
 		switch blk.Type {
 		case "PRIVATE KEY":
 			key, err = x509.ParsePKCS8PrivateKey(blk.Bytes)
+			if err != nil {
+				// crypto/x509 does not know brainpoolP256r1 (BDEW AS4).
+				if bk, berr := brainpool.ParsePrivateKey(blk.Bytes); berr == nil {
+					key, err = bk, nil
+				}
+			}
 		case "RSA PRIVATE KEY":
 			if _, enc := blk.Headers["DEK-Info"]; enc {
 				return nil, ErrEncryptedPEM
@@ -245,6 +258,11 @@ func pemKey(b []byte) (crypto.PrivateKey, error) {
 				return nil, ErrEncryptedPEM
 			}
 			key, err = x509.ParseECPrivateKey(blk.Bytes)
+			if err != nil {
+				if bk, berr := brainpool.ParsePrivateKey(blk.Bytes); berr == nil {
+					key, err = bk, nil
+				}
+			}
 		case "ENCRYPTED PRIVATE KEY":
 			return nil, ErrEncryptedPEM
 		default:
@@ -265,6 +283,9 @@ func derKey(b []byte) (crypto.PrivateKey, error) {
 		return k, nil
 	}
 	if k, err := x509.ParseECPrivateKey(b); err == nil {
+		return k, nil
+	}
+	if k, err := brainpool.ParsePrivateKey(b); err == nil {
 		return k, nil
 	}
 	return nil, ErrFormat

@@ -146,6 +146,10 @@ type AS4 struct {
 	// CertificatePasswordEnv / CertificatePasswordFile: as for AS2.
 	CertificatePasswordEnv  string `yaml:"certificate_password_env"`
 	CertificatePasswordFile string `yaml:"certificate_password_file"`
+	// TLSCertificates are the partner's TLS client certificates; when set,
+	// a message must come over a TLS connection authenticated with one of
+	// them (directly, or forwarded by a trusted proxy: as4.client_cert_header).
+	TLSCertificates []string `yaml:"tls_certificates"`
 	// ClockSkew tolerated on wsu:Timestamp (default 5m).
 	ClockSkew   Duration `yaml:"clock_skew"`
 	DedupWindow Duration `yaml:"dedup_window"`
@@ -153,6 +157,11 @@ type AS4 struct {
 	PModes      []PMode  `yaml:"pmodes"`
 	// Trust is the trust model of the partner's signatures.
 	Trust `yaml:",inline"`
+	// Profile "bdew" applies the BDEW AS4 profile (see bdew.go): a security
+	// floor the file cannot relax and the profile's defaults.
+	Profile string `yaml:"profile"`
+
+	set map[string]bool // keys present in the file's as4 section
 }
 
 // PMode is one processing mode agreed with the partner; empty fields match
@@ -265,12 +274,24 @@ func Load(dir string) (*Directory, error) {
 				errs = append(errs, err)
 				continue
 			}
+			if err := p.AS4.checkProfileCertificates(certs); err != nil {
+				errs = append(errs, &FieldError{path, "as4.certificates", err.Error()})
+				continue
+			}
 			d.certs["as4\x00"+p.ID] = certs
 			if d.policies["as4\x00"+p.ID], err = d.loadTrust(path, "as4", &p.AS4.Trust); err != nil {
 				errs = append(errs, err)
 				continue
 			}
 			d.warnWeak(path, "as4", p.AS4.AllowWeakKeys, certs)
+			if len(p.AS4.TLSCertificates) > 0 {
+				tls, err := d.loadCerts(path, "as4.tls_certificates", p.AS4.TLSCertificates, d.password(p.AS4.CertificatePasswordEnv, p.AS4.CertificatePasswordFile))
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				d.certs["as4tls\x00"+p.ID] = tls
+			}
 			if p.AS4.RetryWindow > p.AS4.DedupWindow {
 				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as4.dedup_window %s is shorter than as4.retry_window %s: a late retransmission would be processed as new",
 					path, p.AS4.DedupWindow.Std(), p.AS4.RetryWindow.Std()))
@@ -352,6 +373,9 @@ func LoadFile(path string) (*Partner, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	p.File = path
+	if p.AS4 != nil {
+		p.AS4.set = presentKeys(b, "as4")
+	}
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
@@ -460,6 +484,9 @@ func (p *Partner) validate() error {
 			}
 			seen[pm.ID] = true
 		}
+		if err := a.applyProfile(f); err != nil {
+			return err
+		}
 		if a.ClockSkew == 0 {
 			a.ClockSkew = Duration(5 * time.Minute)
 		}
@@ -515,3 +542,8 @@ func (d *Directory) AS2Certificates(p *Partner) []*x509.Certificate { return d.c
 
 // AS4Certificates are the partner's configured AS4 certificates.
 func (d *Directory) AS4Certificates(p *Partner) []*x509.Certificate { return d.certs["as4\x00"+p.ID] }
+
+// AS4TLSCertificates are the partner's configured TLS client certificates (none: not checked).
+func (d *Directory) AS4TLSCertificates(p *Partner) []*x509.Certificate {
+	return d.certs["as4tls\x00"+p.ID]
+}

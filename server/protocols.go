@@ -133,12 +133,17 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 		snap.as2 = ep
 	}
 	if len(as4IDs) > 0 {
+		proxies, err := config.ParseProxies(s.Config.AS4.TrustedProxies)
+		if err != nil {
+			return nil, fmt.Errorf("server: as4.trusted_proxies: %w", err)
+		}
 		ep, err := endpoint.New(endpoint.Config{
 			Partners: dir, Keys: as4IDs[0].Keys, Pipeline: s.Pipeline,
 			PartyID: as4IDs[0].PartyID, PartyType: as4IDs[0].PartyType, Identities: as4IDs[1:],
 			Limits:         as4.Limits{MaxMessageSize: lim.MaxBodyBytes, MaxEnvelopeSize: lim.MaxEnvelopeBytes, SpoolDir: s.Config.SpoolDir},
 			MaxPayloadSize: lim.MaxDecompressedBytes, MaxCompressionRatio: ratio,
 			SpoolDir: s.Config.SpoolDir, Log: s.Log, Trust: s.trust, Peppol: pap,
+			ClientCertHeader: s.Config.AS4.ClientCertHeader, TrustedProxies: proxies,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("server: as4: %w", err)

@@ -2,13 +2,8 @@ package wssec
 
 import (
 	"crypto/x509"
-	"encoding/asn1"
 	"errors"
 )
-
-// ValueTypeX509PKIPath is the token type of a certificate path (X.509 token
-// profile 1.1 §3.1: a DER SEQUENCE OF Certificate, issuer first).
-const ValueTypeX509PKIPath = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-x509-token-profile-1.0#X509PKIPathv1"
 
 // SignerInfo is what VerifyOptions.CheckSigner decides on.
 type SignerInfo struct {
@@ -50,13 +45,13 @@ func (s *Signature) presented() []*x509.Certificate {
 			if c, err := x509.ParseCertificate(der); err == nil {
 				out = append(out, c)
 			}
-		case ValueTypeX509PKIPath:
-			var path []asn1.RawValue
-			if rest, err := asn1.Unmarshal(der, &path); err != nil || len(rest) > 0 {
+		case ValueTypeX509PKIPathv1:
+			path, err := parsePKIPath(der)
+			if err != nil {
 				continue
 			}
 			for _, raw := range path {
-				if c, err := x509.ParseCertificate(raw.FullBytes); err == nil {
+				if c, err := x509.ParseCertificate(raw); err == nil {
 					out = append(out, c)
 				}
 			}

@@ -12,7 +12,11 @@
 //     encryption (the AS4 profile and eDelivery AS4 1.x);
 //   - eDelivery AS4 2.0: an Ed25519 signing key (eddsa-ed25519) and an
 //     X25519 recipient certificate (X25519 key agreement, HKDF, AES key
-//     wrap) with AES-GCM.
+//     wrap) with AES-GCM;
+//   - the BDEW AS4 profile: a brainpoolP256r1 signing key (ecdsa-sha256,
+//     PKIPath token) and a brainpoolP256r1 recipient certificate (ECDH-ES,
+//     ConcatKDF SHA-256, kw-aes128, RecipientKeyInfo by X509SKI) with
+//     AES-128-GCM.
 //
 // The order is the AS4 norm: compress, sign, encrypt.
 package client
@@ -65,6 +69,10 @@ type Client struct {
 	// SHA-256.
 	SignatureMethod string
 	DigestMethod    string
+	// PKIPath sends Certificate (after the issuers in Chain, closest first)
+	// as an X509PKIPathv1 token, as the BDEW AS4 profile asks.
+	PKIPath bool
+	Chain   []*x509.Certificate
 	// Encryption, when set, encrypts every attachment for the receiver.
 	Encryption *Encryption
 	// ReceiptSigners are the receiver's certificates that may sign its
@@ -284,6 +292,7 @@ func (c *Client) Build(m *Message) (*Outgoing, error) {
 		Signer: c.Signer, Certificate: c.Certificate,
 		SignatureMethod: c.SignatureMethod, DigestMethod: c.DigestMethod,
 		TimestampTTL: c.TimestampTTL, Now: c.now, Rand: c.rand(),
+		PKIPath: c.PKIPath, Chain: c.Chain,
 	}); err != nil {
 		return nil, fmt.Errorf("as4 client: sign: %w", err)
 	}

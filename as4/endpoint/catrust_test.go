@@ -164,6 +164,6 @@ func addPKIPath(t *testing.T, doc *etree.Document, certs ...*x509.Certificate) {
 	sec := find(doc.Root(), wssec.NamespaceWSSE, "Security")
 	bst := sec.CreateElement(sec.Space + ":BinarySecurityToken")
 	bst.CreateAttr("EncodingType", wssec.EncodingBase64Binary)
-	bst.CreateAttr("ValueType", wssec.ValueTypeX509PKIPath)
+	bst.CreateAttr("ValueType", wssec.ValueTypeX509PKIPathv1)
 	bst.SetText(base64.StdEncoding.EncodeToString(der))
 }

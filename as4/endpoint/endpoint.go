@@ -70,12 +70,14 @@ package endpoint
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/netip"
 	"net/textproto"
 	"slices"
 	"strings"
@@ -182,6 +184,12 @@ type Config struct {
 	// to the AP CA, has that PartyId as CN, is not revoked, and the SBDH
 	// agrees with the ebMS header (see package peppol).
 	Peppol *peppol.AP
+	// ClientCertHeader names the header in which a TLS-terminating proxy
+	// forwards the verified client certificate; it is read only from
+	// TrustedProxies. A partner with tls_certificates must present one of
+	// them (directly over TLS or through the proxy), else EBMS:0101.
+	ClientCertHeader string
+	TrustedProxies   []netip.Prefix
 }
 
 // maxKeyOperationsPerMessage bounds the private-key operations (RSA unwraps,
@@ -267,7 +275,12 @@ type trace struct {
 	pipeline bool
 	test     bool
 	// id is the identity of ours that signs the answer.
-	id *ownIdentity
+	id   *ownIdentity
+	bdew bool // the partner follows the BDEW AS4 profile
+	// clientCert is the TLS client certificate (ours or forwarded by a
+	// trusted proxy); clientCertErr an unreadable forwarded one.
+	clientCert    *x509.Certificate
+	clientCertErr error
 }
 
 // ServeHTTP implements http.Handler.
@@ -285,6 +298,11 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body := &countingReader{r: r.Body}
 	var tr trace
+	var ignored string
+	tr.clientCert, ignored, tr.clientCertErr = e.clientCertificate(r)
+	if ignored != "" {
+		e.log.Warn("as4 client certificate header ignored: not from a trusted proxy", "protocol", string(exchange.AS4), "remote", ignored, "header", e.cfg.ClientCertHeader)
+	}
 	reply, large := e.receive(r.Context(), r.Header.Get("Content-Type"), body, limit, &tr)
 	if large {
 		if st := limits.Status(body.err); st != 0 && st != http.StatusRequestEntityTooLarge {
@@ -434,6 +452,15 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	tr.partner = partner.ID
 	tr.key = dedup.TransportKey(string(exchange.AS4), from.Type, from.Value, msgID)
 	pa := partner.AS4
+	tr.bdew = pa.IsBDEW()
+	allowed := e.cfg.AllowedAlgorithms
+	if tr.bdew {
+		if _, err := e.signingKeyFor(tr.id, true); err != nil {
+			// Our configuration, not the message: the sender retries.
+			return e.internalError(tr, err)
+		}
+		allowed = BDEWEncryptionAlgorithms
+	}
 
 	if ae := e.refuseCBC(env.Doc); ae != nil {
 		return e.reject(tr, ae, msgID)
@@ -446,7 +473,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	}
 	keys := e.decryptionKeys(tr.id)
 	dec, err := xmlenc.Decrypt(env.Doc, atts, keys, xmlenc.Options{
-		AllowedAlgorithms:           e.cfg.AllowedAlgorithms,
+		AllowedAlgorithms:           allowed,
 		RequireEncryptedAttachments: pa.RequireEncryption,
 		// Senders that wrap the key once per attachment use one private-key
 		// operation per EncryptedKey; allow a few, not an unbounded number
@@ -490,6 +517,11 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	if err := trust.CheckSigner(res.Signer, e.cfg.Now(), trust.Policy{AllowWeakKeys: pa.AllowWeakKeys}); err != nil {
 		return e.reject(tr, as4.FailedAuthentication("the signer's "+err.Error(), err), msgID)
 	}
+	if tr.bdew {
+		if ae := checkBDEWSignature(res); ae != nil {
+			return e.reject(tr, ae, msgID)
+		}
+	}
 
 	// From here on only the verified eb:Messaging element counts.
 	verified, err := as4.ParseMessaging(res.Messaging)
@@ -501,6 +533,9 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		return e.reject(tr, as4.FailedAuthentication("the signed eb:Messaging header is not the one that was read", nil), msgID)
 	}
 	tr.id = e.identityFor(um.To) // the verified eb:To signs from here on
+	if ae := checkClientCert(tr, e.cfg.Partners.AS4TLSCertificates(partner)); ae != nil {
+		return e.reject(tr, ae, msgID)
+	}
 	pm, err := as4.Match(e.pmodes(pa), um)
 	if err != nil {
 		return e.reject(tr, as4.AsError(err), msgID)
@@ -541,7 +576,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	refs := receiptReferences(res.References)
 	if um.IsTest() {
 		tr.test = true
-		reply, err := e.receiptReply(um, refs, tr.id)
+		reply, err := e.receiptReply(um, refs, tr.id, tr.bdew)
 		if err != nil {
 			return e.internalError(tr, err)
 		}
@@ -559,7 +594,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	tr.pipeline = true
 	reply := e.cfg.Pipeline.Process(ctx, exchange.Inbound{
 		Message: msg,
-		Replies: &replies{e: e, um: um, refs: refs, id: tr.id},
+		Replies: &replies{e: e, um: um, refs: refs, id: tr.id, bdew: tr.bdew},
 		Window:  pa.DedupWindow.Std(),
 		OnDrift: exchange.DriftPolicyOf(partner.OnDrift),
 	})

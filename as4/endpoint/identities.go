@@ -22,6 +22,9 @@ type Identity struct {
 type ownIdentity struct {
 	Identity
 	signer crypto.Signer
+	// bdewKey is the identity's brainpoolP256r1 signing key for bdew
+	// partners, if it has one.
+	bdewKey *signingKey
 }
 
 // newIdentity checks that keys[0] can sign and belongs to its certificate.
@@ -42,7 +45,7 @@ func newIdentity(id Identity, name string) (*ownIdentity, error) {
 			return nil, fmt.Errorf("as4 endpoint: %s: Keys[%d] lacks certificate or key", name, i)
 		}
 	}
-	return &ownIdentity{Identity: id, signer: signer}, nil
+	return &ownIdentity{Identity: id, signer: signer, bdewKey: bdewSigningKey(id.Keys)}, nil
 }
 
 // identityFor is the identity eb:To names, else the first. It matches as
