@@ -20,7 +20,8 @@
 # (0: fraction resent with identical bytes), OP_TIME (3s), PROFILE=1 turns on
 # admin.pprof and saves a 10 s CPU profile of the gateway taken during each
 # load as $PROFILE_DIR/{as2,as4}.cpu.pprof (PROFILE_DIR default: the current
-# directory), KEEP=1 keeps the temporary directory (store, inbox, logs).
+# directory), GATEWAY_BIN (serve this binary instead of building
+# bin/gateway, e.g. an earlier version for before/after figures), KEEP=1 keeps the temporary directory (store, inbox, logs).
 # Exit status: 0 when both runs had no failures.
 set -euo pipefail
 
@@ -55,9 +56,15 @@ sqlite:* | postgres://* | postgresql://*) ;;
 	;;
 esac
 
-echo "building bin/gateway and bin/gateway-load" >&2
 mkdir -p bin
-go build -o bin/gateway ./cmd/gateway
+GATEWAY_BIN=${GATEWAY_BIN:-}
+if [[ -z "$GATEWAY_BIN" ]]; then
+	echo "building bin/gateway and bin/gateway-load" >&2
+	go build -o bin/gateway ./cmd/gateway
+	GATEWAY_BIN=bin/gateway
+else
+	echo "building bin/gateway-load; serving with $GATEWAY_BIN" >&2
+fi
 go build -o bin/gateway-load ./cmd/gateway-load
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/gateway-load.XXXXXX")
@@ -107,7 +114,7 @@ EOF
 mkdir -p "$tmp/var/spool"
 
 log="$tmp/gateway.log"
-bin/gateway serve -config "$tmp/demo/gateway.yaml" 2>"$log" &
+"$GATEWAY_BIN" serve -config "$tmp/demo/gateway.yaml" 2>"$log" &
 server_pid=$!
 
 # The kernel chose the port: read it from the "gateway listening" log line.

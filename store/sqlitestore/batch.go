@@ -25,6 +25,14 @@ import (
 // request of the batch that had succeeded, with the database's error: none
 // of them is on disk.
 
+// The statements around each request of a batch (prepared once, like the
+// requests' own).
+const (
+	savepointSQL  = `SAVEPOINT batch_request`
+	rollbackToSQL = `ROLLBACK TO batch_request`
+	releaseSQL    = `RELEASE batch_request`
+)
+
 // maxBatch bounds the requests of one transaction.
 const maxBatch = 128
 
@@ -230,13 +238,13 @@ func (b *batcher) commit(batch []*writeReq) {
 			}
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, `SAVEPOINT batch_request`); err != nil {
+		if _, err := b.exec(ctx, tx, savepointSQL); err != nil {
 			tx.Rollback()
 			failAll(fmt.Errorf("savepoint: %w", err))
 			return
 		}
 		if results[i] = r.fn(ctx, tx); results[i] != nil {
-			if _, err := tx.ExecContext(ctx, `ROLLBACK TO batch_request`); err != nil {
+			if _, err := b.exec(ctx, tx, rollbackToSQL); err != nil {
 				tx.Rollback()
 				failAll(fmt.Errorf("rollback to savepoint: %w", err))
 				return
@@ -244,7 +252,7 @@ func (b *batcher) commit(batch []*writeReq) {
 		} else {
 			ran++
 		}
-		if _, err := tx.ExecContext(ctx, `RELEASE batch_request`); err != nil {
+		if _, err := b.exec(ctx, tx, releaseSQL); err != nil {
 			tx.Rollback()
 			failAll(fmt.Errorf("release savepoint: %w", err))
 			return

@@ -150,7 +150,7 @@ func Open(ctx context.Context, path string, opts dedup.Options, options ...Optio
 	}
 	s.w = newBatcher(db)
 	s.audit = &AuditSink{db: db, w: s.w}
-	if err := s.w.prepare(ctx, claimSQL, readSQL, acceptSQL, abandonSQL, auditInsertSQL,
+	if err := s.w.prepare(ctx, savepointSQL, rollbackToSQL, releaseSQL, claimSQL, readSQL, acceptSQL, abandonSQL, auditInsertSQL,
 		ledgerClaimSQL, ledgerDuplicateSQL, ledgerReadSQL, ledgerAcceptSQL, ledgerAbandonSQL); err != nil {
 		s.w.close()
 		db.Close()
