@@ -240,17 +240,30 @@ func (b *BestEffortSink) Write(ctx context.Context, r Record) error {
 // Failures is the number of writes that failed.
 func (b *BestEffortSink) Failures() int64 { return b.failed.Load() }
 
-// Multi writes to every sink in order and returns the errors joined. Wrap
-// the non-durable ones with BestEffort.
+// Multi writes to every sink and returns the errors joined (in the sinks'
+// order). The sinks are written at the same time, so that durable sinks
+// (the store's table, a synced file) wait for their commits together
+// rather than one after the other; Write returns when every sink has
+// answered. Wrap the non-durable ones with BestEffort.
 type Multi []Sink
 
 func (m Multi) Write(ctx context.Context, r Record) error {
-	var errs []error
-	for _, s := range m {
-		if err := s.Write(ctx, r); err != nil {
-			errs = append(errs, err)
-		}
+	if len(m) == 1 {
+		return m[0].Write(ctx, r)
 	}
+	errs := make([]error, len(m))
+	var wg sync.WaitGroup
+	for i, s := range m[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i+1] = s.Write(ctx, r)
+		}()
+	}
+	if len(m) > 0 {
+		errs[0] = m[0].Write(ctx, r)
+	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
