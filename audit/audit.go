@@ -18,6 +18,10 @@ const (
 	// StepDelivery is the fate of a reply sent on the gateway's own
 	// connection (an async MDN), when it is refused.
 	StepDelivery Step = "delivery"
+	// StepOperator is an action an operator took in the console (release
+	// or discard of a quarantined payload, an outbox retry); Actor names
+	// who.
+	StepOperator Step = "operator"
 )
 
 // Record is one audited step of one exchange.
@@ -47,6 +51,9 @@ type Record struct {
 	// Incident is the reference quoted in the negative reply to the partner
 	// ("GW-7K3QX9"); the log line of the refusal carries it too.
 	Incident string `json:"incident,omitempty"`
+	// Actor is who took an operator action (StepOperator): the admin token
+	// or the subject of the client certificate.
+	Actor string `json:"actor,omitempty"`
 }
 
 // Sink receives audit records. A durable sink's Write error fails the
