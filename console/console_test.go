@@ -192,8 +192,17 @@ func TestConsoleActionsNeedCSRFAndAreAudited(t *testing.T) {
 		t.Fatalf("retry not audited with who: %+v", last)
 	}
 
-	// Discard needs a reason, is audited and moves the files.
+	// The list links to the item page, which offers release and discard.
 	id := "acme/0123456789abcdef-fedcba9876543210"
+	b = get(t, c, f.srv.URL+"/console/quarantine")
+	link := regexp.MustCompile(`href="(/console/quarantine/item\?id=[^"]+)"`).FindStringSubmatch(b)
+	if link == nil {
+		t.Fatalf("quarantine list without item link: %.1000s", b)
+	}
+	if b := get(t, c, f.srv.URL+strings.ReplaceAll(link[1], "&amp;", "&")); !strings.Contains(b, `id="release"`) || !strings.Contains(b, "changed") {
+		t.Fatalf("item page %s: %.1000s", link[1], b)
+	}
+	// Discard needs a reason, is audited and moves the files.
 	resp, err = c.PostForm(f.srv.URL+"/console/quarantine/discard", url.Values{"id": {id}, "csrf": {m[1]}})
 	if b := body(t, resp, err); !strings.Contains(b, "needs a reason") {
 		t.Fatalf("discard without reason: %.300s", b)
