@@ -265,6 +265,30 @@ func TestConsoleSearchDetailAndReply(t *testing.T) {
 	}
 }
 
+// TestPagesNeedNothingTheCSPBlocks: no inline style or script, nothing
+// from another origin, on every page (default-src 'self' would block it).
+func TestPagesNeedNothingTheCSPBlocks(t *testing.T) {
+	f := newFixture(t, "")
+	c := f.client(t)
+	inline := regexp.MustCompile(`(?i)\sstyle=|<script>|<script [^>]*>[^<]|\son[a-z]+=|(src|href)="(https?:)?//`)
+	for _, p := range []string{"/console/", "/console/messages", "/console/message?key=" + string(f.key), "/console/quarantine",
+		"/console/quarantine/item?id=acme%2F0123456789abcdef-fedcba9876543210", "/console/partners", "/console/outbox"} {
+		b := get(t, c, f.srv.URL+p)
+		if !strings.Contains(b, "</html>") {
+			t.Errorf("%s: not a whole page: %.300s", p, b)
+		}
+		if m := inline.FindString(b); m != "" {
+			t.Errorf("%s: %q is blocked by the CSP", p, m)
+		}
+	}
+	css := get(t, c, f.srv.URL+"/console/static/style.css")
+	for _, o := range outcomes {
+		if !strings.Contains(css, ".o-"+o+"{") {
+			t.Errorf("style.css has no class for outcome %s", o)
+		}
+	}
+}
+
 func TestOutcomeOf(t *testing.T) {
 	for want, decisions := range map[string][]string{
 		"processed":   {"new", "new-interchange", "reply:accepted"},

@@ -26,6 +26,7 @@ import (
 	"gateway/audit"
 	"gateway/cms"
 	"gateway/config"
+	"gateway/console"
 	"gateway/exchange"
 	"gateway/inbox"
 )
@@ -391,5 +392,75 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	if actions[tr.q1+" released"] != "admin token" || actions[tr.q2+" discarded"] != "admin token" {
 		t.Errorf("operator actions audited: %v", actions)
+	}
+}
+
+// TestReleaseRunsHandlerOnce releases a quarantined payload, puts its files
+// back (as after a crash between the accept and the move, or a second
+// gateway reading the same quarantine) and releases it again, twice at
+// once: the handler ran once, the later releases say so, and a release
+// of a payload whose file was changed is refused.
+func TestReleaseRunsHandlerOnce(t *testing.T) {
+	f := newConsoleFixture(t)
+	f.sendAS2(t, nil, edifact("REF500", "INV-500"), "ok-500@demo")
+	// A resend of the id with another payload: drift on the message id.
+	f.sendAS2(t, nil, edifact("REF501", "INV-501"), "ok-500@demo")
+	items, err := console.ListItems(f.cfg.QuarantineDir)
+	if err != nil || len(items) != 1 {
+		t.Fatalf("quarantine: %v %v", items, err)
+	}
+	it := items[0]
+	saved := map[string][]byte{}
+	for _, ext := range []string{".payload", ".json"} {
+		p := strings.TrimSuffix(it.Path, ".payload") + ext
+		saved[p], _ = os.ReadFile(p)
+	}
+	res, err := f.s.ReleaseQuarantined(context.Background(), it, "tester")
+	if err != nil || !res.HandlerRan {
+		t.Fatalf("release: %+v %v", res, err)
+	}
+	if n := f.runsOf("ok-500@demo"); n != 2 {
+		t.Fatalf("handler runs for ok-500@demo: %d, want 2 (the original and the release)", n)
+	}
+	for p, b := range saved {
+		os.WriteFile(p, b, 0o640)
+	}
+	var wg sync.WaitGroup
+	results := make([]console.ReleaseResult, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = f.s.ReleaseQuarantined(context.Background(), it, "tester")
+		}()
+	}
+	wg.Wait()
+	for i := range 2 {
+		if errs[i] == nil && results[i].HandlerRan {
+			t.Errorf("release %d ran the handler again: %+v", i, results[i])
+		}
+	}
+	if n := f.runsOf("ok-500@demo"); n != 2 {
+		t.Fatalf("handler runs after repeated releases: %d, want 2", n)
+	}
+	// The message id now carries the released payload: its resend is a
+	// duplicate, not drift.
+	m, _ := f.as2.Prepare(edifact("REF501", "INV-501"), "application/edifact", "invoice.edi")
+	m.ID = "<ok-500@demo>"
+	m.Header.Set("Message-Id", m.ID)
+	if _, disp := f.sendAS2(t, m, nil, ""); !strings.Contains(disp, "duplicate-document") {
+		t.Errorf("resend of the released payload under its id: %s, want duplicate", disp)
+	}
+	if n := f.runsOf("ok-500@demo"); n != 2 {
+		t.Fatalf("handler runs after the resend: %d", n)
+	}
+	// A file that no longer has the quarantined bytes is not released.
+	for p, b := range saved {
+		os.WriteFile(p, b, 0o640)
+	}
+	os.WriteFile(it.Path, []byte("tampered"), 0o640)
+	if _, err := f.s.ReleaseQuarantined(context.Background(), it, "tester"); err == nil || !strings.Contains(err.Error(), "SHA-256") {
+		t.Errorf("release of a changed file: %v", err)
 	}
 }
