@@ -401,10 +401,17 @@ func TestConsoleInBrowser(t *testing.T) {
 // once: the handler ran once, the later releases say so, and a release
 // of a payload whose file was changed is refused.
 func TestReleaseRunsHandlerOnce(t *testing.T) {
+	// An EDI payload (its interchange is claimed in the ledger too) and a
+	// payload without a business envelope (only the release key guards it).
+	t.Run("edifact", func(t *testing.T) { testReleaseOnce(t, edifact("REF500", "INV-500"), edifact("REF501", "INV-501")) })
+	t.Run("plain", func(t *testing.T) { testReleaseOnce(t, []byte("plain one"), []byte("plain two")) })
+}
+
+func testReleaseOnce(t *testing.T, first, second []byte) {
 	f := newConsoleFixture(t)
-	f.sendAS2(t, nil, edifact("REF500", "INV-500"), "ok-500@demo")
+	f.sendAS2(t, nil, first, "ok-500@demo")
 	// A resend of the id with another payload: drift on the message id.
-	f.sendAS2(t, nil, edifact("REF501", "INV-501"), "ok-500@demo")
+	f.sendAS2(t, nil, second, "ok-500@demo")
 	items, err := console.ListItems(f.cfg.QuarantineDir)
 	if err != nil || len(items) != 1 {
 		t.Fatalf("quarantine: %v %v", items, err)
@@ -446,7 +453,7 @@ func TestReleaseRunsHandlerOnce(t *testing.T) {
 	}
 	// The message id now carries the released payload: its resend is a
 	// duplicate, not drift.
-	m, _ := f.as2.Prepare(edifact("REF501", "INV-501"), "application/edifact", "invoice.edi")
+	m, _ := f.as2.Prepare(second, "application/edifact", "invoice.edi")
 	m.ID = "<ok-500@demo>"
 	m.Header.Set("Message-Id", m.ID)
 	if _, disp := f.sendAS2(t, m, nil, ""); !strings.Contains(disp, "duplicate-document") {
