@@ -38,6 +38,12 @@ var funcs = template.FuncMap{
 	},
 	"days": func(t time.Time) int { return int(time.Until(t).Hours() / 24) },
 	"q":    url.QueryEscape,
+	"dur": func(d time.Duration) string {
+		if d > 0 && d%(24*time.Hour) == 0 {
+			return strconv.Itoa(int(d/(24*time.Hour))) + " days"
+		}
+		return d.String()
+	},
 }
 
 // dashboard: the last 24 hours.
