@@ -137,22 +137,17 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request, who caller) {
 			return
 		}
 	}
-	if aq.Reference != "" {
-		// A delivery's other records carry the reference too; read by
-		// key below so that the delivery is judged by all of them.
-		aq.Reference = ""
-	}
 	ds, err := c.recent(r.Context(), aq)
 	if err != nil {
 		c.fail(w, "reading the audit", err)
 		return
 	}
+	// Every record of a delivery carries its first interchange's
+	// reference (the pipeline sets it before the received step), so the
+	// audit query by reference returns whole deliveries.
 	var hits []*Delivery
 	for _, d := range newestFirst(ds) {
 		if s.Decision != "" && d.Outcome != s.Decision {
-			continue
-		}
-		if s.Reference != "" && d.Reference != s.Reference {
 			continue
 		}
 		hits = append(hits, d)
