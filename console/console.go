@@ -27,6 +27,7 @@ import (
 	"gateway/audit"
 	"gateway/certcheck"
 	"gateway/dedup"
+	"gateway/inbox"
 	"gateway/outbox"
 	"gateway/partners"
 )
@@ -55,9 +56,17 @@ type Source struct {
 	// InboxDirs are the roots of the dir handlers (payloads under
 	// <root>/<partner>/).
 	InboxDirs []string
+	// Table is the built-in table handler's inbox_payloads (nil: none).
+	Table TableReader
 	// Release processes a quarantined payload once through the handler
 	// (see server.ReleaseQuarantined).
 	Release func(ctx context.Context, it QuarantineItem, actor string) (ReleaseResult, error)
+}
+
+// TableReader reads the table handler's rows back (inbox.Table).
+type TableReader interface {
+	Rows(ctx context.Context, messageKey string) ([]inbox.TableRow, error)
+	Body(ctx context.Context, messageKey string, id int64) ([]byte, error)
 }
 
 // ReleaseResult is what a release did.

@@ -191,6 +191,7 @@ type detailData struct {
 	ReplyBinary  bool
 	Drift        []DriftHashes
 	Files        []string
+	Rows         []inbox.TableRow
 }
 
 func (c *Console) message(w http.ResponseWriter, r *http.Request, who caller) {
@@ -267,6 +268,12 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, who caller) {
 		}
 	}
 	d.Files = c.payloadFiles(d.First.Partner, key)
+	if c.src.Table != nil {
+		if d.Rows, err = c.src.Table.Rows(ctx, key); err != nil {
+			c.fail(w, "reading inbox_payloads", err)
+			return
+		}
+	}
 	c.render(w, r, who, "message", "Message "+d.First.MessageID, d)
 }
 
@@ -358,6 +365,22 @@ func (c *Console) payloadFiles(partner, key string) []string {
 func (c *Console) payload(w http.ResponseWriter, r *http.Request, who caller) {
 	q := r.URL.Query()
 	key, partner, file := q.Get("key"), q.Get("partner"), q.Get("file")
+	if row := q.Get("row"); row != "" && dedup.Key(key).Valid() && c.src.Table != nil {
+		id, err := strconv.ParseInt(row, 10, 64)
+		if err != nil {
+			http.Error(w, "row: want a number", http.StatusBadRequest)
+			return
+		}
+		b, err := c.src.Table.Body(r.Context(), key, id)
+		if err != nil {
+			http.Error(w, "no such inbox_payloads row for this key", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", `attachment; filename="`+key[:16]+`-`+row+`.payload"`)
+		_, _ = w.Write(b)
+		return
+	}
 	if !dedup.Key(key).Valid() || !validPartner(partner) {
 		http.Error(w, "key and partner needed", http.StatusBadRequest)
 		return

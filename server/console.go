@@ -43,6 +43,9 @@ func (s *Server) consoleHandler() (http.Handler, error) {
 	if cr, ok := s.Backend.(dedup.ClaimReader); ok {
 		src.Claims = cr
 	}
+	if s.table != nil {
+		src.Table = s.table
+	}
 	for _, r := range s.Config.Routes() {
 		if r.Type == "dir" && r.Dir.Inbox != "" {
 			src.InboxDirs = append(src.InboxDirs, r.Dir.Inbox)

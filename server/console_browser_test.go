@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -29,6 +30,7 @@ import (
 	"gateway/console"
 	"gateway/exchange"
 	"gateway/inbox"
+	"gateway/store/pgstore/pgtest"
 )
 
 // consoleFixture is a real gateway (SQLite, demo partner with on_drift:
@@ -46,7 +48,7 @@ type consoleFixture struct {
 
 const consoleToken = "console-test-token"
 
-func newConsoleFixture(t *testing.T) *consoleFixture {
+func newConsoleFixture(t *testing.T, tune ...func(*config.Config)) *consoleFixture {
 	t.Helper()
 	cfg := demoConfig(t)
 	_, file, _, _ := runtime.Caller(0)
@@ -63,6 +65,9 @@ func newConsoleFixture(t *testing.T) *consoleFixture {
 	cfg.Partners = pdir
 	cfg.QuarantineDir = filepath.Join(t.TempDir(), "quarantine")
 	cfg.Admin.Token = consoleToken
+	for _, f := range tune {
+		f(cfg)
+	}
 	s, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -469,5 +474,58 @@ func testReleaseOnce(t *testing.T, first, second []byte) {
 	os.WriteFile(it.Path, []byte("tampered"), 0o640)
 	if _, err := f.s.ReleaseQuarantined(context.Background(), it, "tester"); err == nil || !strings.Contains(err.Error(), "SHA-256") {
 		t.Errorf("release of a changed file: %v", err)
+	}
+}
+
+// TestConsoleTablePayloadDownload: with the table handler the detail page
+// lists the message's inbox_payloads rows and downloads their bytes.
+func TestConsoleTablePayloadDownload(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { testTablePayload(t, "") })
+	t.Run("postgres", func(t *testing.T) {
+		dsn, schema := pgtest.Schema(t)
+		testTablePayload(t, dsn+"&schema="+schema)
+	})
+}
+
+func testTablePayload(t *testing.T, storeURL string) {
+	f := newConsoleFixture(t, func(c *config.Config) {
+		c.Handler.Type = "table"
+		if storeURL != "" {
+			c.Store = storeURL
+		}
+	})
+	payload := edifact("REF600", "INV-600")
+	f.sendAS2(t, nil, payload, "table-600@demo")
+	recs, err := f.s.Backend.AuditSink().(audit.Reader).Query(context.Background(), audit.Query{MessageID: "table-600@demo"})
+	if err != nil || len(recs) == 0 {
+		t.Fatalf("audit: %v %v", recs, err)
+	}
+	key := recs[0].Key
+	get := func(path string) (int, string) {
+		req, _ := http.NewRequest("GET", f.admin+path, nil)
+		req.Header.Set("Authorization", "Bearer "+consoleToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, page := get("/console/message?key=" + key)
+	link := regexp.MustCompile(`href="(/console/message/payload\?key=[0-9a-f]+&amp;row=[0-9]+)"`).FindStringSubmatch(page)
+	if code != 200 || link == nil {
+		t.Fatalf("detail: %d, no inbox_payloads link: %.3000s", code, page)
+	}
+	code, body := get(strings.ReplaceAll(link[1], "&amp;", "&"))
+	if code != 200 || body != string(payload) {
+		t.Fatalf("table payload download: %d %q", code, body)
+	}
+	if code, _ := get("/console/message/payload?key=" + key + "&row=999999"); code != http.StatusNotFound {
+		t.Errorf("unknown row: %d", code)
+	}
+	other := strings.Repeat("0", 64)
+	if code, _ := get(strings.Replace(strings.ReplaceAll(link[1], "&amp;", "&"), key, other, 1)); code != http.StatusNotFound {
+		t.Errorf("row of another message: %d", code)
 	}
 }
