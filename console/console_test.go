@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -310,5 +311,53 @@ func TestOutcomeOf(t *testing.T) {
 		if got := outcomeOf(recs); got != want {
 			t.Errorf("%v: %s, want %s", decisions, got, want)
 		}
+	}
+}
+
+func TestSessionsBoundedAndExpire(t *testing.T) {
+	s := newSessions()
+	now := time.Now()
+	first := s.create("a", now)
+	for i := range maxSessions + 50 {
+		s.create(fmt.Sprint(i), now.Add(time.Duration(i+1)*time.Millisecond))
+	}
+	if n := len(s.byID); n > maxSessions {
+		t.Fatalf("%d sessions held, want at most %d", n, maxSessions)
+	}
+	if _, ok := s.get(first, now); ok {
+		t.Errorf("the oldest session survived the bound")
+	}
+	id := s.create("b", now)
+	if _, ok := s.get(id, now.Add(sessionTTL-time.Second)); !ok {
+		t.Errorf("session gone before its TTL")
+	}
+	if _, ok := s.get(id, now.Add(sessionTTL)); ok {
+		t.Errorf("session alive after its TTL")
+	}
+}
+
+func TestLogoutEndsTheSession(t *testing.T) {
+	f := newFixture(t, "s3cret")
+	c := f.client(t)
+	resp, err := c.PostForm(f.srv.URL+"/console/login", url.Values{"token": {"s3cret"}})
+	b := body(t, resp, err)
+	m := csrfRE.FindStringSubmatch(b)
+	if m == nil {
+		t.Fatalf("no CSRF token after login: %.300s", b)
+	}
+	u, _ := url.Parse(f.srv.URL + "/console/")
+	cookies := c.Jar.Cookies(u)
+	if resp, err = c.PostForm(f.srv.URL+"/console/logout", url.Values{"csrf": {m[1]}}); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	// The old cookie, replayed, no longer works.
+	req, _ := http.NewRequest("GET", f.srv.URL+"/console/messages", nil)
+	for _, ck := range cookies {
+		req.AddCookie(ck)
+	}
+	resp, err = http.DefaultClient.Do(req)
+	if body(t, resp, err); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("replayed cookie after logout: %d", resp.StatusCode)
 	}
 }

@@ -236,7 +236,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	defer cancelA()
 	ctx, cancel := chromedp.NewContext(actx)
 	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 40*time.Second)
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
 	defer cancelT()
 	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
 	go func() {
