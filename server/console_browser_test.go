@@ -298,7 +298,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`input[name=message_id]`)),
 		chromedp.SendKeys(chromedp.CSS(`input[name=message_id]`), tr.ok),
 		chromedp.Submit(chromedp.CSS(`input[name=message_id]`)),
-		chromedp.WaitVisible(chromedp.CSS(`a[href^="/console/message?key="]`)),
+		// the results page, not the empty search form (which lists everything)
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`input[name=message_id][value=%q]`, tr.ok))),
 		textOf(`main`),
 	)
 	if !strings.Contains(text, "2 message(s)") || !strings.Contains(text, "processed") || !strings.Contains(text, "duplicate") {
@@ -317,7 +318,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Navigate(f.admin+"/console/messages?message_id="+tr.ok+"&decision=processed"),
 		chromedp.WaitVisible(chromedp.CSS(`a[href^="/console/message?key="]`)),
 		chromedp.Click(chromedp.CSS(`a[href^="/console/message?key="]`)),
-		chromedp.WaitVisible(chromedp.CSS(`h1`)),
+		chromedp.WaitVisible(chromedp.CSS(`#message-detail`)),
 		textOf(`main`),
 		shot("detail"),
 	)
