@@ -21,6 +21,10 @@ const (
 	// StepTrust is the CA trust decision on a signer certificate (chain,
 	// name, revocation) of a trust: ca partner.
 	StepTrust Step = "trust"
+	// StepOperator is an action an operator took in the console (release
+	// or discard of a quarantined payload, an outbox retry); Actor names
+	// who.
+	StepOperator Step = "operator"
 )
 
 // Record is one audited step of one exchange.
@@ -50,6 +54,9 @@ type Record struct {
 	// Incident is the reference quoted in the negative reply to the partner
 	// ("GW-7K3QX9"); the log line of the refusal carries it too.
 	Incident string `json:"incident,omitempty"`
+	// Actor is who took an operator action (StepOperator): the admin token
+	// or the subject of the client certificate.
+	Actor string `json:"actor,omitempty"`
 }
 
 // Sink receives audit records. A durable sink's Write error fails the

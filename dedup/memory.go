@@ -238,3 +238,15 @@ func (s *MemoryStore) Close() error {
 }
 
 var _ Store = (*MemoryStore)(nil)
+
+// ClaimRecord implements ClaimReader.
+func (s *MemoryStore) ClaimRecord(ctx context.Context, key Key) (ClaimRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.rows[key]
+	if !ok {
+		return ClaimRecord{}, ErrNotFound
+	}
+	return ClaimRecord{Key: key, State: r.state.String(), PayloadSHA256: r.payload, FirstSeen: r.firstSeen,
+		Reply: append([]byte(nil), r.reply...)}, nil
+}

@@ -132,3 +132,21 @@ func RetryAfter(remaining time.Duration) time.Duration {
 	}
 	return (remaining + time.Second - 1).Truncate(time.Second)
 }
+
+// ClaimRecord is the stored row of one transport key, for operators.
+type ClaimRecord struct {
+	Key           Key
+	State         string // claimed, accepted, abandoned
+	PayloadSHA256 string
+	FirstSeen     time.Time
+	// Reply is the encoded reply stored at accept (exchange.DecodeReply);
+	// nil unless accepted.
+	Reply []byte
+}
+
+// ClaimReader is implemented by stores that read a transport key's row
+// without changing it (the console's message detail shows the reply that
+// was sent). It returns ErrNotFound for an unknown key.
+type ClaimReader interface {
+	ClaimRecord(ctx context.Context, key Key) (ClaimRecord, error)
+}

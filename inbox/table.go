@@ -24,6 +24,9 @@ const TableName = "inbox_payloads"
 // the table (or a trigger on it moves the data on). Make it with OpenTable.
 type Table struct {
 	pgTable string // schema-qualified, for PostgreSQL
+	// The database the table was opened in, for reading rows back.
+	db   *sql.DB
+	pool *pgxpool.Pool
 }
 
 const sqliteTableDDL = `CREATE TABLE IF NOT EXISTS ` + TableName + ` (
@@ -66,7 +69,7 @@ func OpenTable(ctx context.Context, store any) (*Table, error) {
 		if _, err := s.DB().ExecContext(ctx, sqliteTableDDL); err != nil {
 			return nil, fmt.Errorf("inbox: create table %s: %w", TableName, err)
 		}
-		return &Table{}, nil
+		return &Table{db: s.DB()}, nil
 	case interface {
 		Pool() *pgxpool.Pool
 		Schema() string
@@ -86,7 +89,7 @@ func OpenTable(ctx context.Context, store any) (*Table, error) {
 		if err != nil {
 			return nil, fmt.Errorf("inbox: create table %s: %w", t, err)
 		}
-		return &Table{pgTable: t}, nil
+		return &Table{pgTable: t, pool: s.Pool()}, nil
 	}
 	return nil, fmt.Errorf("inbox: the table handler needs a SQL store (sqlite: or postgres://), not %T", store)
 }
@@ -130,3 +133,70 @@ func readPayload(p exchange.Payload) ([]byte, error) {
 }
 
 var _ exchange.TxHandler = (*Table)(nil)
+
+// TableRow is a row of TableName without its body.
+type TableRow struct {
+	ID          int64
+	Position    int
+	ContentType string
+	Filename    string
+	SHA256      string
+	Size        int64
+}
+
+// Rows lists the rows written for a message (its Message.IdempotencyKey,
+// the transport key), in payload order, without bodies.
+func (t *Table) Rows(ctx context.Context, messageKey string) ([]TableRow, error) {
+	const cols = `id, position, content_type, filename, sha256, size`
+	var out []TableRow
+	switch {
+	case t.db != nil:
+		rows, err := t.db.QueryContext(ctx, `SELECT `+cols+` FROM `+TableName+` WHERE message_key = ? ORDER BY position, id`, messageKey)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: table rows: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r TableRow
+			if err := rows.Scan(&r.ID, &r.Position, &r.ContentType, &r.Filename, &r.SHA256, &r.Size); err != nil {
+				return nil, fmt.Errorf("inbox: table rows: %w", err)
+			}
+			out = append(out, r)
+		}
+		return out, rows.Err()
+	case t.pool != nil:
+		rows, err := t.pool.Query(ctx, `SELECT `+cols+` FROM `+t.pgTable+` WHERE message_key = $1 ORDER BY position, id`, messageKey)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: table rows: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r TableRow
+			if err := rows.Scan(&r.ID, &r.Position, &r.ContentType, &r.Filename, &r.SHA256, &r.Size); err != nil {
+				return nil, fmt.Errorf("inbox: table rows: %w", err)
+			}
+			out = append(out, r)
+		}
+		return out, rows.Err()
+	}
+	return nil, errors.New("inbox: table rows: the table was not opened")
+}
+
+// Body returns the bytes of row id of a message (sql.ErrNoRows or
+// pgx.ErrNoRows wrapped when there is none for that message).
+func (t *Table) Body(ctx context.Context, messageKey string, id int64) ([]byte, error) {
+	var b []byte
+	var err error
+	switch {
+	case t.db != nil:
+		err = t.db.QueryRowContext(ctx, `SELECT body FROM `+TableName+` WHERE message_key = ? AND id = ?`, messageKey, id).Scan(&b)
+	case t.pool != nil:
+		err = t.pool.QueryRow(ctx, `SELECT body FROM `+t.pgTable+` WHERE message_key = $1 AND id = $2`, messageKey, id).Scan(&b)
+	default:
+		err = errors.New("the table was not opened")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inbox: table body: %w", err)
+	}
+	return b, nil
+}

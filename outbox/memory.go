@@ -219,3 +219,36 @@ func (m *Memory) Pending(ctx context.Context) (int, time.Time, error) {
 	}
 	return n, oldest, nil
 }
+
+// ListPending implements Operator.
+func (m *Memory) ListPending(ctx context.Context, limit int) ([]Delivery, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Delivery
+	for _, r := range m.rows {
+		if r.state == Pending {
+			out = append(out, clone(r.d))
+		}
+	}
+	SortDue(out)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// RetryNow implements Operator.
+func (m *Memory) RetryNow(ctx context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, err := m.pending(id)
+	if err != nil {
+		return err
+	}
+	if now := m.now(); r.d.NextAttempt.After(now) {
+		r.d.NextAttempt = now
+	}
+	return nil
+}
+
+var _ Operator = (*Memory)(nil)

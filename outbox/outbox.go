@@ -74,3 +74,15 @@ func SortDue(ds []Delivery) {
 type PendingCounter interface {
 	Pending(ctx context.Context) (n int, oldest time.Time, err error)
 }
+
+// Operator is implemented by stores an operator can drive (the console's
+// outbox page): the pending deliveries, due first, and making one due now.
+type Operator interface {
+	// ListPending returns up to limit pending deliveries in the order
+	// Lease would hand them out.
+	ListPending(ctx context.Context, limit int) ([]Delivery, error)
+	// RetryNow makes a pending delivery due at once (its attempts and last
+	// error stay); ErrNotFound for an unknown id, an error for one that is
+	// no longer pending. A delivery leased by a worker stays leased.
+	RetryNow(ctx context.Context, id string) error
+}

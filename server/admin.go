@@ -41,6 +41,9 @@ type adminState struct {
 	mu       sync.Mutex
 	checks   []ReadyCheck
 	stopping atomic.Bool
+	// releaseMu runs one quarantine release at a time in this process
+	// (the store's claim covers a fleet).
+	releaseMu sync.Mutex
 }
 
 // AddReadyCheck adds a condition to /readyz (for embedders, and for
@@ -66,12 +69,30 @@ func (s *Server) AdminHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	// The operator console authenticates its own requests: the bearer
+	// token, or the session its login form sets from that token (a
+	// browser cannot send the header); mTLS is the listener's.
+	con, err := s.consoleHandler()
+	if err != nil {
+		s.Log.Error("operator console not available", "err", err)
+	} else {
+		mux.Handle("/console/", con)
+		mux.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusSeeOther))
+	}
 	token := s.Config.Admin.Token
 	if token == "" {
 		return mux
 	}
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if con != nil && strings.HasPrefix(r.URL.Path, "/console/") {
+			con.ServeHTTP(w, r)
+			return
+		}
+		if con != nil && r.URL.Path == "/" && r.Method == http.MethodGet {
+			http.Redirect(w, r, "/console/", http.StatusSeeOther)
+			return
+		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		sum := sha256.Sum256([]byte(got))
 		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {

@@ -62,6 +62,9 @@ type Server struct {
 	base       context.Context
 	cancelBase context.CancelFunc
 	fault      *faultKill // crash tests only (fault.go)
+	// table is the built-in table handler, when configured (the console
+	// reads payloads back from it).
+	table *inbox.Table
 }
 
 // New opens the store and loads partners and keys. The caller must Close it.
@@ -104,7 +107,8 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 	if cfg.Handler.Type == "table" && len(cfg.Handlers) == 0 {
 		// The built-in transactional handler (a row per payload in the
 		// gateway's database, committed with the accept).
-		txHandler, err = inbox.OpenTable(ctx, be)
+		s.table, err = inbox.OpenTable(ctx, be)
+		txHandler = s.table
 		if err != nil {
 			err = fmt.Errorf("server: handler.type table: %w", err)
 		}

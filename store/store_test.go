@@ -91,6 +91,17 @@ func roundTrip(t *testing.T, b store.Backend) {
 	if err != nil || d.Outcome != dedup.Duplicate || string(d.Reply) != "mdn\x00" {
 		t.Fatalf("duplicate: %+v %v", d, err)
 	}
+	cr, ok := b.(dedup.ClaimReader)
+	if !ok {
+		t.Fatalf("backend %T is no dedup.ClaimReader", b)
+	}
+	if rec, err := cr.ClaimRecord(ctx, key); err != nil || rec.State != "accepted" || rec.PayloadSHA256 != "h" ||
+		string(rec.Reply) != "mdn\x00" || rec.FirstSeen.IsZero() {
+		t.Fatalf("ClaimRecord: %+v %v", rec, err)
+	}
+	if _, err := cr.ClaimRecord(ctx, deduptest.NewKey(t)); !errors.Is(err, dedup.ErrNotFound) {
+		t.Fatalf("ClaimRecord(unknown) = %v, want ErrNotFound", err)
+	}
 	if err := b.AuditSink().Write(ctx, audit.Record{Step: audit.StepReceived, Partner: "acme", Key: string(key)}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package deduptest_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ var outboxLeaves = []string{
 	"retry/schedules", "retry/clears-lease",
 	"give-up/final",
 	"get/unknown", "get/copies",
+	"operator/retry-now",
 }
 
 func exerciseLedger(t *testing.T, build func(opts dedup.Options) dedup.Ledger) *results {
@@ -208,6 +210,13 @@ func TestOutboxKitCatchesBrokenOutboxes(t *testing.T) {
 			[]string{"delivered/done"}},
 		{"give-up-retries", func() outbox.Store { return giveUpRetries{mem()} },
 			[]string{"give-up/final"}},
+		{"retry-now-noop", func() outbox.Store { return retryNowNoop{outbox.NewMemory()} },
+			[]string{"operator/retry-now"}},
 	}
 	assertCaught(t, cases, func(b build) *results { return exerciseOutbox(t, b) }, outboxLeaves, "enqueue/round-trip")
 }
+
+// retryNowNoop lists pending deliveries but never makes one due.
+type retryNowNoop struct{ *outbox.Memory }
+
+func (retryNowNoop) RetryNow(context.Context, string) error { return nil }

@@ -79,6 +79,9 @@ func ExerciseOutboxT(t T, newOutbox NewOutbox) {
 		t.Run("unknown", k.unknown)
 		t.Run("copies", k.copies)
 	})
+	t.Run("operator", func(t T) {
+		t.Run("retry-now", k.retryNow)
+	})
 }
 
 type outboxKit struct{ newOutbox NewOutbox }
@@ -535,4 +538,45 @@ func (k outboxKit) copies(t T) {
 	g.Body[2] = 'Z'
 	g, _ = get(t, c, o, d.ID)
 	sameDelivery(t, g, orig, "after the caller changed a delivery from Get")
+}
+
+// retryNow checks outbox.Operator (stores without it skip): a delivery
+// retried an hour ahead is listed pending and, after RetryNow, leased at
+// once with its attempts kept; RetryNow refuses unknown and finished ones.
+func (k outboxKit) retryNow(t T) {
+	o, c := k.outbox(t), ctx(t)
+	op, ok := o.(outbox.Operator)
+	if !ok {
+		t.Skip("the outbox does not implement outbox.Operator")
+	}
+	d, other := NewDelivery(t), NewDelivery(t)
+	enqueue(t, c, o, d)
+	enqueue(t, c, o, other)
+	if got := lease(t, c, o, 10, time.Hour); len(got) != 2 {
+		t.Fatalf("Lease returned %v", ids(got))
+	}
+	mustOK(t, o.Retry(c, d.ID, time.Now().Add(time.Hour), "HTTP 502"), "Retry")
+	mustOK(t, o.Delivered(c, other.ID), "Delivered")
+	pending, err := op.ListPending(c, 10)
+	mustOK(t, err, "ListPending")
+	if len(pending) != 1 || pending[0].ID != d.ID || pending[0].Attempts != 1 {
+		t.Fatalf("ListPending returned %v, want [%s] with 1 attempt", ids(pending), d.ID)
+	}
+	if got := lease(t, c, o, 10, time.Minute); len(got) != 0 {
+		t.Fatalf("Lease before RetryNow returned %v", ids(got))
+	}
+	mustOK(t, op.RetryNow(c, d.ID), "RetryNow")
+	got := lease(t, c, o, 10, time.Minute)
+	if len(got) != 1 || got[0].ID != d.ID {
+		t.Fatalf("Lease after RetryNow returned %v, want [%s]", ids(got), d.ID)
+	}
+	if got[0].Attempts != 1 || got[0].LastError != "HTTP 502" {
+		t.Errorf("after RetryNow: attempts %d, last error %q, want 1 and the last error kept", got[0].Attempts, got[0].LastError)
+	}
+	if err := op.RetryNow(c, other.ID); err == nil {
+		t.Errorf("RetryNow of a delivered delivery succeeded")
+	}
+	if err := op.RetryNow(c, "no-such-delivery"); !errors.Is(err, outbox.ErrNotFound) {
+		t.Errorf("RetryNow(unknown) = %v, want ErrNotFound", err)
+	}
 }

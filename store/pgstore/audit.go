@@ -20,7 +20,7 @@ type AuditSink struct {
 }
 
 const auditColumns = `recorded_at, step, partner, protocol, message_id, dedup_key, interchange_key, reference,
-	decision, payload_sha256, disposition, error, incident`
+	decision, payload_sha256, disposition, error, incident, actor`
 
 func newAuditSink(pool *pgxpool.Pool, schema string) *AuditSink {
 	t := pgx.Identifier{schema, "audit_records"}.Sanitize()
@@ -28,7 +28,7 @@ func newAuditSink(pool *pgxpool.Pool, schema string) *AuditSink {
 		pool:  pool,
 		table: t,
 		insert: `INSERT INTO ` + t + ` (` + auditColumns + `)
-VALUES (coalesce($1, now()), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+VALUES (coalesce($1, now()), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 		byKey: `SELECT ` + auditColumns + ` FROM ` + t + ` WHERE dedup_key = $1 ORDER BY id`,
 		byMsg: `SELECT ` + auditColumns + ` FROM ` + t + ` WHERE partner = $1 AND message_id = $2 ORDER BY id`,
 	}
@@ -42,7 +42,7 @@ func (a *AuditSink) Write(ctx context.Context, r audit.Record) error {
 		at = &r.Time
 	}
 	_, err := execerFor(ctx, a.pool).Exec(ctx, a.insert, at, string(r.Step), r.Partner, r.Protocol, r.MessageID, r.Key,
-		r.InterchangeKey, r.Reference, r.Decision, r.PayloadSHA256, r.Disposition, r.Error, r.Incident)
+		r.InterchangeKey, r.Reference, r.Decision, r.PayloadSHA256, r.Disposition, r.Error, r.Incident, r.Actor)
 	if err != nil {
 		return wrap("audit", err)
 	}
@@ -73,7 +73,7 @@ func (a *AuditSink) query(ctx context.Context, q string, args ...any) ([]audit.R
 			step string
 		)
 		if err := rows.Scan(&r.Time, &step, &r.Partner, &r.Protocol, &r.MessageID, &r.Key, &r.InterchangeKey,
-			&r.Reference, &r.Decision, &r.PayloadSHA256, &r.Disposition, &r.Error, &r.Incident); err != nil {
+			&r.Reference, &r.Decision, &r.PayloadSHA256, &r.Disposition, &r.Error, &r.Incident, &r.Actor); err != nil {
 			return nil, wrap("audit read", err)
 		}
 		r.Time, r.Step = r.Time.UTC(), audit.Step(step)

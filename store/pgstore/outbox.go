@@ -28,6 +28,7 @@ const outboxColumns = `id, partner, message_id, url, header, body, attempts, nex
 
 type outboxQueries struct {
 	enqueue, lease, delivered, retry, giveUp, get, pending string
+	listPending, retryNow                                  string
 }
 
 func buildOutboxQueries(schema string) outboxQueries {
@@ -58,8 +59,11 @@ WHERE id = $1 AND state = 'pending'`,
 		giveUp: `UPDATE ` + t + ` SET state = 'gave-up', attempts = attempts + 1, last_error = $2,
 	leased_until = NULL, updated = now()
 WHERE id = $1 AND state = 'pending'`,
-		get:     `SELECT ` + outboxColumns + ` FROM ` + t + ` WHERE id = $1`,
-		pending: `SELECT count(*), min(created) FROM ` + t + ` WHERE state = 'pending'`,
+		get:         `SELECT ` + outboxColumns + ` FROM ` + t + ` WHERE id = $1`,
+		pending:     `SELECT count(*), min(created) FROM ` + t + ` WHERE state = 'pending'`,
+		listPending: `SELECT ` + outboxColumns + ` FROM ` + t + ` WHERE state = 'pending' ORDER BY next_attempt, id LIMIT $1`,
+		retryNow: `UPDATE ` + t + ` SET next_attempt = least(next_attempt, now()), updated = now()
+WHERE id = $1 AND state = 'pending'`,
 	}
 }
 
@@ -234,3 +238,27 @@ func (o *Outbox) Pending(ctx context.Context) (int, time.Time, error) {
 	}
 	return n, *oldest, nil
 }
+
+// ListPending implements outbox.Operator.
+func (o *Outbox) ListPending(ctx context.Context, limit int) ([]outbox.Delivery, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := o.pool.Query(ctx, o.q.listPending, limit)
+	if err != nil {
+		return nil, wrap("outbox list pending", err)
+	}
+	ds, _, err := scanDeliveries(rows)
+	if err != nil {
+		return nil, wrap("outbox list pending", err)
+	}
+	return ds, nil
+}
+
+// RetryNow implements outbox.Operator: next_attempt becomes the database's
+// now.
+func (o *Outbox) RetryNow(ctx context.Context, id string) error {
+	return o.finish(ctx, "retry now", id, o.q.retryNow, id)
+}
+
+var _ outbox.Operator = (*Outbox)(nil)

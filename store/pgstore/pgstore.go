@@ -413,3 +413,20 @@ func unavailable(err error) bool {
 }
 
 var _ dedup.Store = (*Store)(nil)
+
+// ClaimRecord implements dedup.ClaimReader.
+func (s *Store) ClaimRecord(ctx context.Context, key dedup.Key) (dedup.ClaimRecord, error) {
+	rec := dedup.ClaimRecord{Key: key}
+	var lease, now time.Time
+	err := s.pool.QueryRow(ctx, s.q.read, string(key)).Scan(&rec.State, &rec.PayloadSHA256, &rec.FirstSeen, &lease, &rec.Reply, &now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return dedup.ClaimRecord{}, dedup.ErrNotFound
+	}
+	if err != nil {
+		return dedup.ClaimRecord{}, wrap("claim record", err)
+	}
+	rec.FirstSeen = rec.FirstSeen.UTC()
+	return rec, nil
+}
+
+var _ dedup.ClaimReader = (*Store)(nil)

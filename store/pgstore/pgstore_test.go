@@ -137,8 +137,8 @@ func TestMigrations(t *testing.T) {
 	s := open(t, dsn, schema, dedup.Options{})
 	var n int
 	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "gateway_migrations"}.Sanitize()+
-		` WHERE component = 'dedup'`).Scan(&n); err != nil || n != 3 {
-		t.Fatalf("%d migrations recorded, %v; want 3", n, err)
+		` WHERE component = 'dedup'`).Scan(&n); err != nil || n != 4 {
+		t.Fatalf("%d migrations recorded, %v; want 4", n, err)
 	}
 	// Another component shares the schema.
 	fsys := fstest.MapFS{"0001_example.sql": {Data: []byte("CREATE TABLE example (id bigint PRIMARY KEY);")}}

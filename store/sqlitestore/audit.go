@@ -17,8 +17,8 @@ type AuditSink struct {
 }
 
 const auditInsertSQL = `INSERT INTO audit_records (recorded_at, step, partner, protocol, message_id,
-	dedup_key, interchange_key, reference, decision, payload_sha256, disposition, error, incident)
-VALUES (coalesce(?1, ` + nowMS + ` * 1000), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)`
+	dedup_key, interchange_key, reference, decision, payload_sha256, disposition, error, incident, actor)
+VALUES (coalesce(?1, ` + nowMS + ` * 1000), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)`
 
 // Write implements audit.Sink. A zero Record.Time is replaced by SQLite's
 // clock. Times are kept to the microsecond.
@@ -30,7 +30,7 @@ func (a *AuditSink) Write(ctx context.Context, r audit.Record) error {
 	return a.w.write(ctx, "audit", func(ctx context.Context, tx *sql.Tx) error {
 		_, err := a.w.exec(ctx, tx, auditInsertSQL,
 			at, string(r.Step), r.Partner, r.Protocol, r.MessageID, r.Key, r.InterchangeKey, r.Reference,
-			r.Decision, r.PayloadSHA256, r.Disposition, r.Error, r.Incident)
+			r.Decision, r.PayloadSHA256, r.Disposition, r.Error, r.Incident, r.Actor)
 		if err != nil {
 			return wrap("audit", err)
 		}
@@ -39,7 +39,7 @@ func (a *AuditSink) Write(ctx context.Context, r audit.Record) error {
 }
 
 const auditColumns = `recorded_at, step, partner, protocol, message_id, dedup_key, interchange_key, reference,
-	decision, payload_sha256, disposition, error, incident`
+	decision, payload_sha256, disposition, error, incident, actor`
 
 // ByKey returns the records of a transport key in the order written.
 func (a *AuditSink) ByKey(ctx context.Context, key string) ([]audit.Record, error) {
@@ -67,7 +67,7 @@ func (a *AuditSink) query(ctx context.Context, q string, args ...any) ([]audit.R
 			step string
 		)
 		if err := rows.Scan(&at, &step, &r.Partner, &r.Protocol, &r.MessageID, &r.Key, &r.InterchangeKey,
-			&r.Reference, &r.Decision, &r.PayloadSHA256, &r.Disposition, &r.Error, &r.Incident); err != nil {
+			&r.Reference, &r.Decision, &r.PayloadSHA256, &r.Disposition, &r.Error, &r.Incident, &r.Actor); err != nil {
 			return nil, wrap("audit read", err)
 		}
 		r.Time, r.Step = time.UnixMicro(at).UTC(), audit.Step(step)

@@ -221,3 +221,28 @@ func (o *Outbox) Pending(ctx context.Context) (int, time.Time, error) {
 	}
 	return n, time.UnixMilli(oldest.Int64), nil
 }
+
+// ListPending implements outbox.Operator.
+func (o *Outbox) ListPending(ctx context.Context, limit int) ([]outbox.Delivery, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := o.db.QueryContext(ctx, `SELECT `+outboxColumns+` FROM outbox_deliveries WHERE state = 'pending'
+ORDER BY next_attempt, id LIMIT ?`, limit)
+	if err != nil {
+		return nil, wrap("outbox list pending", err)
+	}
+	ds, _, err := scanDeliveries(rows)
+	if err != nil {
+		return nil, wrap("outbox list pending", err)
+	}
+	return ds, nil
+}
+
+// RetryNow implements outbox.Operator: next_attempt becomes SQLite's now.
+func (o *Outbox) RetryNow(ctx context.Context, id string) error {
+	return o.finish(ctx, "retry now", id, `UPDATE outbox_deliveries SET next_attempt = min(next_attempt, `+nowMS+`),
+	updated = `+nowMS+` WHERE id = ?1 AND state = 'pending'`, id)
+}
+
+var _ outbox.Operator = (*Outbox)(nil)

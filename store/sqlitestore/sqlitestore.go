@@ -443,3 +443,21 @@ func unavailable(err error) bool {
 }
 
 var _ dedup.Store = (*Store)(nil)
+
+// ClaimRecord implements dedup.ClaimReader.
+func (s *Store) ClaimRecord(ctx context.Context, key dedup.Key) (dedup.ClaimRecord, error) {
+	rec := dedup.ClaimRecord{Key: key}
+	var first int64
+	err := s.db.QueryRowContext(ctx, `SELECT state, payload_sha256, first_seen, reply FROM dedup_claims WHERE key = ?`,
+		string(key)).Scan(&rec.State, &rec.PayloadSHA256, &first, &rec.Reply)
+	if errors.Is(err, sql.ErrNoRows) {
+		return dedup.ClaimRecord{}, dedup.ErrNotFound
+	}
+	if err != nil {
+		return dedup.ClaimRecord{}, wrap("claim record", err)
+	}
+	rec.FirstSeen = fromMS(first)
+	return rec, nil
+}
+
+var _ dedup.ClaimReader = (*Store)(nil)

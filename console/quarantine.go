@@ -1,0 +1,242 @@
+package console
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"gateway/audit"
+	"gateway/dedup"
+)
+
+// The quarantine directory holds <partner>/<key16>-<sha16>.payload with a
+// .json description beside it (exchange's on_drift: quarantine). Released
+// and discarded items move to .released/<partner>/ and .discarded/<partner>/
+// (names no partner id can take: ids start with a letter or digit).
+const (
+	releasedDir  = ".released"
+	discardedDir = ".discarded"
+)
+
+var (
+	partnerID = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	itemBase  = regexp.MustCompile(`^[0-9a-f]{1,16}-[0-9a-f]{1,16}$`)
+)
+
+func validPartner(p string) bool { return partnerID.MatchString(p) }
+
+// QuarantineItem is one quarantined payload.
+type QuarantineItem struct {
+	ID            string // <partner>/<base>
+	Partner       string
+	Protocol      string    `json:"protocol"`
+	MessageID     string    `json:"message_id"`
+	What          string    `json:"what"`
+	Reference     string    `json:"reference"`
+	StoredSHA256  string    `json:"stored_sha256"`
+	PayloadSHA256 string    `json:"payload_sha256"`
+	FirstSeen     time.Time `json:"first_seen"`
+	Quarantined   time.Time `json:"quarantined"`
+	ContentType   string    `json:"content_type"`
+	Filename      string    `json:"filename"`
+	Size          int64
+	Path          string // the .payload file
+}
+
+// ParseItemID splits a quarantine item id and checks its form.
+func ParseItemID(id string) (partner, base string, ok bool) {
+	partner, base, found := strings.Cut(id, "/")
+	return partner, base, found && validPartner(partner) && itemBase.MatchString(base)
+}
+
+// ReadItem reads the description of a quarantined payload.
+func ReadItem(dir, id string) (QuarantineItem, error) {
+	partner, base, ok := ParseItemID(id)
+	if !ok || dir == "" {
+		return QuarantineItem{}, os.ErrNotExist
+	}
+	b, err := os.ReadFile(filepath.Join(dir, partner, base+".json"))
+	if err != nil {
+		return QuarantineItem{}, err
+	}
+	it := QuarantineItem{ID: id, Partner: partner, Path: filepath.Join(dir, partner, base+".payload")}
+	if err := json.Unmarshal(b, &it); err != nil {
+		return QuarantineItem{}, fmt.Errorf("console: quarantine %s: %w", id, err)
+	}
+	it.ID, it.Partner = id, partner
+	st, err := os.Stat(it.Path)
+	if err != nil {
+		return QuarantineItem{}, err
+	}
+	it.Size = st.Size()
+	return it, nil
+}
+
+// ListItems lists the quarantined payloads, newest first.
+func ListItems(dir string) ([]QuarantineItem, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	parts, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []QuarantineItem
+	for _, p := range parts {
+		if !p.IsDir() || !validPartner(p.Name()) {
+			continue
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, p.Name(), "*.json"))
+		for _, f := range files {
+			base := strings.TrimSuffix(filepath.Base(f), ".json")
+			it, err := ReadItem(dir, p.Name()+"/"+base)
+			if err == nil {
+				out = append(out, it)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Quarantined.After(out[j].Quarantined) })
+	return out, nil
+}
+
+// MoveItem moves an item's payload and description to sub/<partner>/ of
+// dir (released or discarded). The description goes last: an item whose
+// payload moved but whose description did not is moved again by a retry.
+func MoveItem(dir, sub string, it QuarantineItem) error {
+	partner, base, _ := ParseItemID(it.ID)
+	to := filepath.Join(dir, sub, partner)
+	if err := os.MkdirAll(to, 0o750); err != nil {
+		return err
+	}
+	for _, ext := range []string{".payload", ".json"} {
+		from := filepath.Join(dir, partner, base+ext)
+		dst := filepath.Join(to, base+ext)
+		if _, err := os.Stat(dst); err == nil {
+			dst = filepath.Join(to, fmt.Sprintf("%s-%d%s", base, time.Now().UnixNano(), ext))
+		}
+		if err := os.Rename(from, dst); err != nil && !(ext == ".payload" && errors.Is(err, os.ErrNotExist)) {
+			return err
+		}
+	}
+	return nil
+}
+
+type quarantineData struct {
+	Items []QuarantineItem
+	Dir   string
+}
+
+func (c *Console) quarantine(w http.ResponseWriter, r *http.Request, who caller) {
+	items, err := ListItems(c.src.QuarantineDir)
+	if err != nil {
+		c.fail(w, "reading the quarantine", err)
+		return
+	}
+	c.render(w, r, who, "quarantine", "Quarantine", quarantineData{Items: items, Dir: c.src.QuarantineDir})
+}
+
+type itemData struct {
+	Item    QuarantineItem
+	Preview string
+	Binary  bool
+	Key     string
+}
+
+func (c *Console) quarantineItem(w http.ResponseWriter, r *http.Request, who caller) {
+	it, err := ReadItem(c.src.QuarantineDir, r.URL.Query().Get("id"))
+	if err != nil {
+		http.Error(w, "no such quarantined payload (released or discarded already?)", http.StatusNotFound)
+		return
+	}
+	d := itemData{Item: it}
+	if f, err := os.Open(it.Path); err == nil {
+		b, _ := io.ReadAll(io.LimitReader(f, 8<<10))
+		f.Close()
+		d.Preview, d.Binary = printable(b, 8<<10)
+	}
+	// The transport key of the refused delivery, for the link to its detail.
+	if recs, err := c.src.Audit.Query(r.Context(), audit.Query{Partner: it.Partner, MessageID: it.MessageID, Limit: 1000}); err == nil {
+		_, base, _ := ParseItemID(it.ID)
+		k16, _, _ := strings.Cut(base, "-")
+		for _, rec := range recs {
+			if strings.HasPrefix(rec.Key, k16) && dedup.Key(rec.Key).Valid() {
+				d.Key = rec.Key
+				break
+			}
+		}
+	}
+	c.render(w, r, who, "item", "Quarantined payload", d)
+}
+
+func (c *Console) quarantinePayload(w http.ResponseWriter, r *http.Request, who caller) {
+	it, err := ReadItem(c.src.QuarantineDir, r.URL.Query().Get("id"))
+	if err != nil {
+		http.Error(w, "no such quarantined payload", http.StatusNotFound)
+		return
+	}
+	serveFile(w, r, it.Path)
+}
+
+// release processes a quarantined payload once (Source.Release does the
+// work and the audit).
+func (c *Console) release(w http.ResponseWriter, r *http.Request, who caller) {
+	id := r.PostForm.Get("id")
+	it, err := ReadItem(c.src.QuarantineDir, id)
+	if err != nil {
+		redirect(w, r, "/console/quarantine", "", "no such quarantined payload (released or discarded already?)")
+		return
+	}
+	if c.src.Release == nil {
+		http.Error(w, "release is not available", http.StatusNotImplemented)
+		return
+	}
+	res, err := c.src.Release(r.Context(), it, who.who)
+	if err != nil {
+		c.log.Error("console: release failed", "item", id, "who", who.who, "err", err)
+		redirect(w, r, "/console/quarantine/item?id="+url.QueryEscape(id), "", "release failed: "+err.Error())
+		return
+	}
+	msg := "released " + it.MessageID + ": processed by the handler"
+	if !res.HandlerRan {
+		msg = "released " + it.MessageID + ": it had been processed before; not processed again"
+	}
+	redirect(w, r, "/console/message?key="+res.Key, msg, "")
+}
+
+// discard removes a quarantined payload from the quarantine with a reason.
+func (c *Console) discard(w http.ResponseWriter, r *http.Request, who caller) {
+	id := r.PostForm.Get("id")
+	reason := strings.TrimSpace(r.PostForm.Get("reason"))
+	it, err := ReadItem(c.src.QuarantineDir, id)
+	if err != nil {
+		redirect(w, r, "/console/quarantine", "", "no such quarantined payload (released or discarded already?)")
+		return
+	}
+	if reason == "" || len(reason) > 1000 {
+		redirect(w, r, "/console/quarantine/item?id="+url.QueryEscape(id), "", "a discard needs a reason (at most 1000 characters)")
+		return
+	}
+	// Audit first: a discard that cannot be audited does not happen.
+	if err := c.audit(r.Context(), who, audit.Record{Partner: it.Partner, Protocol: it.Protocol, MessageID: it.MessageID,
+		Reference: it.Reference, PayloadSHA256: it.PayloadSHA256, Decision: "discarded", Error: "reason: " + reason}); err != nil {
+		c.fail(w, "auditing the discard", err)
+		return
+	}
+	if err := MoveItem(c.src.QuarantineDir, discardedDir, it); err != nil {
+		c.fail(w, "moving the discarded payload", err)
+		return
+	}
+	redirect(w, r, "/console/quarantine", "discarded "+it.MessageID, "")
+}
