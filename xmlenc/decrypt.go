@@ -546,18 +546,40 @@ func (d *decryptor) unwrapRSA(method *etree.Element, kp KeyPair, ct []byte, u *U
 	return cek, nil
 }
 
-func (d *decryptor) unwrapAgreement(am *etree.Element, wrapAlg string, kp KeyPair, wrapped []byte, u *UsedKey) ([]byte, error) {
-	u.AgreementMethod = AlgX25519
+// keyDerivation checks the part of an AgreementMethod that every key
+// agreement shares: no KA-Nonce, and a KeyDerivationMethod of algorithm kdf,
+// which it returns. It records both algorithms in u.
+func keyDerivation(am *etree.Element, agreement, kdf string, u *UsedKey) (*etree.Element, error) {
+	u.AgreementMethod = agreement
 	if child(am, NSXEnc, "KA-Nonce") != nil {
-		return nil, fail(ErrUnsupported, "KA-Nonce with X25519")
+		return nil, fail(ErrUnsupported, "KA-Nonce with %s", agreementName(agreement))
 	}
 	kdm := child(am, NSXEnc11, "KeyDerivationMethod")
 	if kdm == nil {
 		return nil, fail(ErrMalformed, "AgreementMethod without KeyDerivationMethod")
 	}
 	u.KeyDerivation = attr(kdm, "Algorithm")
-	if u.KeyDerivation != AlgHKDF {
-		return nil, fail(ErrUnsupported, "key derivation %s", truncate(u.KeyDerivation))
+	if u.KeyDerivation != kdf {
+		return nil, fail(ErrUnsupported, "key derivation %s with %s", truncate(u.KeyDerivation), agreementName(agreement))
+	}
+	return kdm, nil
+}
+
+// agreementName is the short name of a key agreement algorithm for messages.
+func agreementName(alg string) string {
+	switch alg {
+	case AlgX25519:
+		return "X25519"
+	case AlgECDHES:
+		return "ECDH-ES"
+	}
+	return truncate(alg)
+}
+
+func (d *decryptor) unwrapAgreement(am *etree.Element, wrapAlg string, kp KeyPair, wrapped []byte, u *UsedKey) ([]byte, error) {
+	kdm, err := keyDerivation(am, AlgX25519, AlgHKDF, u)
+	if err != nil {
+		return nil, err
 	}
 	params := child(kdm, NSDSigMore, "HKDFParams")
 	if params == nil {

@@ -68,17 +68,9 @@ func concatKDFBitString(e *etree.Element, name string) ([]byte, error) {
 // unwrapECDHES opens an EncryptedKey whose key was wrapped with a KEK agreed
 // by ECDH-ES on brainpoolP256r1 and derived with ConcatKDF.
 func (d *decryptor) unwrapECDHES(am *etree.Element, wrapAlg string, kp KeyPair, wrapped []byte, u *UsedKey) ([]byte, error) {
-	u.AgreementMethod = AlgECDHES
-	if child(am, NSXEnc, "KA-Nonce") != nil {
-		return nil, fail(ErrUnsupported, "KA-Nonce with ECDH-ES")
-	}
-	kdm := child(am, NSXEnc11, "KeyDerivationMethod")
-	if kdm == nil {
-		return nil, fail(ErrMalformed, "AgreementMethod without KeyDerivationMethod")
-	}
-	u.KeyDerivation = attr(kdm, "Algorithm")
-	if u.KeyDerivation != AlgConcatKDF {
-		return nil, fail(ErrUnsupported, "key derivation %s with ECDH-ES", truncate(u.KeyDerivation))
+	kdm, err := keyDerivation(am, AlgECDHES, AlgConcatKDF, u)
+	if err != nil {
+		return nil, err
 	}
 	params := child(kdm, NSXEnc11, "ConcatKDFParams")
 	if params == nil {
