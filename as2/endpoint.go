@@ -189,9 +189,23 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("no trading partner agreement for AS2-From %q and AS2-To %q", req.From, req.To), nil)
 		return
 	}
-	// One allocation of exactly Content-Length bytes; a body of unknown
-	// length goes through a spool file and is counted as it is read.
-	body, err := limits.Collect(r.Body, limits.CollectOptions{Max: e.cfg.MaxBodyBytes, SizeHint: r.ContentLength, SpoolDir: e.cfg.SpoolDir})
+	// The body goes to a spool file as it arrives, hashed on the way; the
+	// file is removed when the exchange ends (and, after a crash, at the
+	// next start: see limits.OpenSpoolArea).
+	bf, err := limits.SpoolBody(r.Body, e.cfg.SpoolDir, e.cfg.MaxBodyBytes)
+	if bf != nil {
+		defer func() {
+			if err := bf.Remove(); err != nil {
+				lg.Warn("spool cleanup failed", "err", err)
+			}
+		}()
+	}
+	var body []byte
+	if err == nil {
+		lg.Debug("as2 body received", "bytes", bf.Size, "sha256", bf.SHA256)
+		// One allocation of exactly the body's size.
+		body, err = bf.Bytes()
+	}
 	if err != nil {
 		switch st := limits.Status(err); st {
 		case http.StatusRequestEntityTooLarge:
@@ -199,6 +213,11 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Connection", "close")
 			http.Error(w, fmt.Sprintf("message body exceeds the limit of %d bytes", e.cfg.MaxBodyBytes), st)
 		case 0:
+			if errors.Is(err, limits.ErrSpool) {
+				lg.Error("as2 message not processed: the body could not be spooled", "err", err)
+				retryLater(w, "the message could not be stored temporarily")
+				break
+			}
 			lg.Warn("as2 message refused: body could not be read", "status", http.StatusBadRequest, "err", err)
 			http.Error(w, "the request body could not be read", http.StatusBadRequest)
 		default:

@@ -111,7 +111,7 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 	if id.AS2ID != "" {
 		ep, err := as2.NewEndpoint(as2.Config{
 			Partners: dir, OurID: id.AS2ID, Keys: as2Keys, Pipeline: s.Pipeline,
-			Outbox: s.Backend.Outbox(), Notify: s.notify, SpoolDir: s.Config.SpoolDir, MaxBodyBytes: s.Config.Limits.MaxBodyBytes,
+			Outbox: s.Backend.Outbox(), Notify: s.notify, SpoolDir: s.spoolDir, MaxBodyBytes: s.Config.Limits.MaxBodyBytes,
 			MaxDecompressedBytes: lim.MaxDecompressedBytes, MaxCompressionRatio: ratio,
 			Log: s.Log, ReportingUA: "gateway/" + Version,
 		})
@@ -124,9 +124,9 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 		ep, err := endpoint.New(endpoint.Config{
 			Partners: dir, Keys: as4Keys, Pipeline: s.Pipeline,
 			PartyID: id.PartyID, PartyType: id.PartyType,
-			Limits:         as4.Limits{MaxMessageSize: lim.MaxBodyBytes, MaxEnvelopeSize: lim.MaxEnvelopeBytes, SpoolDir: s.Config.SpoolDir},
+			Limits:         as4.Limits{MaxMessageSize: lim.MaxBodyBytes, MaxEnvelopeSize: lim.MaxEnvelopeBytes, SpoolDir: s.spoolDir},
 			MaxPayloadSize: lim.MaxDecompressedBytes, MaxCompressionRatio: ratio,
-			SpoolDir: s.Config.SpoolDir, Log: s.Log,
+			SpoolDir: s.spoolDir, Log: s.Log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("server: as4: %w", err)
