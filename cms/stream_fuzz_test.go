@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/x509"
 	"encoding/asn1"
+
+	"gateway/limits"
 	"testing"
 )
 
@@ -104,6 +106,31 @@ func FuzzDecryptStream(f *testing.F) {
 		want, _, derr := Decrypt(in, keys)
 		if derr == nil && !bytes.Equal(want, sink.b) {
 			t.Fatal("DecryptStream and Decrypt disagree")
+		}
+	})
+}
+
+// FuzzDecompressStream: no panic, the caps hold while streaming, and what
+// DecompressLimited inflates DecompressStream inflates the same.
+func FuzzDecompressStream(f *testing.F) {
+	for _, s := range []string{"", "hello", "Content-Type: text/plain\r\n\r\nhello hello hello hello"} {
+		der, err := Compress([]byte(s))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(der)
+		f.Add(toBER(f, der, 3))
+	}
+	lim := limits.Inflation{MaxBytes: 1 << 20, MaxRatio: 200}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var out bytes.Buffer
+		n, err := DecompressStream(bytes.NewReader(in), int64(len(in)), &out, lim, nil)
+		if int64(out.Len()) != n || n > lim.MaxBytes+limits.ChunkSize {
+			t.Fatalf("wrote %d, reports %d", out.Len(), n)
+		}
+		want, werr := DecompressLimited(in, lim, nil)
+		if werr == nil && (err != nil || !bytes.Equal(out.Bytes(), want)) {
+			t.Fatalf("DecompressLimited inflates %d bytes, DecompressStream: %v", len(want), err)
 		}
 	})
 }

@@ -17,6 +17,7 @@ import (
 	"crypto/x509"
 
 	"gateway/internal/interop"
+	"gateway/limits"
 )
 
 // memSink is a Sink in memory.
@@ -307,3 +308,105 @@ func TestToBERIsIndefiniteAndChunked(t *testing.T) {
 		t.Fatalf("not the BER the tests mean: % x", ber[:32])
 	}
 }
+
+// VerifyDetachedStream agrees with VerifyDetached (PKCS#1 v1.5 and PSS,
+// detached and attached signatures), refuses changed content with
+// ErrBadSignature and reads the content once.
+func TestVerifyDetachedStreamMatchesVerifyDetached(t *testing.T) {
+	cert, key := newCert(t, "signer", 0, certOpts{})
+	trusted := []*x509.Certificate{cert}
+	content := bytes.Repeat([]byte("Content-Type: application/edi-consent\r\n\r\nUNB+UNOA:2'\r\n"), 5000)
+	for _, pss := range []bool{false, true} {
+		for _, attached := range []bool{false, true} {
+			sig, err := Sign(content, cert, key, SignOptions{PSS: pss, Attached: attached})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := VerifyDetached(sig, content, trusted, testNow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, n, err := VerifyDetachedStream(sig, bytes.NewReader(content), trusted, testNow)
+			if err != nil {
+				t.Fatalf("pss=%v attached=%v: %v", pss, attached, err)
+			}
+			if n != int64(len(content)) || got.Cert != want.Cert || got.DigestAlg != want.DigestAlg ||
+				!bytes.Equal(got.Digest, want.Digest) || got.PSS != want.PSS {
+				t.Fatalf("signer %+v, VerifyDetached says %+v", got, want)
+			}
+			bad := append([]byte(nil), content...)
+			bad[len(bad)/2] ^= 1
+			if _, _, err := VerifyDetachedStream(sig, bytes.NewReader(bad), trusted, testNow); !errors.Is(err, ErrBadSignature) {
+				t.Fatalf("changed content: %v", err)
+			}
+		}
+	}
+}
+
+// DecompressStream yields what DecompressLimited yields for DER and chunked
+// BER, keeps its caps (absolute size, ratio) while streaming, stopping
+// within a chunk of the limit, and refuses a corrupt stream as malformed.
+func TestDecompressStream(t *testing.T) {
+	data := make([]byte, 3<<20)
+	rng := mrand.New(mrand.NewPCG(3, 4))
+	for i := range data {
+		data[i] = "ABCDEFGH 0123456789\r\n"[rng.IntN(21)]
+	}
+	der, err := Compress(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := limits.Inflation{MaxBytes: 64 << 20, MaxRatio: 200}
+	for _, in := range [][]byte{der, toBER(t, der, 4096)} {
+		var out bytes.Buffer
+		n, err := DecompressStream(bytes.NewReader(in), int64(len(in)), &out, lim, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != int64(len(data)) || !bytes.Equal(out.Bytes(), data) {
+			t.Fatalf("inflated %d bytes, want %d", n, len(data))
+		}
+	}
+	// Caps while streaming.
+	var out countWriter
+	if _, err := DecompressStream(bytes.NewReader(der), int64(len(der)), &out, limits.Inflation{MaxBytes: 1 << 20}, nil); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("over MaxBytes: %v", err)
+	}
+	if out.n > 1<<20 {
+		t.Fatalf("%d bytes written past a 1 MiB cap", out.n)
+	}
+	zeros, err := Compress(make([]byte, 64<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = countWriter{}
+	if _, err := DecompressStream(bytes.NewReader(zeros), int64(len(zeros)), &out, limits.Inflation{MaxRatio: 200}, nil); !errors.Is(err, ErrTooLarge) || !errors.Is(err, limits.ErrRatio) {
+		t.Fatalf("ratio: %v", err)
+	}
+	if out.n > int64(200*len(zeros))+limits.DefaultRatioFloor+limits.ChunkSize {
+		t.Fatalf("%d bytes written past the ratio cap", out.n)
+	}
+	stop := errors.New("layers in total")
+	if _, err := DecompressStream(bytes.NewReader(der), int64(len(der)), &countWriter{}, lim, func(total int64) error {
+		if total > 1<<20 {
+			return stop
+		}
+		return nil
+	}); !errors.Is(err, stop) {
+		t.Fatalf("check: %v", err)
+	}
+	bad := append([]byte(nil), der...)
+	for i := len(bad) / 2; i < len(bad)/2+64; i++ {
+		bad[i] ^= 0x5a
+	}
+	if _, err := DecompressStream(bytes.NewReader(bad), int64(len(bad)), &countWriter{}, lim, nil); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("corrupt: %v", err)
+	}
+	if _, err := DecompressStream(bytes.NewReader(der), int64(len(der))-100, &countWriter{}, lim, nil); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("truncated: %v", err)
+	}
+}
+
+type countWriter struct{ n int64 }
+
+func (w *countWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
