@@ -248,3 +248,21 @@ func inflateTo(r io.Reader, compressed int64, dst io.Writer, lim limits.Inflatio
 		}
 	}
 }
+
+// ContentTypeStream reports the CMS content type of the ContentInfo at the
+// start of r (as ContentType does), reading only its first elements.
+func ContentTypeStream(r io.Reader) (string, error) {
+	s := newBERStream(r)
+	h, err := s.next()
+	if err != nil || !h.is(0, 16, true) {
+		return "", fmt.Errorf("cms: content type: %w: not a ContentInfo", ErrMalformed)
+	}
+	if h, err = s.next(); err != nil {
+		return "", fmt.Errorf("cms: content type: %w", malformed(err))
+	}
+	var oid asn1.ObjectIdentifier
+	if err := streamUnmarshal(s, h, &oid); err != nil {
+		return "", fmt.Errorf("cms: content type: %w", malformed(err))
+	}
+	return contentTypeName(oid), nil
+}
