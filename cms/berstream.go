@@ -7,6 +7,12 @@ import (
 	"io"
 )
 
+// ErrInvalidBER is wrapped by the streaming readers' errors about the BER
+// encoding itself (truncation, lengths, nesting, trailing bytes), which the
+// in-memory functions detect before looking at the content: a caller can
+// tell a broken encoding from broken content.
+var ErrInvalidBER = errBER
+
 // berStream reads BER from an io.Reader one element header at a time, so
 // that the large parts of a CMS structure (the encrypted content, an
 // OCTET STRING of any size, definite or indefinite, primitive or chunked
@@ -295,7 +301,7 @@ func (s *berStream) rest() error {
 		switch c {
 		case 0, '\r', '\n', '\t', ' ':
 		default:
-			return fmt.Errorf("%w: trailing data", ErrMalformed)
+			return fmt.Errorf("%w: %w: trailing data", ErrMalformed, errBER)
 		}
 	}
 }

@@ -248,7 +248,7 @@ func decryptStream(src io.ReaderAt, size int64, keys []KeyPair, dst Sink) (Decry
 // malformed makes BER errors ErrMalformed.
 func malformed(err error) error {
 	if errors.Is(err, errBER) && !errors.Is(err, ErrMalformed) {
-		return fmt.Errorf("%w: %v", ErrMalformed, err)
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	return err
 }

@@ -84,10 +84,10 @@ func DecompressStream(src io.ReaderAt, size int64, dst io.Writer, lim limits.Inf
 		return n, nil
 	case errors.Is(err, limits.ErrTooLarge) || errors.Is(err, limits.ErrRatio):
 		return n, fmt.Errorf("cms: decompress: %w: %w", ErrTooLarge, err)
+	case errors.Is(err, errBER) && !errors.Is(err, ErrMalformed):
+		return n, fmt.Errorf("cms: decompress: %w: %w", ErrMalformed, err)
 	case errors.Is(err, ErrMalformed) || errors.Is(err, ErrUnsupportedAlgorithm):
 		return n, fmt.Errorf("cms: decompress: %w", err)
-	case errors.Is(err, errBER):
-		return n, fmt.Errorf("cms: decompress: %w: %v", ErrMalformed, err)
 	}
 	return n, fmt.Errorf("cms: decompress: %w", err)
 }

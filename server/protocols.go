@@ -52,11 +52,17 @@ func (s *Server) mountProtocols(dir *partners.Directory) error {
 			"memory_budget", budget.Total(), "max_body_bytes", cfg.Limits.MaxBodyBytes, "largest_message", budget.Total()/limits.DefaultAmplification)
 	}
 	bodyLimits := func(protocol string, h http.Handler) http.Handler {
-		return limits.Handler(h, limits.BodyOptions{
+		o := limits.BodyOptions{
 			MaxBytes: cfg.Limits.MaxBodyBytes, Budget: budget,
 			MinRate: cfg.Limits.MinBodyRate, Grace: cfg.Limits.MinBodyRateGrace, MaxDuration: cfg.Limits.ReadTimeout,
 			Protocol: protocol, Log: s.Log,
-		})
+		}
+		if protocol == "as2" {
+			// AS2 bodies over the stream threshold are streamed: a fixed
+			// reservation, up to max_streamed_body_bytes.
+			o.MaxBytes, o.StreamAbove = max(cfg.Limits.MaxStreamedBodyBytes, cfg.Limits.MaxBodyBytes), as2.DefaultStreamThreshold
+		}
+		return limits.Handler(h, o)
 	}
 	if snap.as2 != nil {
 		s.reload.as2Mounted = true
@@ -111,7 +117,8 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 	if id.AS2ID != "" {
 		ep, err := as2.NewEndpoint(as2.Config{
 			Partners: dir, OurID: id.AS2ID, Keys: as2Keys, Pipeline: s.Pipeline,
-			Outbox: s.Backend.Outbox(), Notify: s.notify, SpoolDir: s.spoolDir, MaxBodyBytes: s.Config.Limits.MaxBodyBytes,
+			Outbox: s.Backend.Outbox(), Notify: s.notify, SpoolDir: s.spoolDir,
+			MaxBodyBytes: max(lim.MaxStreamedBodyBytes, lim.MaxBodyBytes), MaxInMemoryBytes: lim.MaxBodyBytes,
 			MaxDecompressedBytes: lim.MaxDecompressedBytes, MaxCompressionRatio: ratio,
 			Log: s.Log, ReportingUA: "gateway/" + Version,
 		})

@@ -233,6 +233,12 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 		case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
 			res.Layers = append(res.Layers, LayerEncrypted)
 			info, err := cms.DecryptStream(der.readerAt(), der.N, opts.Keys, f)
+			if errors.Is(err, cms.ErrInvalidBER) {
+				// A broken encoding: in memory this is found before the
+				// layer is known; report it the same way.
+				res.Layers = res.Layers[:len(res.Layers)-1]
+				return res, fmt.Errorf("smime: %s: %w", mt, err)
+			}
 			if !res.Encrypted {
 				res.Decryption = info
 			}
@@ -261,6 +267,10 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 				}
 				return nil
 			})
+			if errors.Is(err, cms.ErrInvalidBER) {
+				res.Layers = res.Layers[:len(res.Layers)-1]
+				return res, fmt.Errorf("smime: %s: %w", mt, err)
+			}
 			if err != nil {
 				return res, fmt.Errorf("smime: %w", err)
 			}

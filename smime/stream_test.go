@@ -120,6 +120,9 @@ func TestUnwrapStreamMatchesUnwrap(t *testing.T) {
 						if !bytes.Equal(mem.Payload, payload) {
 							t.Fatal("payload differs")
 						}
+						trunc := httpEntity(b)
+						trunc.Body = trunc.Body[:len(trunc.Body)/2]
+						streamBoth(t, trunc, opts)
 						streamBoth(t, httpEntity(b), Options{Keys: []cms.KeyPair{other}, Trusted: []*x509.Certificate{sender.Cert}})
 						streamBoth(t, httpEntity(b), Options{Keys: []cms.KeyPair{receiver}, Trusted: []*x509.Certificate{other.Cert}})
 						if sign != "" && enc == "" && comp == NoCompression && te == "binary" {
