@@ -414,6 +414,10 @@ type SignOptions struct {
 	Attached bool
 	// SigningTime is the signingTime attribute; zero means time.Now().
 	SigningTime time.Time
+	// ContentDigest, when set, is the content's digest under Digest,
+	// computed by the caller over a stream (content is then not read; a
+	// detached signature only).
+	ContentDigest []byte
 }
 
 // SignDetached signs content with an RSA key (PKCS#1 v1.5) and returns a
@@ -442,9 +446,15 @@ func Sign(content []byte, cert *x509.Certificate, key crypto.Signer, opts SignOp
 		return nil, fmt.Errorf("cms: sign: %w", err)
 	}
 	d, _ := digestByName(n)
-	h := d.hash.New()
-	h.Write(content)
-	md := h.Sum(nil)
+	md := opts.ContentDigest
+	switch {
+	case md != nil && (opts.Attached || len(md) != d.hash.Size()):
+		return nil, errors.New("cms: sign: ContentDigest is for detached signatures with a digest of the right size")
+	case md == nil:
+		h := d.hash.New()
+		h.Write(content)
+		md = h.Sum(nil)
+	}
 
 	st := opts.SigningTime
 	if st.IsZero() {
