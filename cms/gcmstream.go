@@ -203,6 +203,23 @@ func (d *gcmStreamDecrypter) restartCTR(first bool) {
 	copy(d.ctrNext[:12], c[:12])
 }
 
+// xorKeyStream XORs the next len(p) keystream bytes into dst.
+func (d *gcmStreamDecrypter) xorKeyStream(dst, p []byte) {
+	done := 0
+	for done < len(p) {
+		k := uint64(len(p) - done)
+		if k > d.ctrLeft {
+			k = d.ctrLeft
+		}
+		d.ctr.XORKeyStream(dst[done:done+int(k)], p[done:done+int(k)])
+		done += int(k)
+		d.ctrLeft -= k
+		if d.ctrLeft == 0 {
+			d.restartCTR(false)
+		}
+	}
+}
+
 // decrypt turns ciphertext p into plaintext in d.out (valid until the next
 // call) and returns it.
 func (d *gcmStreamDecrypter) decrypt(p []byte) []byte {
@@ -212,19 +229,7 @@ func (d *gcmStreamDecrypter) decrypt(p []byte) []byte {
 	out := d.out[:len(p)]
 	d.g.write(p)
 	d.n += uint64(len(p))
-	done := 0
-	for done < len(p) {
-		k := uint64(len(p) - done)
-		if k > d.ctrLeft {
-			k = d.ctrLeft
-		}
-		d.ctr.XORKeyStream(out[done:done+int(k)], p[done:done+int(k)])
-		done += int(k)
-		d.ctrLeft -= k
-		if d.ctrLeft == 0 {
-			d.restartCTR(false)
-		}
-	}
+	d.xorKeyStream(out, p)
 	return out
 }
 
@@ -233,12 +238,29 @@ func (d *gcmStreamDecrypter) verify(aad, tag []byte) error {
 	if len(tag) < 12 || len(tag) > 16 {
 		return fmt.Errorf("GCM tag length %d: %w", len(tag), ErrUnsupportedAlgorithm)
 	}
+	want, err := d.tagErr(aad)
+	if err != nil {
+		return err
+	}
+	if subtle.ConstantTimeCompare(want[:len(tag)], tag) != 1 {
+		return fmt.Errorf("%w: GCM authentication: %v", ErrDecrypt, errors.New("message authentication failed"))
+	}
+	return nil
+}
+
+// tag is the full GCM tag over the ciphertext written and aad.
+func (d *gcmStreamDecrypter) tag(aad []byte) [16]byte {
+	t, _ := d.tagErr(aad)
+	return t
+}
+
+func (d *gcmStreamDecrypter) tagErr(aad []byte) ([16]byte, error) {
 	uc, cn := d.g.sum()
 	var ua gfElem
 	if len(aad) > 0 {
 		ag, err := newGHASHStream(d.block)
 		if err != nil {
-			return err
+			return [16]byte{}, err
 		}
 		ag.write(aad)
 		ua, _ = ag.sum()
@@ -248,9 +270,5 @@ func (d *gcmStreamDecrypter) verify(aad, tag []byte) error {
 	s := gfMul(ua, gfPow(d.g.h, cBlocks)).xor(uc).xor(gfMul(l, d.g.h))
 	var ej0 [16]byte
 	d.block.Encrypt(ej0[:], d.j0[:])
-	want := s.xor(gfLoad(ej0[:])).bytes()
-	if subtle.ConstantTimeCompare(want[:len(tag)], tag) != 1 {
-		return fmt.Errorf("%w: GCM authentication: %v", ErrDecrypt, errors.New("message authentication failed"))
-	}
-	return nil
+	return s.xor(gfLoad(ej0[:])).bytes(), nil
 }

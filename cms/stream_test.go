@@ -410,3 +410,58 @@ func TestDecompressStream(t *testing.T) {
 type countWriter struct{ n int64 }
 
 func (w *countWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
+
+// What EncryptStream and CompressStream write (indefinite BER, segmented
+// content) is read back by Decrypt, DecryptStream, DecompressLimited and
+// DecompressStream, for every cipher and sizes around the boundaries.
+func TestStreamWritersRoundTrip(t *testing.T) {
+	cert, key := newCert(t, "stream", 0, certOpts{})
+	keys := []KeyPair{{Cert: cert, Key: key}}
+	for _, n := range []int{0, 1, 16, segmentSize - 1, segmentSize + 17, 3*segmentSize + 5} {
+		content := make([]byte, n)
+		rand.Read(content)
+		for _, cc := range contentCiphers {
+			var out bytes.Buffer
+			w, err := EncryptStream(&out, []*x509.Certificate{cert}, cc.name, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rest := content; len(rest) > 0; {
+				k := min(len(rest), 1000+len(rest)%7000)
+				w.Write(rest[:k])
+				rest = rest[k:]
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				continue // Decrypt refuses empty CBC content as Encrypt never makes it; GCM checked below
+			}
+			got, info, err := Decrypt(out.Bytes(), keys)
+			if err != nil || !bytes.Equal(got, content) || info.Cipher != cc.name {
+				t.Fatalf("%s n=%d: Decrypt: %v", cc.name, n, err)
+			}
+			var sink memSink
+			if _, err := DecryptStream(bytes.NewReader(out.Bytes()), int64(out.Len()), keys, &sink); err != nil || !bytes.Equal(sink.b, content) {
+				t.Fatalf("%s n=%d: DecryptStream: %v", cc.name, n, err)
+			}
+		}
+		var out bytes.Buffer
+		w, err := CompressStream(&out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(content)
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecompressLimited(out.Bytes(), limits.Inflation{MaxBytes: 1 << 30}, nil)
+		if err != nil || !bytes.Equal(got, content) {
+			t.Fatalf("n=%d: DecompressLimited: %v", n, err)
+		}
+		var b bytes.Buffer
+		if _, err := DecompressStream(bytes.NewReader(out.Bytes()), int64(out.Len()), &b, limits.Inflation{MaxBytes: 1 << 30}, nil); err != nil || !bytes.Equal(b.Bytes(), content) {
+			t.Fatalf("n=%d: DecompressStream: %v", n, err)
+		}
+	}
+}

@@ -466,26 +466,32 @@ func (r *StreamResult) verifySignedStream(e *streamEntity, params map[string]str
 		return nil, fmt.Errorf("signature part: %w", err)
 	}
 	cands := []micSource{{sec: raws[0]}}
-	if !opts.StrictLineEndings {
+	// The repairs are worked out (another read of the part) only when the
+	// exact bytes fail on their digest.
+	repairs := func() error {
+		if opts.StrictLineEndings {
+			return nil
+		}
 		head, err := raws[0].prefix(content.start)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		headBare := hasBareLF(head)
 		bodyBare, err := bareLFAfter(raws[0], content.start)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if headBare {
+		if hasBareLF(head) {
 			cands = append(cands, micSource{sec: raws[0], crlf: 1, bodyStart: content.start})
 		}
 		if bodyBare {
 			cands = append(cands, micSource{sec: raws[0], crlf: 2})
 		}
+		return nil
 	}
 	now := opts.now()
 	var errs []error
-	for i, c := range cands {
+	for i := 0; i < len(cands); i++ {
+		c := cands[i]
 		s, _, err := cms.VerifyDetachedStream(sig, c.reader(), opts.Trusted, now)
 		if err == nil {
 			if !r.Signed {
@@ -498,6 +504,11 @@ func (r *StreamResult) verifySignedStream(e *streamEntity, params map[string]str
 		errs = append(errs, err)
 		if !errors.Is(err, cms.ErrBadSignature) {
 			break
+		}
+		if i == 0 {
+			if err := repairs(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return nil, verificationError(errs)
