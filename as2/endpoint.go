@@ -36,6 +36,7 @@ import (
 	"gateway/outbox"
 	"gateway/partners"
 	"gateway/smime"
+	"gateway/trust"
 )
 
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is zero.
@@ -59,6 +60,9 @@ type Config struct {
 	// Keys are our key pairs: all are tried for decryption (rollover);
 	// Keys[0] signs MDNs. Without keys, signed MDNs are sent unsigned.
 	Keys []cms.KeyPair
+	// Identities are our further AS2 names, each with its own keys (see
+	// Identity); OurID and Keys are the first.
+	Identities []Identity
 	// Pipeline runs verified messages (required). Its Audit sink also gets a
 	// "rejected" record for messages refused before the pipeline.
 	Pipeline *exchange.Pipeline
@@ -96,12 +100,16 @@ type Config struct {
 	Now func() time.Time
 	// ReportingUA is the Reporting-UA of our MDNs.
 	ReportingUA string
+	// Trust checks the signers of trust: ca partners (chain, name,
+	// revocation, with its cache); nil means a checker with defaults.
+	Trust *trust.Checker
 }
 
 // Endpoint is the AS2 receive endpoint; it implements http.Handler.
 type Endpoint struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	trust *trust.Checker
 }
 
 // NewEndpoint checks cfg and returns the endpoint.
@@ -117,6 +125,9 @@ func NewEndpoint(cfg Config) (*Endpoint, error) {
 			return nil, fmt.Errorf("as2: config: Keys[%d] lacks its certificate or private key", i)
 		}
 	}
+	if err := checkIdentities(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -129,9 +140,12 @@ func NewEndpoint(cfg Config) (*Endpoint, error) {
 	if cfg.MaxInMemoryBytes <= 0 {
 		cfg.MaxInMemoryBytes = min(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
 	}
-	e := &Endpoint{cfg: cfg, log: cfg.Log}
+	e := &Endpoint{cfg: cfg, log: cfg.Log, trust: cfg.Trust}
 	if e.log == nil {
 		e.log = slog.Default()
+	}
+	if e.trust == nil {
+		e.trust = &trust.Checker{Log: e.log, Now: cfg.Now}
 	}
 	return e, nil
 }
@@ -165,6 +179,9 @@ type inbound struct {
 	// signMDN and signDigest: whether and with which digest our MDN is signed.
 	signMDN    bool
 	signDigest string
+	// signKeys are the keys of the identity the partner addressed
+	// (AS2-To): signKeys[0] signs the MDN.
+	signKeys []cms.KeyPair
 	// mic is the Received-Content-MIC of the message ("" before unwrap).
 	mic    string
 	micAlg micAlg
@@ -195,6 +212,8 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	x := &inbound{req: req, lg: lg}
+	var decryptKeys []cms.KeyPair
+	x.signKeys, decryptKeys = e.identityKeys(req.To)
 	p, ok := e.cfg.Partners.ByAS2(req.From, req.To, e.cfg.OurID)
 	if !ok {
 		// The sender is not authenticated: its Receipt-Delivery-Option is
@@ -257,11 +276,18 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	var tr *trustRun
+	var check cms.SignerCheck
+	if pol := e.cfg.Partners.AS2Trust(p); pol != nil {
+		tr = &trustRun{}
+		check = e.signerCheck(r.Context(), pol, tr)
+	}
 	opts := smime.Options{
-		Keys:    e.cfg.Keys,
-		Trusted: e.cfg.Partners.AS2Certificates(p),
-		Now:     e.cfg.Now,
-		MaxSize: e.cfg.MaxDecompressedBytes, MaxRatio: e.cfg.MaxCompressionRatio,
+		Keys:        decryptKeys,
+		Trusted:     e.cfg.Partners.AS2Certificates(p),
+		CheckSigner: check,
+		Now:         e.cfg.Now,
+		MaxSize:     e.cfg.MaxDecompressedBytes, MaxRatio: e.cfg.MaxCompressionRatio,
 		SpoolDir: e.cfg.SpoolDir, Reserve: limits.ReservationFrom(r.Context()).Grow,
 
 		ContentOnlyCompressedMIC: p.AS2.MICCompressed == "content",
@@ -308,6 +334,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		res, err = smime.UnwrapEntity(smime.EntityFromHTTP(r.Header, body), opts)
 	}
+	e.auditTrust(r.Context(), x, tr)
 	if limits.Status(err) == http.StatusServiceUnavailable {
 		x.lg.Warn("as2 message not processed: memory budget exhausted while decompressing", "err", err)
 		limits.Refuse(w, err)
@@ -318,6 +345,15 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answerOnResponse(x)
 		e.reject(r.Context(), w, x, d, why, err)
 		return
+	}
+	if res.Signed && res.Signer != nil {
+		// Key size, judged like AS4 does (validity: cms, at e.cfg.Now). A
+		// weak key allowed by as2.allow_weak_keys is logged when loaded.
+		if _, err := trust.CheckKeySize(res.Signer.Cert, trust.Policy{AllowWeakKeys: p.AS2.AllowWeakKeys}); err != nil {
+			answerOnResponse(x)
+			e.reject(r.Context(), w, x, mdn.DispAuthenticationFailed, "the signer's "+err.Error(), nil)
+			return
+		}
 	}
 	if why := policyViolation(p.AS2, res); why != "" {
 		answerOnResponse(x)
@@ -409,7 +445,7 @@ func (e *Endpoint) planMDN(x *inbound) {
 		x.mode = deliverSync
 	}
 	x.signMDN = m.Requested && m.Signed() || x.partner.AS2.RequireSignedMDN
-	if x.signMDN && len(e.cfg.Keys) == 0 {
+	if x.signMDN && len(x.signKeys) == 0 {
 		x.lg.Warn("signed MDN requested but no key is configured; sending it unsigned")
 		x.signMDN = false
 	}

@@ -10,6 +10,7 @@ import (
 	"gateway/mdn"
 	"gateway/partners"
 	"gateway/smime"
+	"gateway/trust"
 )
 
 // defaultDigests are the digests allowed when a partner lists none: all
@@ -48,6 +49,10 @@ func policyViolation(a *partners.AS2, res *smime.Result) string {
 // classify maps an Unwrap error to the disposition RFC 4130 §7.5.3 names
 // for it and a sentence for the MDN's human text.
 func classify(res *smime.Result, err error, from string) (mdn.Disposition, string) {
+	var te *trust.Error
+	if errors.As(err, &te) {
+		return mdn.DispAuthenticationFailed, te.Reason
+	}
 	switch {
 	case errors.Is(err, cms.ErrNoRecipient):
 		return mdn.DispDecryptionFailed, "the message is not encrypted for any of our certificates"
@@ -57,6 +62,12 @@ func classify(res *smime.Result, err error, from string) (mdn.Disposition, strin
 		return mdn.DispAuthenticationFailed, fmt.Sprintf("the signature was not made with a certificate configured for AS2-From %q", from)
 	case errors.Is(err, cms.ErrCertificateExpired):
 		var ve *cms.CertificateValidityError
+		if errors.As(err, &ve) && ve.Cert != nil {
+			// The wording AS4's EBMS:0101 uses too (package trust).
+			if terr := trust.CheckValidity(ve.Cert, ve.At); terr != nil {
+				return mdn.DispAuthenticationFailed, "the signer's " + terr.Error()
+			}
+		}
 		if errors.As(err, &ve) {
 			return mdn.DispAuthenticationFailed, fmt.Sprintf("the signer's certificate %q (serial %s) is valid from %s to %s, not at %s",
 				ve.Subject, ve.Serial, ve.NotBefore.UTC().Format(time.RFC3339), ve.NotAfter.UTC().Format(time.RFC3339), ve.At.UTC().Format(time.RFC3339))

@@ -31,7 +31,9 @@ func TestExpiredSignerIsAuthenticationFailedWithOrWithoutRepair(t *testing.T) {
 		resp, body := e.post(t, m.Header, m.Body)
 		p := expectMDN(t, resp, body, mdn.DispAuthenticationFailed)
 		reason, _, _ := strings.Cut(p.Report.HumanText, "Detail:") // the reason itself, not the error detail
-		for _, want := range []string{`"partner 2"`, "2045-01-01", "2046-03-01"} {
+		// The wording AS4's EBMS:0101 uses too (package trust).
+		for _, want := range []string{`certificate "CN=partner 2,O=gateway as2 tests" (serial 1B5B)`, "expired on 2045-01-01T00:00:00Z",
+			"valid from 2020-01-01T00:00:00Z to 2045-01-01T00:00:00Z", "checked at 2046-03-01T12:00:00Z"} {
 			if !strings.Contains(reason, want) {
 				t.Errorf("%s: reason lacks %s: %s", tc.name, want, p.Report.HumanText)
 			}

@@ -129,7 +129,7 @@ func (e *Endpoint) buildMDN(x *inbound, d mdn.Disposition, text, mic, micAlgSpel
 	var ct string
 	var body []byte
 	if x.signMDN {
-		kp := e.cfg.Keys[0]
+		kp := x.signKeys[0] // the key of the identity the partner addressed
 		micalg, err := smime.NormalizeMICAlg(x.signDigest)
 		if err != nil {
 			return exchange.Reply{}, fmt.Errorf("as2: mdn: %w", err)

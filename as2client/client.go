@@ -56,6 +56,8 @@ type Client struct {
 	SignKey    crypto.Signer
 	SignDigest string
 	SignPSS    bool
+	// SignChain are intermediates embedded in the signature after SignCert.
+	SignChain []*x509.Certificate
 
 	// RecipientCerts are the partner's certificates: the first encrypts,
 	// all verify the MDN signature (unless MDNCerts is set). Cipher is a
@@ -126,7 +128,7 @@ func (c *Client) Prepare(payload []byte, contentType, filename string) (*Message
 		if c.SignCert == nil || c.SignKey == nil {
 			return nil, errors.New("as2client: signing needs a certificate and its private key")
 		}
-		opts.SignCert, opts.SignKey = c.SignCert, c.SignKey
+		opts.SignCert, opts.SignKey, opts.SignChain = c.SignCert, c.SignKey, c.SignChain
 	}
 	if c.Cipher != "" {
 		if len(c.RecipientCerts) == 0 {

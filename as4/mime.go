@@ -14,6 +14,8 @@ import (
 	"github.com/beevik/etree"
 
 	glimits "gateway/limits"
+
+	"gateway/internal/base64body"
 )
 
 // Default limits, used for every zero field of Limits.
@@ -322,7 +324,7 @@ func readPart(p *multipart.Part, maxSize int64, spoolDir string) (Part, error) {
 		data, err = readAtMost(p, maxSize, spoolDir)
 	case "base64":
 		// Decoded as it is read: no copy of the encoded part is kept.
-		data, err = readAtMost(base64.NewDecoder(base64.StdEncoding, &spaceFilter{r: p}), maxSize, spoolDir)
+		data, err = readAtMost(base64body.NewDecoder(p), maxSize, spoolDir)
 		if err != nil && !errors.Is(err, ErrLimit) && !isReadErr(err) {
 			return Part{}, MimeInconsistency("bad base64 in part <"+part.ContentID+">", err)
 		}
@@ -357,28 +359,6 @@ func readAtMost(r io.Reader, max int64, spoolDir string) ([]byte, error) {
 func isReadErr(err error) bool {
 	var ce base64.CorruptInputError
 	return !errors.As(err, &ce)
-}
-
-// spaceFilter drops the white space a base64 body may carry (line breaks,
-// and spaces and tabs some senders add).
-type spaceFilter struct{ r io.Reader }
-
-func (f *spaceFilter) Read(p []byte) (int, error) {
-	for {
-		n, err := f.r.Read(p)
-		k := 0
-		for _, c := range p[:n] {
-			switch c {
-			case ' ', '\t', '\r', '\n':
-			default:
-				p[k] = c
-				k++
-			}
-		}
-		if k > 0 || err != nil {
-			return k, err
-		}
-	}
 }
 
 // stripAngles removes white space and one pair of angle brackets.

@@ -18,6 +18,9 @@ const (
 	// StepDelivery is the fate of a reply sent on the gateway's own
 	// connection (an async MDN), when it is refused.
 	StepDelivery Step = "delivery"
+	// StepTrust is the CA trust decision on a signer certificate (chain,
+	// name, revocation) of a trust: ca partner.
+	StepTrust Step = "trust"
 )
 
 // Record is one audited step of one exchange.

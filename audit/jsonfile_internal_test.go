@@ -6,10 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // faultyFile is an *os.File whose writes stop after room bytes (a full
@@ -172,5 +175,170 @@ func TestJSONFileTornTailFromCrash(t *testing.T) {
 	}
 	if ids := lines(t, path); len(ids) != 2 || ids[1] != "m2" {
 		t.Fatalf("records %q", ids)
+	}
+}
+
+// slowSyncFile counts syncs and makes each one slow, so that writers pile
+// up behind it; it records how far the file was written when each sync
+// started.
+type slowSyncFile struct {
+	*os.File
+	delay   time.Duration
+	mu      sync.Mutex
+	written int64
+	covered []int64 // file size at the start of each sync
+	fail    int     // the next fail syncs fail
+}
+
+func (f *slowSyncFile) Write(b []byte) (int, error) {
+	n, err := f.File.Write(b)
+	f.mu.Lock()
+	f.written += int64(n)
+	f.mu.Unlock()
+	return n, err
+}
+
+func (f *slowSyncFile) Sync() error {
+	f.mu.Lock()
+	size := f.written
+	failing := f.fail > 0
+	if failing {
+		f.fail--
+	}
+	f.mu.Unlock()
+	time.Sleep(f.delay)
+	if failing {
+		return syscall.EIO
+	}
+	if err := f.File.Sync(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.covered = append(f.covered, size)
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *slowSyncFile) Truncate(n int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.written = n
+	return f.File.Truncate(n)
+}
+
+func openSlow(t *testing.T, path string, delay time.Duration) (*JSONFile, *slowSyncFile) {
+	t.Helper()
+	osf, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf := &slowSyncFile{File: osf, delay: delay}
+	s, err := newJSONFile(sf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, sf
+}
+
+// TestJSONFileGroupSync: concurrent writers share fsyncs, and each Write
+// returns only after a sync that covered its record (one that started
+// when the file already held it).
+func TestJSONFileGroupSync(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	s, sf := openSlow(t, path, 5*time.Millisecond)
+	const n = 32
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Write(context.Background(), Record{Step: StepReceived, MessageID: fmt.Sprintf("m%d", i)})
+			if errs[i] != nil {
+				return
+			}
+			// The record is in the file; some sync that started at or
+			// after its end has finished.
+			b, _ := os.ReadFile(path)
+			end := bytes.Index(b, []byte(fmt.Sprintf(`"message_id":"m%d"`, i)))
+			end += bytes.IndexByte(b[end:], '\n') + 1
+			sf.mu.Lock()
+			defer sf.mu.Unlock()
+			ok := false
+			for _, c := range sf.covered {
+				ok = ok || c >= int64(end)
+			}
+			if !ok {
+				errs[i] = fmt.Errorf("returned before a sync covered its record (end %d, syncs covered %v)", end, sf.covered)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("write %d: %v", i, err)
+		}
+	}
+	if got := len(lines(t, path)); got != n {
+		t.Errorf("%d records, want %d", got, n)
+	}
+	sf.mu.Lock()
+	syncs := len(sf.covered)
+	sf.mu.Unlock()
+	if syncs > n/2 {
+		t.Errorf("%d syncs for %d concurrent records: not shared", syncs, n)
+	}
+	t.Logf("%d records, %d syncs", n, syncs)
+}
+
+// TestJSONFileGroupSyncFailure: a sync that fails fails every writer whose
+// record it would have covered, and their records are rolled back; the
+// sink goes on.
+func TestJSONFileGroupSyncFailure(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	s, sf := openSlow(t, path, 20*time.Millisecond)
+	if err := s.Write(context.Background(), Record{MessageID: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	sf.mu.Lock()
+	sf.fail = 1
+	sf.mu.Unlock()
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Write(context.Background(), Record{MessageID: fmt.Sprintf("m%d", i)})
+		}()
+	}
+	wg.Wait()
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			if !errors.Is(err, syscall.EIO) {
+				t.Errorf("error %v, want EIO", err)
+			}
+			failed++
+		}
+	}
+	got := lines(t, path)
+	if failed == 0 || len(got) != 1+n-failed {
+		t.Errorf("%d writes failed, file holds %v", failed, got)
+	}
+	for i, err := range errs {
+		want := fmt.Sprintf("m%d", i)
+		in := false
+		for _, id := range got {
+			in = in || id == want
+		}
+		if in != (err == nil) {
+			t.Errorf("%s: error %v, in the file %v", want, err, in)
+		}
+	}
+	if err := s.Write(context.Background(), Record{MessageID: "after"}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -15,19 +15,34 @@ import (
 )
 
 // JSONFile appends one JSON object per line to a file and syncs it before
-// Write returns, so it is a durable sink. Every record is all or nothing: a
-// write or sync that fails (a full disk accepts part of a record) is rolled
-// back by truncating the file to the end of the last whole record; if even
-// that fails, the next record starts with a newline so that it never glues
-// onto the fragment, and readers (QueryJSONFile) skip the fragment. A file
-// left ending inside a record by a crash is truncated the same way on open.
+// Write returns, so it is a durable sink. Concurrent writers share syncs
+// (group sync): each appends its record, then one fsync covers every record
+// appended so far, and each Write returns once a sync that started after its
+// record was appended has succeeded. Every record is all or nothing: a
+// write that fails (a full disk accepts part of a record) is rolled back by
+// truncating the file to the end of the last whole record; a sync that
+// fails fails every record not yet synced, which is truncated away the same
+// way; if even that fails, the next record starts with a newline so that it
+// never glues onto the fragment, and readers (QueryJSONFile) skip the
+// fragment. A file left ending inside a record by a crash is truncated the
+// same way on open.
 type JSONFile struct {
-	mu sync.Mutex
-	f  file
+	mu   sync.Mutex
+	cond *sync.Cond
+	f    file
 	// off is the end of the last whole record; dirty means the file may
-	// hold bytes past it (a failed write not yet rolled back).
-	off   int64
-	dirty bool
+	// hold bytes past it (a failed write not yet rolled back). synced is
+	// the end of the records known to be on disk (≤ off).
+	off, synced int64
+	dirty       bool
+	// syncing: a writer is running Sync without the lock. epoch counts the
+	// failed syncs: a writer that appended in an earlier epoch than the
+	// current one had its record rolled back, with error failed.
+	syncing bool
+	epoch   uint64
+	failed  error
+	// syncs counts the successful syncs (tests).
+	syncs int64
 }
 
 // file is what JSONFile needs of an *os.File (tests inject failures).
@@ -66,7 +81,8 @@ func newJSONFile(f file) (*JSONFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: read %s: %w", f.Name(), err)
 	}
-	s := &JSONFile{f: f, off: off, dirty: off != st.Size()}
+	s := &JSONFile{f: f, off: off, synced: off, dirty: off != st.Size()}
+	s.cond = sync.NewCond(&s.mu)
 	if s.dirty {
 		s.rollback() // a failure here is retried before the next record
 	}
@@ -129,14 +145,8 @@ func (s *JSONFile) Write(_ context.Context, r Record) error {
 	if err == nil && n < len(line) {
 		err = io.ErrShortWrite
 	}
-	if err == nil {
-		if err = s.f.Sync(); err != nil {
-			err = fmt.Errorf("audit: sync %s: %w", s.f.Name(), err)
-		}
-	} else {
-		err = fmt.Errorf("audit: write %s: %w", s.f.Name(), err)
-	}
 	if err != nil {
+		err = fmt.Errorf("audit: write %s: %w", s.f.Name(), err)
 		s.dirty = true // roll back to s.off, the end of the last whole record
 		if rerr := s.rollback(); rerr != nil {
 			err = fmt.Errorf("%w (and rolling back the partial record failed: %v)", err, rerr)
@@ -144,13 +154,57 @@ func (s *JSONFile) Write(_ context.Context, r Record) error {
 		return err
 	}
 	s.off, s.dirty = start+int64(len(line)), false
-	return nil
+	return s.waitSynced(s.off, s.epoch)
 }
 
-// Close closes the file.
+// waitSynced returns once the file is synced up to end (nil), or once the
+// record appended in epoch was rolled back by a failed sync (its error).
+// One waiting writer at a time runs Sync, without the lock, covering every
+// record appended when it starts; the others wait for it and then either
+// return or sync what was appended meanwhile. Called with s.mu held.
+func (s *JSONFile) waitSynced(end int64, epoch uint64) error {
+	for {
+		switch {
+		case s.epoch != epoch:
+			return s.failed
+		case s.synced >= end:
+			return nil
+		case s.syncing:
+			s.cond.Wait()
+			continue
+		case s.f == nil:
+			return errors.New("audit: file sink closed before the record was synced")
+		}
+		s.syncing = true
+		target, f := s.off, s.f
+		s.mu.Unlock()
+		err := f.Sync()
+		s.mu.Lock()
+		s.syncing = false
+		if err == nil {
+			s.syncs++
+			s.synced = max(s.synced, target)
+		} else {
+			// Every record past the last sync is in doubt: roll them all
+			// back and fail their writers (this epoch's).
+			err = fmt.Errorf("audit: sync %s: %w", f.Name(), err)
+			s.failed, s.epoch = err, s.epoch+1
+			s.off, s.dirty = s.synced, true
+			if rerr := s.rollback(); rerr != nil {
+				s.failed = fmt.Errorf("%w (and rolling back the partial record failed: %v)", err, rerr)
+			}
+		}
+		s.cond.Broadcast()
+	}
+}
+
+// Close closes the file once the records written are synced (or failed).
 func (s *JSONFile) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for s.syncing {
+		s.cond.Wait()
+	}
 	if s.f == nil {
 		return nil
 	}
@@ -186,17 +240,30 @@ func (b *BestEffortSink) Write(ctx context.Context, r Record) error {
 // Failures is the number of writes that failed.
 func (b *BestEffortSink) Failures() int64 { return b.failed.Load() }
 
-// Multi writes to every sink in order and returns the errors joined. Wrap
-// the non-durable ones with BestEffort.
+// Multi writes to every sink and returns the errors joined (in the sinks'
+// order). The sinks are written at the same time, so that durable sinks
+// (the store's table, a synced file) wait for their commits together
+// rather than one after the other; Write returns when every sink has
+// answered. Wrap the non-durable ones with BestEffort.
 type Multi []Sink
 
 func (m Multi) Write(ctx context.Context, r Record) error {
-	var errs []error
-	for _, s := range m {
-		if err := s.Write(ctx, r); err != nil {
-			errs = append(errs, err)
-		}
+	if len(m) == 1 {
+		return m[0].Write(ctx, r)
 	}
+	errs := make([]error, len(m))
+	var wg sync.WaitGroup
+	for i, s := range m[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i+1] = s.Write(ctx, r)
+		}()
+	}
+	if len(m) > 0 {
+		errs[0] = m[0].Write(ctx, r)
+	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

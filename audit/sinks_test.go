@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"gateway/audit"
 	"gateway/audit/audittest"
@@ -70,4 +72,40 @@ func TestJSONFileReader(t *testing.T) {
 	}
 	defer f.Close()
 	audittest.ExerciseReader(t, f)
+}
+
+// rendezvous is a sink whose Write returns only once every sink of its
+// group has started writing (or a second has passed: an error).
+type rendezvous struct {
+	started *sync.WaitGroup
+	all     chan struct{}
+}
+
+func (r rendezvous) Write(context.Context, audit.Record) error {
+	r.started.Done()
+	select {
+	case <-r.all:
+		return nil
+	case <-time.After(time.Second):
+		return errors.New("the other sinks were not written meanwhile")
+	}
+}
+
+// TestMultiWritesSinksTogether: Multi writes its sinks at the same time
+// (durable sinks wait for their syncs together), and still joins every
+// sink's error.
+func TestMultiWritesSinksTogether(t *testing.T) {
+	var started sync.WaitGroup
+	started.Add(3)
+	all := make(chan struct{})
+	go func() { started.Wait(); close(all) }()
+	r := rendezvous{&started, all}
+	if err := (audit.Multi{r, r, r}).Write(context.Background(), audit.Record{}); err != nil {
+		t.Fatal(err)
+	}
+	mem := &audit.Memory{}
+	err := (audit.Multi{broken{}, mem, broken{}}).Write(context.Background(), audit.Record{MessageID: "m"})
+	if err == nil || len(mem.Records()) != 1 {
+		t.Fatalf("err %v, %d records in the good sink", err, len(mem.Records()))
+	}
 }

@@ -10,11 +10,10 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
-	"gateway/as4/endpoint"
 	"gateway/config"
+	"gateway/keyfile"
 	"gateway/partners"
 )
 
@@ -32,8 +31,9 @@ const (
 	// Warning: the gateway works, but an operator should act (expiry ahead,
 	// weak key, not yet valid).
 	Warning Severity = iota
-	// Error: the certificate is expired, or an identity key does not belong
-	// to its certificate.
+	// Error: the certificate is expired or has an RSA key below 2048 bits
+	// that allow_weak_keys does not admit, or an identity key does not
+	// belong to its certificate.
 	Error
 )
 
@@ -58,6 +58,10 @@ type Cert struct {
 	// as2.certificates[i], or identity.keys[i].cert).
 	Config string
 	Cert   *x509.Certificate
+	// AllowWeakKeys: the partner section (or our identity) sets
+	// allow_weak_keys, so a short RSA key is accepted (warned about) rather
+	// than refused (an error).
+	AllowWeakKeys bool
 }
 
 // Finding is one problem found.
@@ -115,57 +119,69 @@ func partnerCerts(d *partners.Directory, p *partners.Partner, use string, files 
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(d.Dir, path)
 		}
-		certs, err := partners.ReadCertificates(path)
+		certs, err := keyfile.Certificates(path, d.CertificatePassword(p, use))
 		if err != nil {
 			continue // changed since the directory was loaded; judged below by what was loaded
 		}
 		for _, c := range certs {
 			if i < len(loaded) && loaded[i].Equal(c) {
 				out = append(out, Cert{Owner: "partner " + p.ID, Partner: p.ID, Use: use, File: path,
-					Config: fmt.Sprintf("%s %s.certificates[%d]", p.File, use, fi), Cert: loaded[i]})
+					Config: fmt.Sprintf("%s %s.certificates[%d]", p.File, use, fi), Cert: loaded[i], AllowWeakKeys: allowWeak(p, use)})
 				i++
 			}
 		}
 	}
 	for ; i < len(loaded); i++ {
-		out = append(out, Cert{Owner: "partner " + p.ID, Partner: p.ID, Use: use, Config: fmt.Sprintf("%s %s.certificates", p.File, use), Cert: loaded[i]})
+		out = append(out, Cert{Owner: "partner " + p.ID, Partner: p.ID, Use: use, Config: fmt.Sprintf("%s %s.certificates", p.File, use), Cert: loaded[i],
+			AllowWeakKeys: allowWeak(p, use)})
 	}
 	return out
 }
 
-// IdentityCerts reads our identity key pairs: their certificates, plus an
-// Error finding for a key that cannot be read or does not belong to its
-// certificate (naming both files).
+func allowWeak(p *partners.Partner, use string) bool {
+	if use == "as2" {
+		return p.AS2 != nil && p.AS2.AllowWeakKeys
+	}
+	return p.AS4 != nil && p.AS4.AllowWeakKeys
+}
+
+// IdentityCerts reads our identity key pairs (PEM, DER or PKCS#12): their
+// certificates, plus an Error finding for a key that cannot be read (wrong
+// password, no key in the file, unknown format) or does not belong to its
+// certificate, naming the file.
 func IdentityCerts(keys []config.KeyPair) ([]Cert, []Finding) {
 	var out []Cert
 	var bad []Finding
 	for i, k := range keys {
 		c := Cert{Owner: "identity", Use: "identity", File: k.Cert, Config: fmt.Sprintf("identity.keys[%d]", i)}
-		kp, err := endpoint.LoadKeyPair(k.Cert, k.Key)
+		if k.Field != "" {
+			c.Config = k.Field // identities[j].keys[i]
+		}
+		c.AllowWeakKeys = k.AllowWeakKey
+		keyFile := k.Key
+		if k.Cert == "" || k.Cert == k.Key {
+			c.File, keyFile = k.Key, "" // one PKCS#12 file
+		}
+		cert, _, err := keyfile.KeyPair(k.Cert, k.Key, k.Password())
 		if err != nil {
-			if certs, rerr := partners.ReadCertificates(k.Cert); rerr == nil {
-				c.Cert = certs[0]
-				out = append(out, c)
+			if k.Cert != "" {
+				if certs, rerr := keyfile.Certificates(k.Cert, k.Password()); rerr == nil {
+					c.Cert = certs[0]
+					out = append(out, c)
+				}
 			}
-			bad = append(bad, Finding{Severity: Error, Cert: c, KeyFile: k.Key, Msg: unwrapKeyError(err, k)})
+			bad = append(bad, Finding{Severity: Error, Cert: c, KeyFile: keyFile, Msg: err.Error()})
 			continue
 		}
-		c.Cert = kp.Cert
+		c.Cert = cert
 		out = append(out, c)
 	}
 	return out, bad
 }
 
-// unwrapKeyError drops the file names LoadKeyPair adds (the finding names
-// them already).
-func unwrapKeyError(err error, k config.KeyPair) string {
-	s := err.Error()
-	s = strings.TrimPrefix(s, "as4 key pair "+k.Cert+", "+k.Key+": ")
-	return strings.TrimPrefix(s, "as4 key pair: ")
-}
-
 // Check judges certs at now: expired or not yet valid certificates, expiry
-// within warnAhead, RSA keys below MinRSABits. Findings are ordered errors
+// within warnAhead, RSA keys below MinRSABits (an error unless the
+// partner allows weak keys). Findings are ordered errors
 // first, then by expiry.
 func Check(certs []Cert, now time.Time, warnAhead time.Duration) []Finding {
 	var out []Finding
@@ -191,8 +207,13 @@ func Check(certs []Cert, now time.Time, warnAhead time.Duration) []Finding {
 				Msg: fmt.Sprintf("certificate %s is not valid before %s", name, x.NotBefore.UTC().Format(time.RFC3339))})
 		}
 		if pub, ok := x.PublicKey.(*rsa.PublicKey); ok && pub.N.BitLen() < MinRSABits {
-			out = append(out, Finding{Severity: Warning, Cert: c,
-				Msg: fmt.Sprintf("certificate %s has a %d-bit RSA key (below %d bits)", name, pub.N.BitLen(), MinRSABits)})
+			// Refused where it is used (package trust) unless allowed.
+			sev, what := Error, "refused; allow_weak_keys accepts it from a legacy peer"
+			if c.AllowWeakKeys {
+				sev, what = Warning, "accepted because allow_weak_keys is set"
+			}
+			out = append(out, Finding{Severity: sev, Cert: c,
+				Msg: fmt.Sprintf("certificate %s has a %d-bit RSA key (below %d bits): %s", name, pub.N.BitLen(), MinRSABits, what)})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {

@@ -3,6 +3,7 @@ package certcheck
 import (
 	"crypto/rand"
 	"crypto/rsa"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,8 +73,8 @@ func TestAllFindsExpiredExpiringWeakAndMismatchedKey(t *testing.T) {
 	}{
 		{Error, []string{"identity (identity.keys[1])", keys[1].Cert, "with key " + keys[1].Key, "does not belong to certificate CN=us new"}},
 		{Error, []string{"partner old", "old.yaml as2.certificates[0]", filepath.Join(d.Dir, "old.pem"), "CN=old expired on 2026-12-01T11:00:00Z"}},
+		{Error, []string{"partner soon", "CN=weak has a 1024-bit RSA key (below 2048 bits): refused; allow_weak_keys accepts it"}},
 		{Warning, []string{"partner soon", "soon.yaml as4.certificates[0]", "CN=soon expires on 2026-12-04T12:00:00Z (in 3 days)"}},
-		{Warning, []string{"partner soon", "CN=weak has a 1024-bit RSA key (below 2048 bits)"}},
 	}
 	if len(fs) != len(want) {
 		t.Fatalf("%d findings, want %d:\n%s", len(fs), len(want), strings.Join(got, "\n"))
@@ -88,8 +89,35 @@ func TestAllFindsExpiredExpiringWeakAndMismatchedKey(t *testing.T) {
 			}
 		}
 	}
-	if Errors(fs) != 2 {
-		t.Errorf("Errors = %d, want 2", Errors(fs))
+	if Errors(fs) != 3 {
+		t.Errorf("Errors = %d, want 3", Errors(fs))
+	}
+}
+
+// With as4.allow_weak_keys the 1024-bit certificate is a warning, not an
+// error, and the partner directory records that it is accepted.
+func TestAllowWeakKeysTurnsTheErrorIntoAWarning(t *testing.T) {
+	d, _ := fixture(t)
+	y, err := os.ReadFile(filepath.Join(d.Dir, "soon.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(d.Dir, "soon.yaml"), []byte(strings.Replace(string(y), "as4:\n", "as4:\n  allow_weak_keys: true\n", 1)))
+	d, err = partners.Load(d.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var weak []Finding
+	for _, f := range Check(PartnerCerts(d), now, DefaultWarning) {
+		if strings.Contains(f.Msg, "1024-bit") {
+			weak = append(weak, f)
+		}
+	}
+	if len(weak) != 1 || weak[0].Severity != Warning || !strings.Contains(weak[0].Msg, "accepted because allow_weak_keys is set") {
+		t.Fatalf("weak-key findings %v", weak)
+	}
+	if w := strings.Join(d.Warnings, "\n"); !strings.Contains(w, `as4.allow_weak_keys accepts certificate "CN=weak"`) || !strings.Contains(w, "1024-bit") {
+		t.Fatalf("directory warnings: %q", d.Warnings)
 	}
 }
 
@@ -121,5 +149,33 @@ func TestIdentityCertsUnreadableKey(t *testing.T) {
 	_, bad := IdentityCerts(keys[:1])
 	if len(bad) != 1 || bad[0].Severity != Error || !strings.Contains(bad[0].String(), "missing.key") {
 		t.Fatalf("findings %v", bad)
+	}
+}
+
+// Our own 1024-bit key is an error (serve refuses it) unless its identity
+// sets allow_weak_keys, read from the configuration file.
+func TestIdentityWeakKeyFollowsAllowWeakKeys(t *testing.T) {
+	weak, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	c, k := testpki.WriteKeyPair(t, dir, "weak", testpki.SelfSigned(t, weak, testpki.Cert{CommonName: "us weak"}), weak)
+	for _, allow := range []bool{false, true} {
+		cfgFile := filepath.Join(dir, "gateway.yaml")
+		write(t, cfgFile, []byte(fmt.Sprintf("identities:\n  - as2_id: GW\n    allow_weak_keys: %v\n    keys: [{cert: %s, key: %s}]\n", allow, c, k)))
+		cfg, err := config.Load(cfgFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		certs, bad := IdentityCerts(cfg.AllKeys())
+		fs := append(bad, Check(certs, now, DefaultWarning)...)
+		want := Error
+		if allow {
+			want = Warning
+		}
+		if len(fs) != 1 || fs[0].Severity != want || !strings.Contains(fs[0].String(), "identities[0].keys[0]") || !strings.Contains(fs[0].Msg, "1024-bit") {
+			t.Errorf("allow_weak_keys %v: findings %v", allow, fs)
+		}
 	}
 }

@@ -156,6 +156,71 @@ func VerifyAttached(in []byte, trusted []*x509.Certificate, now time.Time) ([]by
 	return content, s, nil
 }
 
+// SignerCheck decides whether a certificate whose key verified a signature
+// is trusted; embedded are the certificates the SignedData carried (chain
+// material). Its error is returned wrapped by the Verify*Check functions.
+type SignerCheck func(signer *x509.Certificate, embedded []*x509.Certificate) error
+
+// VerifyDetachedCheck is VerifyDetached for CA trust: the signer may also
+// be one of the certificates embedded in the signature, and a signer that
+// verified the signature is then accepted only if check accepts it (which
+// checks the chain, key usage, name and revocation). check runs only after
+// the signature verified, so that nothing is looked up for forged messages.
+func VerifyDetachedCheck(sig, content []byte, trusted []*x509.Certificate, now time.Time, check SignerCheck) (*Signer, error) {
+	sd, err := parseSignedData(sig)
+	if err != nil {
+		return nil, fmt.Errorf("cms: verify: %w", err)
+	}
+	if len(sd.EncapContentInfo.EContent.FullBytes) != 0 {
+		inner, err := eContent(sd)
+		if err != nil {
+			return nil, fmt.Errorf("cms: verify: %w", err)
+		}
+		if !bytes.Equal(inner, content) {
+			return nil, fmt.Errorf("cms: verify: signature carries different content: %w", ErrBadSignature)
+		}
+	}
+	s, err := sd.verifyCheck(content, trusted, now, check)
+	if err != nil {
+		return nil, fmt.Errorf("cms: verify: %w", err)
+	}
+	return s, nil
+}
+
+// VerifyAttachedCheck is VerifyAttached with the rules of
+// VerifyDetachedCheck.
+func VerifyAttachedCheck(in []byte, trusted []*x509.Certificate, now time.Time, check SignerCheck) ([]byte, *Signer, error) {
+	sd, err := parseSignedData(in)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cms: verify: %w", err)
+	}
+	content, err := eContent(sd)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cms: verify: %w", err)
+	}
+	s, err := sd.verifyCheck(content, trusted, now, check)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cms: verify: %w", err)
+	}
+	return content, s, nil
+}
+
+func (sd *signedData) verifyCheck(content []byte, trusted []*x509.Certificate, now time.Time, check SignerCheck) (*Signer, error) {
+	if check == nil {
+		return sd.verify(content, trusted, now)
+	}
+	embedded, _ := sd.certificates()
+	candidates := append(append([]*x509.Certificate{}, trusted...), embedded...)
+	s, err := sd.verify(content, candidates, now)
+	if err != nil {
+		return nil, err
+	}
+	if err := check(s.Cert, embedded); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 func eContent(sd *signedData) ([]byte, error) {
 	ec := sd.EncapContentInfo.EContent
 	if len(ec.FullBytes) == 0 {
@@ -272,7 +337,7 @@ func verifySignerInfo(si *signerInfo, eContentType asn1.ObjectIdentifier, digest
 
 	if !now.IsZero() && (now.Before(cert.NotBefore) || now.After(cert.NotAfter)) {
 		return nil, &CertificateValidityError{Subject: cert.Subject.CommonName, Serial: cert.SerialNumber.String(),
-			NotBefore: cert.NotBefore, NotAfter: cert.NotAfter, At: now}
+			NotBefore: cert.NotBefore, NotAfter: cert.NotAfter, At: now, Cert: cert}
 	}
 	return s, nil
 }
@@ -297,6 +362,8 @@ type CertificateValidityError struct {
 	Serial              string // decimal serial number
 	NotBefore, NotAfter time.Time
 	At                  time.Time // the verification time
+	// Cert is the certificate (for trust.CheckValidity's wording).
+	Cert *x509.Certificate
 }
 
 func (e *CertificateValidityError) Error() string {
@@ -414,6 +481,9 @@ type SignOptions struct {
 	Attached bool
 	// SigningTime is the signingTime attribute; zero means time.Now().
 	SigningTime time.Time
+	// Chain are more certificates to embed after cert (intermediates for
+	// a receiver that trusts a CA).
+	Chain []*x509.Certificate
 	// ContentDigest, when set, is the content's digest under Digest,
 	// computed by the caller over a stream (content is then not read; a
 	// detached signature only).
@@ -502,11 +572,15 @@ func Sign(content []byte, cert *x509.Certificate, key crypto.Signer, opts SignOp
 	if err != nil {
 		return nil, fmt.Errorf("cms: sign: %w", err)
 	}
+	certs := append([]byte{}, cert.Raw...)
+	for _, c := range opts.Chain {
+		certs = append(certs, c.Raw...)
+	}
 	sd := signedData{
 		Version:          1,
 		DigestAlgorithms: []pkix.AlgorithmIdentifier{{Algorithm: d.oid}},
 		EncapContentInfo: encapContentInfo{EContentType: oidData},
-		Certificates:     asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: cert.Raw},
+		Certificates:     asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: certs},
 		SignerInfos:      []asn1.RawValue{{FullBytes: si}},
 	}
 	if opts.Attached {

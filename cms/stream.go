@@ -22,6 +22,14 @@ import (
 // checked at the end. It returns the signer and the number of content
 // bytes read.
 func VerifyDetachedStream(sig []byte, content io.Reader, trusted []*x509.Certificate, now time.Time) (*Signer, int64, error) {
+	return VerifyDetachedStreamCheck(sig, content, trusted, now, nil)
+}
+
+// VerifyDetachedStreamCheck is VerifyDetachedStream with the CA trust of
+// VerifyDetachedCheck: with check set, a certificate embedded in the
+// signature may be the signer, accepted only if check accepts it after
+// the signature verified.
+func VerifyDetachedStreamCheck(sig []byte, content io.Reader, trusted []*x509.Certificate, now time.Time, check SignerCheck) (*Signer, int64, error) {
 	sd, err := parseSignedData(sig)
 	if err != nil {
 		return nil, 0, fmt.Errorf("cms: verify: %w", err)
@@ -58,14 +66,25 @@ func VerifyDetachedStream(sig []byte, content io.Reader, trusted []*x509.Certifi
 			return nil, n, fmt.Errorf("cms: verify: signature carries different content: %w", ErrBadSignature)
 		}
 	}
+	candidates := trusted
+	var embedded []*x509.Certificate
+	if check != nil {
+		embedded, _ = sd.certificates()
+		candidates = append(append([]*x509.Certificate{}, trusted...), embedded...)
+	}
 	s, err := sd.verifyDigests(func(h crypto.Hash) []byte {
 		if d := hashes[h]; d != nil {
 			return d.Sum(nil)
 		}
 		return nil
-	}, trusted, now)
+	}, candidates, now)
 	if err != nil {
 		return nil, n, fmt.Errorf("cms: verify: %w", err)
+	}
+	if check != nil {
+		if err := check(s.Cert, embedded); err != nil {
+			return nil, n, fmt.Errorf("cms: verify: %w", err)
+		}
 	}
 	return s, n, nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
+
+	"gateway/keyfile"
 )
 
 // Config is the gateway's configuration.
@@ -67,6 +70,11 @@ type Config struct {
 	// ReloadOnChange reloads the partner directory and identity keys when
 	// their files change (SIGHUP always reloads).
 	ReloadOnChange bool `mapstructure:"reload_on_change"`
+	// Peppol turns on the receiving Peppol access point (AS4).
+	Peppol Peppol `mapstructure:"peppol"`
+	// Identities are further local identities (AS2 names, ebMS parties),
+	// each with its own keys; Identity, when set, is the first.
+	Identities []Identity `mapstructure:"identities"`
 
 	// File is the configuration file that was read ("" when none).
 	File string `mapstructure:"-"`
@@ -113,12 +121,51 @@ type Identity struct {
 	// Keys are our certificate/key pairs: the first signs MDNs and receipts;
 	// all are tried for decryption (rollover).
 	Keys []KeyPair `mapstructure:"keys"`
+	// AllowWeakKeys accepts our own RSA keys of 1024 to 2047 bits (refused
+	// by default at start and on reload).
+	AllowWeakKeys bool `mapstructure:"allow_weak_keys"`
 }
 
-// KeyPair names a PEM certificate file and its PEM private key file.
+// KeyPair names one of our certificates and its private key. Key is a
+// PEM, DER or PKCS#12 (.p12/.pfx) file; Cert a PEM, DER or PKCS#12 file, or
+// empty when Key is a PKCS#12 file holding the certificate. The password of
+// a PKCS#12 file comes from the environment variable KeyPasswordEnv or the
+// first line of KeyPasswordFile, never from this file.
 type KeyPair struct {
-	Cert string `mapstructure:"cert"`
-	Key  string `mapstructure:"key"`
+	Cert            string `mapstructure:"cert"`
+	Key             string `mapstructure:"key"`
+	KeyPasswordEnv  string `mapstructure:"key_password_env"`
+	KeyPasswordFile string `mapstructure:"key_password_file"`
+	// Field names the pair in the configuration ("identity.keys[0]",
+	// "identities[1].keys[0]"), for messages.
+	Field string `mapstructure:"-"`
+	// AllowWeakKey is the allow_weak_keys of the pair's identity (for
+	// certcheck).
+	AllowWeakKey bool `mapstructure:"-"`
+}
+
+// AllIdentities are our identities in order: the identity block (when it
+// has a name or keys), then identities.
+func (c *Config) AllIdentities() []Identity {
+	var out []Identity
+	if id := c.Identity; id.AS2ID != "" || id.PartyID != "" || len(id.Keys) > 0 {
+		out = append(out, id)
+	}
+	return append(out, c.Identities...)
+}
+
+// AllKeys are the key pairs of every identity, in order.
+func (c *Config) AllKeys() []KeyPair {
+	var out []KeyPair
+	for _, id := range c.AllIdentities() {
+		out = append(out, id.Keys...)
+	}
+	return out
+}
+
+// Password is where the key's password comes from.
+func (k KeyPair) Password() keyfile.Password {
+	return keyfile.Password{Env: k.KeyPasswordEnv, File: k.KeyPasswordFile}
 }
 
 // Handler selects the business handler.
@@ -198,6 +245,12 @@ type Audit struct {
 // Endpoint is a protocol's HTTP path.
 type Endpoint struct {
 	Path string `mapstructure:"path"`
+	// ClientCertHeader (as4 only) names the request header in which a
+	// TLS-terminating proxy forwards the verified client certificate
+	// (URL-encoded PEM as nginx's $ssl_client_escaped_cert, or base64 DER).
+	// It is read only from TrustedProxies (IP addresses or CIDR prefixes).
+	ClientCertHeader string   `mapstructure:"client_cert_header"`
+	TrustedProxies   []string `mapstructure:"trusted_proxies"`
 }
 
 // Limits protect the server.
@@ -241,12 +294,16 @@ var defaults = map[string]any{
 	"identity.party_id":              "",
 	"identity.party_type":            "",
 	"identity.keys":                  []map[string]any{},
+	"identity.allow_weak_keys":       false,
+	"identities":                     []map[string]any{},
 	"handler.type":                   "dir",
 	"handler.inbox":                  "var/inbox",
 	"audit.file":                     "",
 	"audit.best_effort":              false,
 	"as2.path":                       "/as2",
 	"as4.path":                       "/as4",
+	"as4.client_cert_header":         "",
+	"as4.trusted_proxies":            []string{},
 	"limits.max_body_bytes":          int64(100 << 20),
 	"limits.max_streamed_body_bytes": int64(4 << 30),
 	"limits.read_header_timeout":     10 * time.Second,
@@ -311,6 +368,16 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("config: %s: %w", displayName(path), err)
 	}
 	c.File = path
+	for i := range c.Identity.Keys {
+		c.Identity.Keys[i].Field = fmt.Sprintf("identity.keys[%d]", i)
+		c.Identity.Keys[i].AllowWeakKey = c.Identity.AllowWeakKeys
+	}
+	for j := range c.Identities {
+		for i := range c.Identities[j].Keys {
+			c.Identities[j].Keys[i].Field = fmt.Sprintf("identities[%d].keys[%d]", j, i)
+			c.Identities[j].Keys[i].AllowWeakKey = c.Identities[j].AllowWeakKeys
+		}
+	}
 	if c.Store == "memory" { // YAML users may drop the colon of "memory:"
 		c.Store = "memory:"
 	}
@@ -338,11 +405,14 @@ func Load(path string) (*Config, error) {
 			}
 		}
 		if fromFile(v, "identity.keys") {
-			for i := range c.Identity.Keys {
-				c.Identity.Keys[i].Cert = resolve(base, c.Identity.Keys[i].Cert)
-				c.Identity.Keys[i].Key = resolve(base, c.Identity.Keys[i].Key)
+			resolveKeys(base, c.Identity.Keys)
+		}
+		if fromFile(v, "identities") {
+			for j := range c.Identities {
+				resolveKeys(base, c.Identities[j].Keys)
 			}
 		}
+		c.Peppol.resolvePaths(v, base)
 		if rest, ok := strings.CutPrefix(c.Store, "sqlite:"); ok && rest != "" && fromFile(v, "store") && !strings.HasPrefix(rest, "//") {
 			c.Store = "sqlite:" + resolve(base, rest)
 		}
@@ -385,6 +455,14 @@ func displayName(path string) string {
 		return "(defaults and environment)"
 	}
 	return path
+}
+
+func resolveKeys(base string, keys []KeyPair) {
+	for i := range keys {
+		keys[i].Cert = resolve(base, keys[i].Cert)
+		keys[i].Key = resolve(base, keys[i].Key)
+		keys[i].KeyPasswordFile = resolve(base, keys[i].KeyPasswordFile)
+	}
 }
 
 func resolve(base, p string) string {
@@ -435,15 +513,48 @@ func (c *Config) validate() error {
 		}
 		errs = append(errs, validateRoutes(c.Handlers, c.Lease)...)
 	}
-	for i, k := range c.Identity.Keys {
-		if k.Cert == "" || k.Key == "" {
-			errs = append(errs, fmt.Errorf("identity.keys[%d]: cert and key are both required", i))
+	errs = append(errs, checkKeys("identity.keys", c.Identity.Keys)...)
+	as2IDs, parties := map[string]bool{}, map[string]bool{}
+	first := len(c.AllIdentities()) > len(c.Identities) // the identity block comes first
+	for j, id := range c.AllIdentities() {
+		name := "identity"
+		if first {
+			j--
+		}
+		if j >= 0 {
+			name = fmt.Sprintf("identities[%d]", j)
+			errs = append(errs, checkKeys(name+".keys", id.Keys)...)
+			if id.AS2ID == "" && id.PartyID == "" {
+				errs = append(errs, fmt.Errorf("%s: as2_id or party_id required", name))
+			}
+		}
+		if id.AS2ID != "" {
+			if as2IDs[id.AS2ID] {
+				errs = append(errs, fmt.Errorf("%s.as2_id: %q is also another identity's", name, id.AS2ID))
+			}
+			as2IDs[id.AS2ID] = true
+		}
+		if id.PartyID != "" {
+			k := id.PartyType + "\x00" + id.PartyID
+			if parties[k] {
+				errs = append(errs, fmt.Errorf("%s.party_id: %q (type %q) is also another identity's", name, id.PartyID, id.PartyType))
+			}
+			parties[k] = true
 		}
 	}
 	for _, e := range []struct{ name, path string }{{"as2.path", c.AS2.Path}, {"as4.path", c.AS4.Path}} {
 		if !strings.HasPrefix(e.path, "/") {
 			errs = append(errs, fmt.Errorf("%s: %q must start with /", e.name, e.path))
 		}
+	}
+	if c.AS2.ClientCertHeader != "" || len(c.AS2.TrustedProxies) > 0 {
+		errs = append(errs, errors.New("as2.client_cert_header, as2.trusted_proxies: only the as4 endpoint reads forwarded client certificates"))
+	}
+	if _, err := ParseProxies(c.AS4.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("as4.trusted_proxies: %w", err))
+	}
+	if c.AS4.ClientCertHeader != "" && len(c.AS4.TrustedProxies) == 0 {
+		errs = append(errs, errors.New("as4.client_cert_header: needs as4.trusted_proxies (the header is trusted only from them)"))
 	}
 	if c.Limits.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("limits.max_body_bytes: must be positive"))
@@ -475,7 +586,24 @@ func (c *Config) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("log_level: %q is not one of debug, info, warn, error", c.LogLevel))
 	}
+	if err := c.Peppol.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// checkKeys validates key pairs: a key file, at most one password source.
+func checkKeys(field string, keys []KeyPair) []error {
+	var errs []error
+	for i, k := range keys {
+		if k.Key == "" {
+			errs = append(errs, fmt.Errorf("%s[%d].key: required (a PEM, DER or PKCS#12 file; cert may be left out when it is PKCS#12)", field, i))
+		}
+		if k.KeyPasswordEnv != "" && k.KeyPasswordFile != "" {
+			errs = append(errs, fmt.Errorf("%s[%d]: key_password_env and key_password_file are exclusive", field, i))
+		}
+	}
+	return errs
 }
 
 func (a *Admin) validate() []error {
@@ -654,3 +782,22 @@ func redactURL(s string) string {
 
 // Redacted returns the store URL with any password hidden, for logs.
 func (c *Config) Redacted() string { return redactURL(c.Store) }
+
+// ParseProxies parses as4.trusted_proxies: IP addresses or CIDR prefixes.
+func ParseProxies(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range list {
+		s = strings.TrimSpace(s)
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither an IP address nor a CIDR prefix", s)
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}

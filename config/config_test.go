@@ -146,6 +146,79 @@ func TestCertWarningAndReloadOnChange(t *testing.T) {
 	}
 }
 
+// A PKCS#12 key needs no cert; its password file is resolved against the
+// configuration file; env and file together, an inline password and a pair
+// without key are refused.
+func TestKeyPasswordSources(t *testing.T) {
+	p := write(t, `
+identity:
+  keys:
+    - key: keys/gw.p12
+      key_password_file: secrets/gw.pass
+    - cert: keys/b.pem
+      key: keys/b.p12
+      key_password_env: GW_B_PASSWORD
+`)
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(p)
+	k := c.Identity.Keys
+	if k[0].Cert != "" || k[0].Key != filepath.Join(dir, "keys/gw.p12") || k[0].Password().File != filepath.Join(dir, "secrets/gw.pass") ||
+		k[1].Password().Env != "GW_B_PASSWORD" || k[1].Password().File != "" {
+		t.Fatalf("keys %+v", k)
+	}
+	for body, want := range map[string]string{
+		"identity:\n  keys:\n    - key: a.p12\n      key_password_env: X\n      key_password_file: y\n": "key_password_env and key_password_file are exclusive",
+		"identity:\n  keys:\n    - key: a.p12\n      key_password: secret\n":                            "key_password",
+		"identity:\n  keys:\n    - cert: a.pem\n":                                                       "identity.keys[0].key: required",
+	} {
+		if _, err := Load(write(t, body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", body, err, want)
+		}
+	}
+}
+
+// identities: paths resolved against the file, the identity block first,
+// every pair labelled with its field; a name used twice and an identity
+// without a name are refused.
+func TestIdentities(t *testing.T) {
+	p := write(t, `
+identity:
+  as2_id: GW
+  keys:
+    - {cert: a.pem, key: a.key}
+identities:
+  - as2_id: GW2
+    party_id: urn:gw2
+    keys:
+      - {key: b.p12, key_password_file: b.pass}
+`)
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(p)
+	ids := c.AllIdentities()
+	keys := c.AllKeys()
+	if len(ids) != 2 || ids[0].AS2ID != "GW" || ids[1].PartyID != "urn:gw2" || len(keys) != 2 ||
+		keys[1].Key != filepath.Join(dir, "b.p12") || keys[1].KeyPasswordFile != filepath.Join(dir, "b.pass") ||
+		keys[0].Field != "identity.keys[0]" || keys[1].Field != "identities[0].keys[0]" {
+		t.Fatalf("identities %+v keys %+v", ids, keys)
+	}
+	for body, want := range map[string]string{
+		"identity:\n  as2_id: GW\nidentities:\n  - as2_id: GW\n":  `identities[0].as2_id: "GW" is also another identity's`,
+		"identities:\n  - party_id: urn:a\n  - party_id: urn:a\n": `identities[1].party_id: "urn:a"`,
+		"identities:\n  - keys: [{cert: a.pem, key: a.key}]\n":    "identities[0]: as2_id or party_id required",
+		"identities:\n  - as2_id: X\n    keys: [{cert: a.pem}]\n": "identities[0].keys[0].key: required",
+	} {
+		if _, err := Load(write(t, body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", body, err, want)
+		}
+	}
+}
+
 func TestInFlightRetryAfter(t *testing.T) {
 	for body, want := range map[string]time.Duration{"": 0, "in_flight_retry_after: auto\n": 0, "in_flight_retry_after: 15s\n": 15 * time.Second} {
 		c, err := Load(write(t, body))
@@ -154,6 +227,26 @@ func TestInFlightRetryAfter(t *testing.T) {
 		}
 		if got, err := c.InFlightRetryAfterFixed(); err != nil || got != want {
 			t.Errorf("%q: %v %v, want %v", body, got, err, want)
+		}
+	}
+}
+
+func TestForwardedClientCertificateSettings(t *testing.T) {
+	c, err := Load(write(t, "as4:\n  client_cert_header: X-SSL-Client-Cert\n  trusted_proxies: [10.1.2.3, \"192.168.0.0/16\", \"::1\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ParseProxies(c.AS4.TrustedProxies)
+	if err != nil || len(p) != 3 || p[0].String() != "10.1.2.3/32" || p[1].String() != "192.168.0.0/16" || p[2].String() != "::1/128" {
+		t.Fatalf("proxies %v, %v", p, err)
+	}
+	for _, tc := range []struct{ body, want string }{
+		{"as4:\n  client_cert_header: X-SSL-Client-Cert\n", "as4.client_cert_header"},
+		{"as4:\n  trusted_proxies: [proxy.example]\n", "as4.trusted_proxies"},
+		{"as2:\n  client_cert_header: X\n", "as2.client_cert_header"},
+	} {
+		if _, err := Load(write(t, tc.body)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want mention of %q", tc.body, err, tc.want)
 		}
 	}
 }

@@ -6,7 +6,6 @@ package partners
 import (
 	"bytes"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -18,6 +17,9 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"gateway/keyfile"
+	"gateway/trust"
 )
 
 // Duration is a time.Duration written in YAML as "168h", "30m", "7d" or "0".
@@ -79,12 +81,21 @@ type AS2 struct {
 	// OurID is the AS2-To the partner addresses; empty means the gateway's
 	// identity as2_id.
 	OurID string `yaml:"our_as2_id"`
-	// Certificates are the partner's signing/encryption certificates (PEM
-	// files relative to the partners directory); several for rollover.
+	// Certificates are the partner's signing/encryption certificates (PEM,
+	// DER or PKCS#12 files relative to the partners directory); several
+	// for rollover.
 	Certificates      []string `yaml:"certificates"`
 	RequireSignature  bool     `yaml:"require_signature"`
 	RequireEncryption bool     `yaml:"require_encryption"`
 	RequireSignedMDN  bool     `yaml:"require_signed_mdn"`
+	// AllowWeakKeys accepts RSA certificates of 1024 to 2047 bits from
+	// this partner (legacy peers); logged at WARN when loaded.
+	AllowWeakKeys bool `yaml:"allow_weak_keys"`
+	// CertificatePasswordEnv / CertificatePasswordFile give the password
+	// of PKCS#12 certificate files (an environment variable, or a file
+	// relative to the partners directory); never inline.
+	CertificatePasswordEnv  string `yaml:"certificate_password_env"`
+	CertificatePasswordFile string `yaml:"certificate_password_file"`
 	// AllowedDigests for signatures and MICs; empty allows sha1, sha224,
 	// sha256, sha384 and sha512 (never md5 unless listed).
 	AllowedDigests []string `yaml:"allowed_digests"`
@@ -112,6 +123,9 @@ type AS2 struct {
 	// AsyncMDNPrivateNetworks are non-public networks (CIDR) that hosts of
 	// matched name patterns may resolve to; public addresses need no entry.
 	AsyncMDNPrivateNetworks []string `yaml:"async_mdn_private_networks"`
+	// Trust is the trust model of the partner's signatures (trust: pinned
+	// or ca; see Trust).
+	Trust `yaml:",inline"`
 
 	asyncPatterns []*URLPattern
 	privateNets   []netip.Prefix
@@ -122,14 +136,32 @@ type AS4 struct {
 	// PartyID and PartyType identify the partner as eb:From/eb:PartyId.
 	PartyID   string `yaml:"party_id"`
 	PartyType string `yaml:"party_type"`
-	// Certificates are the partner's signing certificates (rollover: several).
+	// Certificates are the partner's signing certificates (rollover:
+	// several), PEM, DER or PKCS#12.
 	Certificates      []string `yaml:"certificates"`
 	RequireEncryption bool     `yaml:"require_encryption"`
+	// AllowWeakKeys accepts RSA certificates of 1024 to 2047 bits from
+	// this partner (legacy peers); logged at WARN when loaded.
+	AllowWeakKeys bool `yaml:"allow_weak_keys"`
+	// CertificatePasswordEnv / CertificatePasswordFile: as for AS2.
+	CertificatePasswordEnv  string `yaml:"certificate_password_env"`
+	CertificatePasswordFile string `yaml:"certificate_password_file"`
+	// TLSCertificates are the partner's TLS client certificates; when set,
+	// a message must come over a TLS connection authenticated with one of
+	// them (directly, or forwarded by a trusted proxy: as4.client_cert_header).
+	TLSCertificates []string `yaml:"tls_certificates"`
 	// ClockSkew tolerated on wsu:Timestamp (default 5m).
 	ClockSkew   Duration `yaml:"clock_skew"`
 	DedupWindow Duration `yaml:"dedup_window"`
 	RetryWindow Duration `yaml:"retry_window"`
 	PModes      []PMode  `yaml:"pmodes"`
+	// Trust is the trust model of the partner's signatures.
+	Trust `yaml:",inline"`
+	// Profile "bdew" applies the BDEW AS4 profile (see bdew.go): a security
+	// floor the file cannot relax and the profile's defaults.
+	Profile string `yaml:"profile"`
+
+	set map[string]bool // keys present in the file's as4 section
 }
 
 // PMode is one processing mode agreed with the partner; empty fields match
@@ -173,6 +205,8 @@ type Directory struct {
 	byAS2 map[string]*Partner
 	byAS4 map[string]*Partner
 	certs map[string][]*x509.Certificate
+	// policies are the trust: ca policies by protocol and partner id.
+	policies map[string]*trust.CAPolicy
 }
 
 // Load reads every *.yaml / *.yml file in dir.
@@ -181,7 +215,7 @@ func Load(dir string) (*Directory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("partners: %w", err)
 	}
-	d := &Directory{Dir: dir, byAS2: map[string]*Partner{}, byAS4: map[string]*Partner{}, certs: map[string][]*x509.Certificate{}}
+	d := &Directory{Dir: dir, byAS2: map[string]*Partner{}, byAS4: map[string]*Partner{}, certs: map[string][]*x509.Certificate{}, policies: map[string]*trust.CAPolicy{}}
 	var errs []error
 	ids := map[string]string{}
 	var names []string
@@ -212,12 +246,17 @@ func Load(dir string) (*Directory, error) {
 				continue
 			}
 			d.byAS2[k] = p
-			certs, err := d.loadCerts(path, "as2.certificates", p.AS2.Certificates)
+			certs, err := d.loadCerts(path, "as2.certificates", p.AS2.Certificates, d.password(p.AS2.CertificatePasswordEnv, p.AS2.CertificatePasswordFile))
 			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
 			d.certs["as2\x00"+p.ID] = certs
+			if d.policies["as2\x00"+p.ID], err = d.loadTrust(path, "as2", &p.AS2.Trust); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			d.warnWeak(path, "as2", p.AS2.AllowWeakKeys, certs)
 			if p.AS2.RetryWindow > p.AS2.DedupWindow {
 				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as2.dedup_window %s is shorter than as2.retry_window %s: a late retransmission would be processed as new",
 					path, p.AS2.DedupWindow.Std(), p.AS2.RetryWindow.Std()))
@@ -230,12 +269,29 @@ func Load(dir string) (*Directory, error) {
 				continue
 			}
 			d.byAS4[k] = p
-			certs, err := d.loadCerts(path, "as4.certificates", p.AS4.Certificates)
+			certs, err := d.loadCerts(path, "as4.certificates", p.AS4.Certificates, d.password(p.AS4.CertificatePasswordEnv, p.AS4.CertificatePasswordFile))
 			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
+			if err := p.AS4.checkProfileCertificates(certs); err != nil {
+				errs = append(errs, &FieldError{path, "as4.certificates", err.Error()})
+				continue
+			}
 			d.certs["as4\x00"+p.ID] = certs
+			if d.policies["as4\x00"+p.ID], err = d.loadTrust(path, "as4", &p.AS4.Trust); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			d.warnWeak(path, "as4", p.AS4.AllowWeakKeys, certs)
+			if len(p.AS4.TLSCertificates) > 0 {
+				tls, err := d.loadCerts(path, "as4.tls_certificates", p.AS4.TLSCertificates, d.password(p.AS4.CertificatePasswordEnv, p.AS4.CertificatePasswordFile))
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				d.certs["as4tls\x00"+p.ID] = tls
+			}
 			if p.AS4.RetryWindow > p.AS4.DedupWindow {
 				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as4.dedup_window %s is shorter than as4.retry_window %s: a late retransmission would be processed as new",
 					path, p.AS4.DedupWindow.Std(), p.AS4.RetryWindow.Std()))
@@ -249,13 +305,13 @@ func Load(dir string) (*Directory, error) {
 	return d, nil
 }
 
-func (d *Directory) loadCerts(file, field string, paths []string) ([]*x509.Certificate, error) {
+func (d *Directory) loadCerts(file, field string, paths []string, pw keyfile.Password) ([]*x509.Certificate, error) {
 	var out []*x509.Certificate
 	for i, p := range paths {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(d.Dir, p)
 		}
-		certs, err := ReadCertificates(p)
+		certs, err := keyfile.Certificates(p, pw)
 		if err != nil {
 			return nil, &FieldError{file, fmt.Sprintf("%s[%d]", field, i), err.Error()}
 		}
@@ -264,39 +320,44 @@ func (d *Directory) loadCerts(file, field string, paths []string) ([]*x509.Certi
 	return out, nil
 }
 
-// ReadCertificates reads every certificate of a PEM file, or one DER certificate.
+// warnWeak records a warning for every certificate of a section that is
+// only accepted because the section sets allow_weak_keys.
+func (d *Directory) warnWeak(file, section string, allow bool, certs []*x509.Certificate) {
+	if !allow {
+		return
+	}
+	for _, c := range certs {
+		if weak, _ := trust.CheckKeySize(c, trust.Policy{AllowWeakKeys: true}); weak {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("%s: %s.allow_weak_keys accepts certificate %q (serial %X) with a %d-bit RSA key",
+				file, section, c.Subject.String(), c.SerialNumber, trust.KeyBits(c)))
+		}
+	}
+}
+
+// ReadCertificates reads every certificate of a PEM file, one DER
+// certificate, or the certificates of a PKCS#12 file without a password.
 func ReadCertificates(path string) ([]*x509.Certificate, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
+	return keyfile.Certificates(path, keyfile.Password{})
+}
+
+// password is the password source of a section's PKCS#12 certificates.
+func (d *Directory) password(env, file string) keyfile.Password {
+	if file != "" && !filepath.IsAbs(file) {
+		file = filepath.Join(d.Dir, file)
 	}
-	if !bytes.Contains(b, []byte("-----BEGIN")) {
-		c, err := x509.ParseCertificate(b)
-		if err != nil {
-			return nil, fmt.Errorf("%s: not a PEM or DER certificate: %w", path, err)
-		}
-		return []*x509.Certificate{c}, nil
+	return keyfile.Password{Env: env, File: file}
+}
+
+// CertificatePassword is the password source of the PKCS#12 certificate
+// files of p's section use ("as2" or "as4").
+func (d *Directory) CertificatePassword(p *Partner, use string) keyfile.Password {
+	if use == "as2" && p.AS2 != nil {
+		return d.password(p.AS2.CertificatePasswordEnv, p.AS2.CertificatePasswordFile)
 	}
-	var out []*x509.Certificate
-	for {
-		var blk *pem.Block
-		blk, b = pem.Decode(b)
-		if blk == nil {
-			break
-		}
-		if blk.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(blk.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		out = append(out, c)
+	if use == "as4" && p.AS4 != nil {
+		return d.password(p.AS4.CertificatePasswordEnv, p.AS4.CertificatePasswordFile)
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: no CERTIFICATE block", path)
-	}
-	return out, nil
+	return keyfile.Password{}
 }
 
 // LoadFile reads and validates one partner file.
@@ -312,6 +373,9 @@ func LoadFile(path string) (*Partner, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	p.File = path
+	if p.AS4 != nil {
+		p.AS4.set = presentKeys(b, "as4")
+	}
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
@@ -344,7 +408,10 @@ func (p *Partner) validate() error {
 				return f("as2.our_as2_id", "%v", err)
 			}
 		}
-		if len(a.Certificates) == 0 && a.RequireSignature {
+		if err := a.Trust.validate("as2", f); err != nil {
+			return err
+		}
+		if len(a.Certificates) == 0 && a.RequireSignature && !a.CA() {
 			return f("as2.certificates", "require_signature needs at least one certificate")
 		}
 		for i, d := range a.AllowedDigests {
@@ -398,8 +465,11 @@ func (p *Partner) validate() error {
 		if strings.TrimSpace(a.PartyID) == "" {
 			return f("as4.party_id", "required")
 		}
-		if len(a.Certificates) == 0 {
-			return f("as4.certificates", "at least one signing certificate is required")
+		if err := a.Trust.validate("as4", f); err != nil {
+			return err
+		}
+		if len(a.Certificates) == 0 && !a.CA() {
+			return f("as4.certificates", "at least one signing certificate is required (or trust: ca)")
 		}
 		if len(a.PModes) == 0 {
 			return f("as4.pmodes", "at least one pmode is required")
@@ -413,6 +483,9 @@ func (p *Partner) validate() error {
 				return f(fmt.Sprintf("as4.pmodes[%d].id", i), "%q is used twice", pm.ID)
 			}
 			seen[pm.ID] = true
+		}
+		if err := a.applyProfile(f); err != nil {
+			return err
 		}
 		if a.ClockSkew == 0 {
 			a.ClockSkew = Duration(5 * time.Minute)
@@ -469,3 +542,8 @@ func (d *Directory) AS2Certificates(p *Partner) []*x509.Certificate { return d.c
 
 // AS4Certificates are the partner's configured AS4 certificates.
 func (d *Directory) AS4Certificates(p *Partner) []*x509.Certificate { return d.certs["as4\x00"+p.ID] }
+
+// AS4TLSCertificates are the partner's configured TLS client certificates (none: not checked).
+func (d *Directory) AS4TLSCertificates(p *Partner) []*x509.Certificate {
+	return d.certs["as4tls\x00"+p.ID]
+}

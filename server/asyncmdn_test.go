@@ -62,8 +62,16 @@ func TestServedDispatcherRefusesUnlistedAsyncMDN(t *testing.T) {
 	if hits.Load() != 0 {
 		t.Fatalf("%d requests reached the unlisted URL", hits.Load())
 	}
-	b, err := os.ReadFile(cfg.Audit.File)
-	if err != nil || !strings.Contains(string(b), `"step":"delivery"`) || !strings.Contains(string(b), `"decision":"refused"`) {
-		t.Fatalf("audit file %q %v", b, err)
+	// The dispatcher audits the refusal after it marks the delivery given
+	// up: wait for the record rather than read the file at once.
+	for {
+		b, err := os.ReadFile(cfg.Audit.File)
+		if err == nil && strings.Contains(string(b), `"step":"delivery"`) && strings.Contains(string(b), `"decision":"refused"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("audit file %q %v", b, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -2,9 +2,10 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net/http"
-	"os"
+	"slices"
 	"time"
 
 	"gateway/as2"
@@ -13,10 +14,13 @@ import (
 	"gateway/certcheck"
 	"gateway/cms"
 	"gateway/config"
+	"gateway/keyfile"
 	"gateway/limits"
 	"gateway/outbox"
 	"gateway/partners"
+	"gateway/peppol"
 	"gateway/retention"
+	"gateway/trust"
 	"gateway/xmlenc"
 )
 
@@ -80,60 +84,73 @@ func (s *Server) mountProtocols(dir *partners.Directory) error {
 // buildSnapshot reads the identity keys of cfg and builds the endpoints on
 // them and dir. The AS2 endpoint exists when identity.as2_id is set, the
 // AS4 endpoint when identity.party_id is set and a key is usable for AS4.
+// Each identity of identities[] adds an AS2 name (as2_id) and/or an ebMS
+// party (party_id) with its own keys: the first identity with as2_id is the
+// AS2 endpoint's OurID, the first with party_id the AS4 endpoint's party.
 func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Snapshot, error) {
-	var as2Keys []cms.KeyPair
-	var as4Keys []xmlenc.KeyPair
-	for i, k := range cfg.Identity.Keys {
-		certPEM, err := os.ReadFile(k.Cert)
-		if err != nil {
-			return nil, fmt.Errorf("server: identity.keys[%d].cert: %w", i, err)
-		}
-		keyPEM, err := os.ReadFile(k.Key)
-		if err != nil {
-			return nil, fmt.Errorf("server: identity.keys[%d].key: %w", i, err)
-		}
-		if kp, err := cms.ParseKeyPair(certPEM, keyPEM); err == nil {
-			as2Keys = append(as2Keys, kp)
-		} else if cfg.Identity.AS2ID != "" {
-			// AS2 (S/MIME) keys are RSA; an Ed25519 or X25519 key is for AS4 only.
-			s.Log.Warn("identity key not usable for AS2; AS2 will not use it to decrypt or sign MDNs",
-				"key", k.Cert, "err", err)
-		}
-		kp4, err := endpoint.ParseKeyPair(certPEM, keyPEM)
-		if err != nil {
-			return nil, fmt.Errorf("server: identity.keys[%d] (%s, %s): %w", i, k.Cert, k.Key, err)
-		}
-		as4Keys = append(as4Keys, kp4)
+	// Names are fixed at start (a change needs a restart); keys reload.
+	running, next := s.Config.AllIdentities(), cfg.AllIdentities()
+	if !sameIdentityNames(running, next) {
+		next = running
 	}
-	snap := &Snapshot{Partners: dir, Keys: cfg.Identity.Keys, CertWarning: cfg.CertWarning, Loaded: time.Now()}
-	ids, _ := certcheck.IdentityCerts(cfg.Identity.Keys)
+	var as2IDs []as2.Identity
+	var as4IDs []endpoint.Identity
+	var allKeys []config.KeyPair
+	for j, id := range next {
+		name := running[j]
+		as2Keys, as4Keys, err := s.loadIdentityKeys(id)
+		if err != nil {
+			return nil, err
+		}
+		allKeys = append(allKeys, id.Keys...)
+		if name.AS2ID != "" {
+			as2IDs = append(as2IDs, as2.Identity{ID: name.AS2ID, Keys: as2Keys})
+		}
+		if name.PartyID != "" && len(as4Keys) > 0 {
+			as4IDs = append(as4IDs, endpoint.Identity{PartyID: name.PartyID, PartyType: name.PartyType, Keys: as4Keys})
+		}
+	}
+	snap := &Snapshot{Partners: dir, Keys: allKeys, CertWarning: cfg.CertWarning, Loaded: time.Now()}
+	ids, _ := certcheck.IdentityCerts(allKeys)
 	snap.Certificates = append(ids, certcheck.PartnerCerts(dir)...)
-	id := s.Config.Identity // names and paths are fixed at start
+	snap.Certificates = append(snap.Certificates, trustCerts(dir, cfg.Peppol)...)
+	if s.trust == nil {
+		s.trust = &trust.Checker{Log: s.Log}
+	}
+	pap, err := s.peppolAP(cfg)
+	if err != nil {
+		return nil, err
+	}
 	lim := s.Config.Limits
 	ratio := lim.MaxCompressionRatio
 	if ratio == 0 {
 		ratio = -1 // configured off
 	}
-	if id.AS2ID != "" {
+	if len(as2IDs) > 0 {
 		ep, err := as2.NewEndpoint(as2.Config{
-			Partners: dir, OurID: id.AS2ID, Keys: as2Keys, Pipeline: s.Pipeline,
+			Partners: dir, OurID: as2IDs[0].ID, Keys: as2IDs[0].Keys, Identities: as2IDs[1:], Pipeline: s.Pipeline,
 			Outbox: s.Backend.Outbox(), Notify: s.notify, SpoolDir: s.spoolDir,
 			MaxBodyBytes: max(lim.MaxStreamedBodyBytes, lim.MaxBodyBytes), MaxInMemoryBytes: lim.MaxBodyBytes,
 			MaxDecompressedBytes: lim.MaxDecompressedBytes, MaxCompressionRatio: ratio,
-			Log: s.Log, ReportingUA: "gateway/" + Version,
+			Log: s.Log, ReportingUA: "gateway/" + Version, Trust: s.trust,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("server: as2: %w", err)
 		}
 		snap.as2 = ep
 	}
-	if id.PartyID != "" && len(as4Keys) > 0 {
+	if len(as4IDs) > 0 {
+		proxies, err := config.ParseProxies(s.Config.AS4.TrustedProxies)
+		if err != nil {
+			return nil, fmt.Errorf("server: as4.trusted_proxies: %w", err)
+		}
 		ep, err := endpoint.New(endpoint.Config{
-			Partners: dir, Keys: as4Keys, Pipeline: s.Pipeline,
-			PartyID: id.PartyID, PartyType: id.PartyType,
+			Partners: dir, Keys: as4IDs[0].Keys, Pipeline: s.Pipeline,
+			PartyID: as4IDs[0].PartyID, PartyType: as4IDs[0].PartyType, Identities: as4IDs[1:],
 			Limits:         as4.Limits{MaxMessageSize: lim.MaxBodyBytes, MaxEnvelopeSize: lim.MaxEnvelopeBytes, SpoolDir: s.spoolDir},
 			MaxPayloadSize: lim.MaxDecompressedBytes, MaxCompressionRatio: ratio,
-			SpoolDir: s.spoolDir, Log: s.Log,
+			SpoolDir: s.spoolDir, Log: s.Log, Trust: s.trust, Peppol: pap,
+			ClientCertHeader: s.Config.AS4.ClientCertHeader, TrustedProxies: proxies,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("server: as4: %w", err)
@@ -143,6 +160,62 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 	return snap, nil
 }
 
+// sameIdentityNames reports whether a and b name the same identities in
+// the same order.
+func sameIdentityNames(a, b []config.Identity) bool {
+	return slices.EqualFunc(a, b, func(x, y config.Identity) bool {
+		return x.AS2ID == y.AS2ID && x.PartyID == y.PartyID && x.PartyType == y.PartyType
+	})
+}
+
+// loadIdentityKeys reads the key pairs of one identity (PEM, DER or
+// PKCS#12) and judges them: an expired certificate of ours, or a short RSA
+// key, is refused at start and on reload (the running configuration then
+// stays).
+func (s *Server) loadIdentityKeys(id config.Identity) ([]cms.KeyPair, []xmlenc.KeyPair, error) {
+	var as2Keys []cms.KeyPair
+	var as4Keys []xmlenc.KeyPair
+	for i, k := range id.Keys {
+		field := k.Field
+		if field == "" {
+			field = fmt.Sprintf("identity.keys[%d]", i)
+		}
+		// PEM, DER or PKCS#12 (keyfile), handed to the protocols as PEM.
+		cert, key, err := keyfile.KeyPair(k.Cert, k.Key, k.Password())
+		if err != nil {
+			return nil, nil, fmt.Errorf("server: %s: %w", field, err)
+		}
+		certPEM, keyPEM, err := keyfile.PEM(cert, key)
+		if err != nil {
+			return nil, nil, fmt.Errorf("server: %s: %w", field, err)
+		}
+		if kp, err := cms.ParseKeyPair(certPEM, keyPEM); err == nil {
+			as2Keys = append(as2Keys, kp)
+		} else if id.AS2ID != "" {
+			// AS2 (S/MIME) keys are RSA; an Ed25519 or X25519 key is for AS4 only.
+			s.Log.Warn("identity key not usable for AS2; AS2 will not use it to decrypt or sign MDNs",
+				"key", k.Cert, "field", field, "err", err)
+		}
+		kp4, err := endpoint.ParseKeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, nil, fmt.Errorf("server: %s (%s, %s): %w", field, k.Cert, k.Key, err)
+		}
+		file := k.Cert
+		if file == "" {
+			file = k.Key
+		}
+		if err := trust.CheckOwn(kp4.Cert, time.Now(), trust.Policy{AllowWeakKeys: id.AllowWeakKeys}); err != nil {
+			return nil, nil, fmt.Errorf("server: %s (%s): our %w", field, file, err)
+		}
+		if weak, _ := trust.CheckKeySize(kp4.Cert, trust.Policy{AllowWeakKeys: true}); weak && id.AllowWeakKeys {
+			s.Log.Warn("identity key with a weak RSA key accepted (allow_weak_keys)", "key", file, "field", field,
+				"bits", trust.KeyBits(kp4.Cert), "subject", kp4.Cert.Subject.String())
+		}
+		as4Keys = append(as4Keys, kp4)
+	}
+	return as2Keys, as4Keys, nil
+}
+
 // checkWindows refuses a retention shorter than a partner's dedup window:
 // purging inside a window would let a late retransmission through.
 func checkWindows(d *partners.Directory, retentionPeriod time.Duration) error {
@@ -150,4 +223,32 @@ func checkWindows(d *partners.Directory, retentionPeriod time.Duration) error {
 		return fmt.Errorf("server: %w", err)
 	}
 	return nil
+}
+
+// peppolAP builds the receiving Peppol access point of cfg (nil when
+// peppol.enabled is off). The AP CA files are read at start and reload.
+func (s *Server) peppolAP(cfg *config.Config) (*peppol.AP, error) {
+	pc := cfg.Peppol
+	if !pc.Enabled {
+		return nil, nil
+	}
+	var cas []*x509.Certificate
+	for i, f := range pc.APCA {
+		c, err := partners.ReadCertificates(f)
+		if err != nil {
+			return nil, fmt.Errorf("server: peppol.ap_ca[%d]: %w", i, err)
+		}
+		cas = append(cas, c...)
+	}
+	if s.peppolRecords == nil {
+		s.peppolRecords = &peppol.Recorder{Dir: pc.ReportDir}
+	}
+	ap, err := peppol.New(peppol.Settings{APCA: cas, Participants: pc.Participants, ReporterID: pc.ReporterID, Country: pc.Country,
+		Revocation: trust.Revocation{Mode: pc.Revocation.Mode, Policy: pc.Revocation.Policy,
+			OCSPResponder: pc.Revocation.OCSPResponder, CRLURLs: pc.Revocation.CRLURLs},
+		Records: s.peppolRecords})
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	return ap, nil
 }

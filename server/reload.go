@@ -25,7 +25,8 @@ import (
 type Snapshot struct {
 	// Partners is the partner directory.
 	Partners *partners.Directory
-	// Keys are the identity key files (identity.keys) the endpoints use.
+	// Keys are the key files of every identity (identity.keys, then
+	// identities[].keys) the endpoints use.
 	Keys []config.KeyPair
 	// CertWarning is the cert_warning in force.
 	CertWarning time.Duration
@@ -186,7 +187,7 @@ func (s *Server) loadSnapshot() (*Snapshot, []string, error) {
 }
 
 // reloadable are the configuration keys a reload applies.
-var reloadable = map[string]bool{"identity.keys": true, "cert_warning": true}
+var reloadable = map[string]bool{"identity.keys": true, "identity.allow_weak_keys": true, "cert_warning": true, "identities": true}
 
 // needsRestart names the settings, by configuration key, that differ
 // between the running configuration and the file, other than reloadable ones.
@@ -215,6 +216,10 @@ func needsRestart(running, next *config.Config) []string {
 		}
 	}
 	walk("", reflect.ValueOf(running).Elem(), reflect.ValueOf(next).Elem())
+	// identities: their keys reload, their names need a restart.
+	if !sameIdentityNames(running.Identities, next.Identities) {
+		out = append(out, "identities (names)")
+	}
 	return out
 }
 
@@ -235,7 +240,8 @@ func diffPartners(a, b *Snapshot) (added, removed, changed []string) {
 		case !ok:
 			added = append(added, id)
 		case !reflect.DeepEqual(p, q) || !sameCertList(a.Partners.AS2Certificates(q), b.Partners.AS2Certificates(p)) ||
-			!sameCertList(a.Partners.AS4Certificates(q), b.Partners.AS4Certificates(p)):
+			!sameCertList(a.Partners.AS4Certificates(q), b.Partners.AS4Certificates(p)) ||
+			!sameTrust(a.Partners.AS2Trust(q), b.Partners.AS2Trust(p)) || !sameTrust(a.Partners.AS4Trust(q), b.Partners.AS4Trust(p)):
 			changed = append(changed, id)
 		}
 	}

@@ -22,8 +22,10 @@ import (
 	"gateway/limits"
 	"gateway/metrics"
 	"gateway/partners"
+	"gateway/peppol"
 	"gateway/retention"
 	"gateway/store"
+	"gateway/trust"
 )
 
 // Version is reported by the protocols (Reporting-UA, User-Agent); the
@@ -43,6 +45,11 @@ type Server struct {
 	// (Current, Directory, Reload: reload.go).
 	reload reloadState
 	notify func()
+	// trust checks the signers of trust: ca partners on both protocols; one
+	// for the server's life, so that its OCSP/CRL cache survives reloads.
+	trust *trust.Checker
+	// peppolRecords records accepted Peppol transactions (peppol.enabled).
+	peppolRecords *peppol.Recorder
 
 	mux   *http.ServeMux
 	admin adminState

@@ -68,6 +68,7 @@ func (s *Server) inputs() (files []string, dirs watchSet) {
 	for _, k := range cur.Keys {
 		add(k.Cert)
 		add(k.Key)
+		add(k.KeyPasswordFile)
 	}
 	for _, c := range cur.Certificates {
 		add(c.File)

@@ -37,6 +37,8 @@ type BuildOptions struct {
 	SignKey    crypto.Signer
 	SignDigest string
 	SignPSS    bool
+	// SignChain are intermediates embedded in the signature after SignCert.
+	SignChain []*x509.Certificate
 	// EncryptCerts are the partner's encryption certificates; Cipher is a
 	// cms cipher name ("3des", "aes128-cbc", "aes256-cbc", "aes128-gcm",
 	// ...); OAEP selects RSAES-OAEP key transport.
@@ -199,7 +201,7 @@ func signedEntity(signed []byte, opts BuildOptions) (entity, error) {
 	if err != nil {
 		return entity{}, fmt.Errorf("smime: build: %w", err)
 	}
-	sig, err := cms.Sign(signed, opts.SignCert, opts.SignKey, cms.SignOptions{Digest: opts.SignDigest, PSS: opts.SignPSS})
+	sig, err := cms.Sign(signed, opts.SignCert, opts.SignKey, cms.SignOptions{Digest: opts.SignDigest, PSS: opts.SignPSS, Chain: opts.SignChain})
 	if err != nil {
 		return entity{}, fmt.Errorf("smime: build: %w", err)
 	}

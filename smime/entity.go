@@ -15,6 +15,8 @@ import (
 	"mime/quotedprintable"
 	"net/http"
 	"strings"
+
+	"gateway/internal/base64body"
 )
 
 // ErrMalformedMIME is wrapped by every error about MIME syntax: header
@@ -272,7 +274,7 @@ func decodeBase64Stream(body []byte) ([]byte, bool) {
 		}
 	}
 	out := make([]byte, base64.StdEncoding.DecodedLen(len(body))+1) // +1: room to see the end
-	dec := base64.NewDecoder(base64.StdEncoding, &spaceFilter{r: bytes.NewReader(body)})
+	dec := base64body.NewDecoder(bytes.NewReader(body))
 	n := 0
 	for {
 		k, err := dec.Read(out[n:])
@@ -282,27 +284,6 @@ func decodeBase64Stream(body []byte) ([]byte, bool) {
 		}
 		if err != nil || n == len(out) && k == 0 {
 			return nil, false
-		}
-	}
-}
-
-// spaceFilter drops the white space of a base64 body.
-type spaceFilter struct{ r io.Reader }
-
-func (f *spaceFilter) Read(p []byte) (int, error) {
-	for {
-		n, err := f.r.Read(p)
-		k := 0
-		for _, c := range p[:n] {
-			switch c {
-			case ' ', '\t', '\r', '\n':
-			default:
-				p[k] = c
-				k++
-			}
-		}
-		if k > 0 || err != nil {
-			return k, err
 		}
 	}
 }

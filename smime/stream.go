@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"gateway/cms"
+	"gateway/internal/base64body"
 	"gateway/limits"
 )
 
@@ -383,13 +384,38 @@ func decodeBase64ToFile(body Section, opts StreamOptions) (Section, error) {
 	if err != nil {
 		return Section{}, err
 	}
-	dec := base64.NewDecoder(base64.StdEncoding, &spaceFilter{r: body.Reader()})
+	dec := base64body.NewDecoder(&padGuard{r: body.Reader()})
 	n, err := io.Copy(f, dec)
 	if err != nil {
 		f.Truncate(0)
 		return Section{}, fmt.Errorf("%w: base64 body: %v", ErrMalformedMIME, err)
 	}
 	return Section{R: f, N: n}, nil
+}
+
+// errPadInside: base64 text goes on after its padding; the in-memory
+// decoder reads such bodies leniently (decodeTransfer), the stream does not.
+var errPadInside = errors.New("base64 text after the padding")
+
+// padGuard fails once base64 text goes on after '=' padding (the stream
+// decoder would decode past it), as decodeBase64Stream refuses it.
+type padGuard struct {
+	r   io.Reader
+	pad bool
+}
+
+func (g *padGuard) Read(p []byte) (int, error) {
+	n, err := g.r.Read(p)
+	for _, c := range p[:n] {
+		switch {
+		case c == '=':
+			g.pad = true
+		case c == ' ' || c == '\t' || c == '\r' || c == '\n':
+		case g.pad:
+			return 0, errPadInside
+		}
+	}
+	return n, err
 }
 
 // decodeBodyStream is DecodedBody for a body in a file.
@@ -492,7 +518,7 @@ func (r *StreamResult) verifySignedStream(e *streamEntity, params map[string]str
 	var errs []error
 	for i := 0; i < len(cands); i++ {
 		c := cands[i]
-		s, _, err := cms.VerifyDetachedStream(sig, c.reader(), opts.Trusted, now)
+		s, _, err := cms.VerifyDetachedStreamCheck(sig, c.reader(), opts.Trusted, now, opts.CheckSigner)
 		if err == nil {
 			if !r.Signed {
 				r.Signed, r.Signer, r.mic = true, s, c

@@ -38,6 +38,10 @@ type Options struct {
 	// rollover). A certificate embedded in a signature counts only if it is
 	// one of these.
 	Trusted []*x509.Certificate
+	// CheckSigner, when set, turns on CA trust: a certificate embedded in
+	// the signature may verify it too, and the signer is then accepted only
+	// if CheckSigner accepts it (see cms.VerifyDetachedCheck).
+	CheckSigner cms.SignerCheck
 	// Now is the clock for certificate validity; nil means time.Now. A
 	// clock returning the zero time disables the validity check.
 	Now func() time.Time
@@ -252,7 +256,7 @@ func UnwrapEntity(e *Entity, opts Options) (*Result, error) {
 			inner = plain
 		case cms.TypeSignedData:
 			res.Layers = append(res.Layers, LayerSignedOpaque)
-			content, signer, err := cms.VerifyAttached(der, opts.Trusted, opts.now())
+			content, signer, err := cms.VerifyAttachedCheck(der, opts.Trusted, opts.now(), opts.CheckSigner)
 			if err != nil {
 				return res, fmt.Errorf("smime: %w", err)
 			}
@@ -379,7 +383,7 @@ func (r *Result) verifyMultipartSigned(e *Entity, params map[string]string, opts
 	now := opts.now()
 	var errs []error
 	for i, c := range candidates {
-		s, err := cms.VerifyDetached(sig, c, opts.Trusted, now)
+		s, err := cms.VerifyDetachedCheck(sig, c, opts.Trusted, now, opts.CheckSigner)
 		if err == nil {
 			if !r.Signed {
 				r.Signed, r.Signer, r.micInput = true, s, c

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"math/big"
 
+	"gateway/internal/brainpool"
+
 	// Register the hash functions used by the algorithm tables.
 	_ "crypto/sha1"
 	_ "crypto/sha256"
@@ -106,6 +108,17 @@ func verifySignatureValue(alg signatureAlgorithm, pub crypto.PublicKey, signed, 
 			return authErr("signature value does not verify")
 		}
 		return nil
+	case *brainpool.PublicKey:
+		if alg.kind != keyECDSA {
+			return authErr("ECDSA key does not fit the signature method")
+		}
+		if len(sig) != 64 {
+			return authErr("ECDSA signature value of %d bytes, expected 64 (raw r||s)", len(sig))
+		}
+		if !brainpool.VerifyRaw(k, digest(alg.hash, signed), sig) {
+			return authErr("signature value does not verify")
+		}
+		return nil
 	case ed25519.PublicKey:
 		if alg.kind != keyEd25519 {
 			return authErr("Ed25519 key does not fit the signature method")
@@ -133,6 +146,8 @@ func defaultSignatureMethod(pub crypto.PublicKey) (string, error) {
 			return AlgECDSASHA512, nil
 		}
 		return "", fmt.Errorf("wssec: sign: unsupported ECDSA curve %s", k.Curve.Params().Name)
+	case *brainpool.PublicKey:
+		return AlgECDSASHA256, nil
 	case ed25519.PublicKey:
 		return AlgEdDSAEd25519, nil
 	}
@@ -148,7 +163,7 @@ func signValue(signer crypto.Signer, alg signatureAlgorithm, rnd interface{ Read
 		if alg.kind != keyRSA {
 			return nil, errors.New("RSA key does not fit the signature method")
 		}
-	case *ecdsa.PublicKey:
+	case *ecdsa.PublicKey, *brainpool.PublicKey:
 		if alg.kind != keyECDSA {
 			return nil, errors.New("ECDSA key does not fit the signature method")
 		}
@@ -163,6 +178,9 @@ func signValue(signer crypto.Signer, alg signatureAlgorithm, rnd interface{ Read
 	sig, err := signer.Sign(rnd, digest(alg.hash, signed), alg.hash)
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := pub.(*brainpool.PublicKey); ok {
+		return brainpool.ASN1ToRaw(sig)
 	}
 	if k, ok := pub.(*ecdsa.PublicKey); ok {
 		var rs struct{ R, S *big.Int }

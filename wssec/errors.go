@@ -79,6 +79,10 @@ func xmlErrCause(cause error, format string, a ...any) error {
 // Error without the text of a foreign error that caused it (which stays in
 // Error, for the log).
 func Reason(err error) string {
+	var te *TrustError
+	if errors.As(err, &te) {
+		return te.Reason
+	}
 	var ce *causeError
 	if errors.As(err, &ce) {
 		return ce.ours.Error()

@@ -3,6 +3,7 @@ package wssec
 import (
 	"bytes"
 	"crypto/x509"
+	"errors"
 	"net/textproto"
 	"os"
 	"path/filepath"
@@ -71,6 +72,15 @@ func FuzzVerify(f *testing.F) {
 		_, err = Verify(doc, a, VerifyOptions{Trusted: trusted, Now: fixedNow, AttachmentLimits: Limits{MaxBytes: 1 << 16}})
 		if err != nil && Code(err) == "" {
 			t.Fatalf("Verify error without EBMS code: %v", err)
+		}
+		// CA trust: the signer may come from the header's tokens
+		// (X509v3, X509PKIPathv1); the check sees every signer that
+		// verified, and its refusal is EBMS:0101.
+		var checked bool
+		_, err = Verify(doc, a, VerifyOptions{Trusted: trusted, Now: fixedNow, AttachmentLimits: Limits{MaxBytes: 1 << 16},
+			CheckSigner: func(si SignerInfo) error { checked = si.Cert != nil; return errors.New("refused") }})
+		if err == nil || (checked && Code(err) != CodeFailedAuthentication) || Code(err) == "" {
+			t.Fatalf("Verify with a refusing CheckSigner: %v (checked %v)", err, checked)
 		}
 		for _, m := range []c14nMethod{{exclusive: true}, {}, {v11: true, comments: true}} {
 			_, _ = canonicalize(doc.Root(), m, "#default S12 wsu", nil)

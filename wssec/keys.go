@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/beevik/etree"
+
+	"gateway/internal/brainpool"
 )
 
 // ResolveSigner identifies the signer certificate from the ds:KeyInfo of the
@@ -56,7 +58,7 @@ func (s *Signature) resolveTokenReference(r *etree.Element, trusted []*x509.Cert
 	switch {
 	case isElement(r, NamespaceWSSE, "Reference"):
 		uri, _ := attrValue(r, "", "URI")
-		if vt, ok := attrValue(r, "", "ValueType"); ok && vt != ValueTypeX509v3 {
+		if vt, ok := attrValue(r, "", "ValueType"); ok && vt != ValueTypeX509v3 && vt != ValueTypeX509PKIPathv1 {
 			return nil, policyErr("wsse:Reference ValueType %q not supported", vt)
 		}
 		if !strings.HasPrefix(uri, "#") || len(uri) < 2 {
@@ -69,11 +71,15 @@ func (s *Signature) resolveTokenReference(r *etree.Element, trusted []*x509.Cert
 		if !isElement(bst, NamespaceWSSE, "BinarySecurityToken") {
 			return nil, policyErr("wsse:Reference %q points at {%s}%s, not a BinarySecurityToken", uri, elementNS(bst), bst.Tag)
 		}
-		if vt, _ := attrValue(bst, "", "ValueType"); vt != ValueTypeX509v3 {
+		vt, _ := attrValue(bst, "", "ValueType")
+		if vt != ValueTypeX509v3 && vt != ValueTypeX509PKIPathv1 {
 			return nil, policyErr("BinarySecurityToken ValueType %q not supported", vt)
 		}
 		if enc, ok := attrValue(bst, "", "EncodingType"); ok && enc != EncodingBase64Binary {
 			return nil, policyErr("BinarySecurityToken EncodingType %q not supported", enc)
+		}
+		if vt == ValueTypeX509PKIPathv1 {
+			return matchPKIPath(bst.Text(), trusted)
 		}
 		return matchCertificate(bst.Text(), trusted)
 	case isElement(r, NamespaceWSSE, "KeyIdentifier"):
@@ -160,7 +166,7 @@ func matchCertificate(b64 string, trusted []*x509.Certificate) (*x509.Certificat
 			return c, nil
 		}
 	}
-	if cert, err := x509.ParseCertificate(der); err == nil {
+	if cert, err := brainpool.ParseCertificate(der); err == nil {
 		return nil, authErr("signer %q (serial %s) is not a trusted certificate", cert.Subject.String(), cert.SerialNumber)
 	}
 	return nil, authErr("signer certificate token is not a trusted certificate")

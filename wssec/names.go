@@ -60,7 +60,10 @@ const (
 
 // WS-Security token types and encodings.
 const (
-	ValueTypeX509v3        = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-x509-token-profile-1.0#X509v3"
+	ValueTypeX509v3 = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-x509-token-profile-1.0#X509v3"
+	// ValueTypeX509PKIPathv1 is a PkiPath (SEQUENCE OF Certificate, the
+	// signer last), the token type of the BDEW AS4 profile.
+	ValueTypeX509PKIPathv1 = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-x509-token-profile-1.0#X509PKIPathv1"
 	ValueTypeX509SKI       = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-x509-token-profile-1.0#X509SubjectKeyIdentifier"
 	ValueTypeThumbprintSHA = "http://docs.oasis-open.org/wss/oasis-wss-soap-message-security-1.1#ThumbprintSHA1"
 	EncodingBase64Binary   = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary"

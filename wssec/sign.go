@@ -32,6 +32,11 @@ type SignOptions struct {
 	Now func() time.Time
 	// Rand is the source for ids and signing (default crypto/rand).
 	Rand io.Reader
+	// PKIPath writes the BinarySecurityToken as X509PKIPathv1: the issuers in
+	// Chain (closest issuer first) followed by Certificate, as the BDEW AS4
+	// profile asks. Otherwise the token is X509v3 (Certificate alone).
+	PKIPath bool
+	Chain   []*x509.Certificate
 }
 
 // Sign adds a wsse:Security header (mustUnderstand) to the envelope in doc
@@ -169,9 +174,16 @@ func Sign(doc *etree.Document, atts []Attachment, opts SignOptions) error {
 	}
 	bst := sec.CreateElement("wsse:BinarySecurityToken")
 	bst.CreateAttr("EncodingType", EncodingBase64Binary)
-	bst.CreateAttr("ValueType", ValueTypeX509v3)
+	tokenType, token := ValueTypeX509v3, opts.Certificate.Raw
+	if opts.PKIPath {
+		tokenType = ValueTypeX509PKIPathv1
+		if token, err = pkiPath(opts.Certificate, opts.Chain); err != nil {
+			return fmt.Errorf("wssec: sign: %w", err)
+		}
+	}
+	bst.CreateAttr("ValueType", tokenType)
 	bst.CreateAttr("wsu:Id", bstID)
-	bst.SetText(base64.StdEncoding.EncodeToString(opts.Certificate.Raw))
+	bst.SetText(base64.StdEncoding.EncodeToString(token))
 
 	for _, p := range []struct {
 		el *etree.Element
@@ -224,7 +236,7 @@ func Sign(doc *etree.Document, atts []Attachment, opts SignOptions) error {
 	str := sig.CreateElement("ds:KeyInfo").CreateElement("wsse:SecurityTokenReference")
 	r := str.CreateElement("wsse:Reference")
 	r.CreateAttr("URI", "#"+bstID)
-	r.CreateAttr("ValueType", ValueTypeX509v3)
+	r.CreateAttr("ValueType", tokenType)
 
 	// Serialise tabs, line ends and carriage returns in attribute values and
 	// carriage returns in text as character references: written literally,

@@ -51,6 +51,12 @@ type VerifyOptions struct {
 	// AttachmentLimits bound the parsing of XML attachment content that the
 	// SwA transforms canonicalise.
 	AttachmentLimits Limits
+	// CheckSigner, when set, turns on CA trust: the signer may also be a
+	// certificate of a wsse:BinarySecurityToken of the header (X509v3, or
+	// X509PKIPathv1), and once the signature, the references and the
+	// coverage verified, CheckSigner decides whether it is trusted; its
+	// refusal is a *TrustError (EBMS:0101).
+	CheckSigner func(SignerInfo) error
 }
 
 func (o VerifyOptions) withDefaults() VerifyOptions {
@@ -115,7 +121,13 @@ func Verify(doc *etree.Document, atts []Attachment, opts VerifyOptions) (*Result
 	if err != nil {
 		return nil, err
 	}
-	signer, err := sig.ResolveSigner(opts.Trusted)
+	trusted := opts.Trusted
+	var presented []*x509.Certificate
+	if opts.CheckSigner != nil {
+		presented = sig.presented()
+		trusted = append(append([]*x509.Certificate{}, trusted...), presented...)
+	}
+	signer, err := sig.ResolveSigner(trusted)
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +192,11 @@ func Verify(doc *etree.Document, atts []Attachment, opts VerifyOptions) (*Result
 		}
 		if !digested[tsEl] {
 			return nil, policyErr("wsu:Timestamp is not covered by the signature")
+		}
+	}
+	if opts.CheckSigner != nil {
+		if err := sig.checkSigner(opts, signer, presented); err != nil {
+			return nil, err
 		}
 	}
 	return res, nil

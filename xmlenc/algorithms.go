@@ -51,6 +51,11 @@ const (
 	AlgHMACSHA384 = "http://www.w3.org/2001/04/xmldsig-more#hmac-sha384"
 	AlgHMACSHA512 = "http://www.w3.org/2001/04/xmldsig-more#hmac-sha512"
 
+	// AlgECDHES is XML Encryption 1.1 ephemeral-static ECDH (BDEW AS4: on
+	// brainpoolP256r1), with AlgConcatKDF (NIST SP 800-56A) as key derivation.
+	AlgECDHES    = "http://www.w3.org/2009/xmlenc11#ECDH-ES"
+	AlgConcatKDF = "http://www.w3.org/2009/xmlenc11#ConcatKDF"
+
 	AlgKWAES128 = "http://www.w3.org/2001/04/xmlenc#kw-aes128"
 	AlgKWAES192 = "http://www.w3.org/2001/04/xmlenc#kw-aes192"
 	AlgKWAES256 = "http://www.w3.org/2001/04/xmlenc#kw-aes256"

@@ -102,6 +102,7 @@ type UsedKey struct {
 	AgreementMethod string // key agreement URI (eDelivery AS4 2.0), else empty
 	KeyDerivation   string // key derivation URI, else empty
 	PRF             string // HKDF PRF URI, else empty
+	KDFDigest       string // ConcatKDF ds:DigestMethod URI, else empty
 	Reference       string // how the key was named: RefIssuerSerial, RefSubjectKeyID, ...
 	Cert            *x509.Certificate
 }
@@ -409,13 +410,15 @@ func (d *decryptor) unwrap(el *etree.Element) (*encKey, error) {
 		}
 	case keyWrapSizes[alg] > 0 && agreement != nil && attr(agreement, "Algorithm") == AlgX25519:
 		want = kindX25519
+	case keyWrapSizes[alg] > 0 && agreement != nil && attr(agreement, "Algorithm") == AlgECDHES:
+		want = kindBrainpool
 	}
 	// Keys named by the references, of any kind: if one is ours but the
 	// algorithm does not fit it, that is an error, not somebody else's key.
 	var idx []int
 	var forms []string
 	if len(refs) > 0 {
-		for _, k := range []keyKind{kindRSA, kindX25519} {
+		for _, k := range []keyKind{kindRSA, kindX25519, kindBrainpool} {
 			i, f := candidates(refs, d.keys, k)
 			if len(i) > 0 && k != want {
 				if want == kindNone {
@@ -452,6 +455,8 @@ func (d *decryptor) unwrap(el *etree.Element) (*encKey, error) {
 		var cek []byte
 		if want == kindRSA {
 			cek, err = d.unwrapRSA(method, kp, ct, &ek.used)
+		} else if want == kindBrainpool {
+			cek, err = d.unwrapECDHES(agreement, alg, kp, ct, &ek.used)
 		} else {
 			cek, err = d.unwrapAgreement(agreement, alg, kp, ct, &ek.used)
 		}

@@ -18,6 +18,8 @@ import (
 	"strconv"
 
 	"github.com/beevik/etree"
+
+	"gateway/internal/brainpool"
 )
 
 // KeyReference selects how the EncryptedKey names the recipient certificate.
@@ -33,11 +35,15 @@ const (
 	// ByBinarySecurityToken adds the certificate as a wsse:BinarySecurityToken
 	// to the Security header and references it with wsse:Reference.
 	ByBinarySecurityToken
+	// ByX509SKI writes ds:X509Data/ds:X509SKI (the BDEW AS4 profile's
+	// RecipientKeyInfo).
+	ByX509SKI
 )
 
 // Recipient is the partner we encrypt for. Cert carries an RSA public key
-// (RSA-OAEP key transport) or an X25519 public key (eDelivery AS4 2.0 key
-// agreement).
+// (RSA-OAEP key transport), an X25519 public key (eDelivery AS4 2.0 key
+// agreement) or a brainpoolP256r1 key (BDEW AS4: ECDH-ES + ConcatKDF
+// SHA-256; parse such certificates with brainpool.ParseCertificate).
 type Recipient struct {
 	Cert      *x509.Certificate
 	Reference KeyReference
@@ -100,6 +106,7 @@ type encryptor struct {
 	rcpt     Recipient
 	rsaPub   *rsa.PublicKey
 	xPub     *ecdh.PublicKey
+	bpPub    *brainpool.PublicKey // ECDH-ES on brainpoolP256r1 (BDEW AS4)
 	keyLen   int
 	cek      []byte
 	security *etree.Element // existing header, or nil
@@ -125,6 +132,8 @@ func newEncryptor(doc *etree.Document, r Recipient, o EncryptOptions) (*encrypto
 	switch pub := r.Cert.PublicKey.(type) {
 	case *rsa.PublicKey:
 		e.rsaPub = pub
+	case *brainpool.PublicKey:
+		e.bpPub = pub
 	default:
 		k, err := x509.ParsePKIXPublicKey(r.Cert.RawSubjectPublicKeyInfo)
 		if err != nil {
@@ -377,6 +386,11 @@ func (e *encryptor) encryptedKey(ekID string, refIDs []string) (ek, bst *etree.E
 			return nil, nil, fmt.Errorf("RSA-OAEP: %w", err)
 		}
 		refHolder = ki
+	} else if e.bpPub != nil {
+		method.CreateAttr("Algorithm", e.o.KeyWrap)
+		if cipherValue, refHolder, err = e.writeECDHES(ki); err != nil {
+			return nil, nil, err
+		}
 	} else {
 		method.CreateAttr("Algorithm", e.o.KeyWrap)
 		am := sub(ki, "xenc", NSXEnc, "AgreementMethod")
@@ -439,6 +453,10 @@ func (e *encryptor) encryptedKey(ekID string, refIDs []string) (ek, bst *etree.E
 // the token to add to the Security header.
 func (e *encryptor) tokenReference(holder *etree.Element) (*etree.Element, error) {
 	c := e.rcpt.Cert
+	if e.rcpt.Reference == ByX509SKI {
+		sub(sub(holder, "ds", NSDSig, "X509Data"), "ds", NSDSig, "X509SKI").SetText(base64.StdEncoding.EncodeToString(subjectKeyID(c)))
+		return nil, nil
+	}
 	str := sub(holder, "wsse", NSWSSE, "SecurityTokenReference")
 	keyID := func(valueType string, v []byte) {
 		k := sub(str, "wsse", NSWSSE, "KeyIdentifier")

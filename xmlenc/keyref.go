@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/beevik/etree"
+
+	"gateway/internal/brainpool"
 )
 
 // KeyPair is one of our decryption keys with its certificate. Key is an
@@ -223,6 +225,7 @@ const (
 	kindNone keyKind = iota
 	kindRSA
 	kindX25519
+	kindBrainpool // brainpoolP256r1 ECDH-ES (BDEW AS4)
 )
 
 // ecdhKey is the X25519 private-key operation we need; *ecdh.PrivateKey has it.
@@ -234,6 +237,8 @@ func kindOf(kp KeyPair) keyKind {
 	switch k := kp.Key.(type) {
 	case *rsa.PrivateKey:
 		return kindRSA
+	case *brainpool.PrivateKey:
+		return kindBrainpool
 	case *ecdh.PrivateKey:
 		if k.Curve() == ecdh.X25519() {
 			return kindX25519

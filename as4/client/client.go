@@ -12,7 +12,11 @@
 //     encryption (the AS4 profile and eDelivery AS4 1.x);
 //   - eDelivery AS4 2.0: an Ed25519 signing key (eddsa-ed25519) and an
 //     X25519 recipient certificate (X25519 key agreement, HKDF, AES key
-//     wrap) with AES-GCM.
+//     wrap) with AES-GCM;
+//   - the BDEW AS4 profile: a brainpoolP256r1 signing key (ecdsa-sha256,
+//     PKIPath token) and a brainpoolP256r1 recipient certificate (ECDH-ES,
+//     ConcatKDF SHA-256, kw-aes128, RecipientKeyInfo by X509SKI) with
+//     AES-128-GCM.
 //
 // The order is the AS4 norm: compress, sign, encrypt.
 package client
@@ -39,6 +43,7 @@ import (
 
 	"gateway/as4"
 	"gateway/receipt"
+	"gateway/trust"
 	"gateway/wssec"
 	"gateway/xmlenc"
 )
@@ -64,6 +69,10 @@ type Client struct {
 	// SHA-256.
 	SignatureMethod string
 	DigestMethod    string
+	// PKIPath sends Certificate (after the issuers in Chain, closest first)
+	// as an X509PKIPathv1 token, as the BDEW AS4 profile asks.
+	PKIPath bool
+	Chain   []*x509.Certificate
 	// Encryption, when set, encrypts every attachment for the receiver.
 	Encryption *Encryption
 	// ReceiptSigners are the receiver's certificates that may sign its
@@ -88,6 +97,10 @@ type Client struct {
 	Host string
 	// MaxResponse bounds the response body read (default DefaultMaxResponse).
 	MaxResponse int64
+	// AllowWeakKeys accepts receipt signers and an encryption recipient
+	// with RSA keys of 1024 to 2047 bits (legacy receivers). Either must
+	// be valid at Now in any case (trust.CheckSigner).
+	AllowWeakKeys bool
 }
 
 // Encryption says for whom and how attachments are encrypted.
@@ -279,6 +292,7 @@ func (c *Client) Build(m *Message) (*Outgoing, error) {
 		Signer: c.Signer, Certificate: c.Certificate,
 		SignatureMethod: c.SignatureMethod, DigestMethod: c.DigestMethod,
 		TimestampTTL: c.TimestampTTL, Now: c.now, Rand: c.rand(),
+		PKIPath: c.PKIPath, Chain: c.Chain,
 	}); err != nil {
 		return nil, fmt.Errorf("as4 client: sign: %w", err)
 	}
@@ -301,6 +315,9 @@ func (c *Client) Build(m *Message) (*Outgoing, error) {
 	if c.Encryption != nil && len(parts) > 0 {
 		if c.Encryption.Recipient == nil {
 			return nil, errors.New("as4 client: Encryption without Recipient certificate")
+		}
+		if err := trust.CheckSigner(c.Encryption.Recipient, c.now(), trust.Policy{AllowWeakKeys: c.AllowWeakKeys}); err != nil {
+			return nil, fmt.Errorf("as4 client: the encryption recipient's %w", err)
 		}
 		opts := c.Encryption.Options
 		opts.Rand = c.rand()
@@ -490,7 +507,7 @@ func (c *Client) Post(ctx context.Context, url string, out *Outgoing) (*Response
 	}
 	r, err := VerifyReceipt(resp.ContentType, body, ReceiptCheck{
 		Trusted: c.ReceiptSigners, MessageID: out.MessageID, References: out.References,
-		Now: c.now, ClockSkew: c.ClockSkew,
+		Now: c.now, ClockSkew: c.ClockSkew, AllowWeakKeys: c.AllowWeakKeys,
 	})
 	if errors.Is(err, ErrNotCovered) {
 		resp.Receipt = r

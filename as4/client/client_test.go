@@ -20,6 +20,7 @@ import (
 	"gateway/as4/client"
 	"gateway/internal/interop"
 	"gateway/receipt"
+	"gateway/trust"
 	"gateway/wssec"
 )
 
@@ -69,9 +70,12 @@ func TestInteropPhase4Receipts(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		file, ref, cn string
+		// at is the receipt's eb:Timestamp: the signers' certificates are
+		// judged at the capture date (helger's expired on 2023-05-14).
+		at time.Time
 	}{
-		{"helger.as4in", "3b3775c9-e88d-47f9-be5a-8e045ca2bc07@phase4", "POP000306"},
-		{"TestReceipt12.xml", "035e0a83-6dc5-427b-bcee-483475c65153@phase4", "PDE000576"},
+		{"helger.as4in", "3b3775c9-e88d-47f9-be5a-8e045ca2bc07@phase4", "POP000306", time.Date(2022, 3, 7, 17, 36, 50, 0, time.UTC)},
+		{"TestReceipt12.xml", "035e0a83-6dc5-427b-bcee-483475c65153@phase4", "PDE000576", time.Date(2025, 12, 5, 14, 3, 40, 0, time.UTC)},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			t.Parallel()
@@ -79,7 +83,8 @@ func TestInteropPhase4Receipts(t *testing.T) {
 			if cert.Subject.CommonName != tc.cn {
 				t.Fatalf("BST signer %s", cert.Subject)
 			}
-			chk := client.ReceiptCheck{Trusted: []*x509.Certificate{cert}, MessageID: tc.ref}
+			at := func() time.Time { return tc.at }
+			chk := client.ReceiptCheck{Trusted: []*x509.Certificate{cert}, MessageID: tc.ref, Now: at}
 			r, err := client.VerifyReceipt(ct, body, chk)
 			if err != nil {
 				t.Fatalf("VerifyReceipt: %v", err)
@@ -113,8 +118,22 @@ func TestInteropPhase4Receipts(t *testing.T) {
 				t.Errorf("other signer: %v", err)
 			}
 			tampered := bytes.Replace(body, []byte(tc.ref), []byte(strings.Replace(tc.ref, "@", "X", 1)), 1)
-			if _, err := client.VerifyReceipt(ct, tampered, client.ReceiptCheck{Trusted: chk.Trusted}); !errors.Is(err, wssec.ErrFailedAuthentication) {
+			if _, err := client.VerifyReceipt(ct, tampered, client.ReceiptCheck{Trusted: chk.Trusted, Now: at}); !errors.Is(err, wssec.ErrFailedAuthentication) {
 				t.Errorf("tampered receipt: %v", err)
+			}
+			// After the signer's certificate expired, or before it was
+			// issued, the same receipt is refused with EBMS:0101 naming it.
+			for _, late := range []struct {
+				at   time.Time
+				want error
+			}{{cert.NotAfter.Add(time.Hour), trust.ErrExpired}, {cert.NotBefore.Add(-time.Hour), trust.ErrNotYetValid}} {
+				chk := chk
+				chk.Now = func() time.Time { return late.at }
+				_, err := client.VerifyReceipt(ct, body, chk)
+				if !errors.Is(err, late.want) || as4.CodeOf(err) != as4.CodeFailedAuthentication || !strings.Contains(err.Error(), tc.cn) ||
+					!strings.Contains(err.Error(), cert.NotAfter.UTC().Format(time.RFC3339)) {
+					t.Errorf("at %s: got %v, want EBMS:0101 %v naming %s and its dates", late.at, err, late.want, tc.cn)
+				}
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 
 	"gateway/as4"
 	"gateway/receipt"
+	"gateway/trust"
 	"gateway/wssec"
 )
 
@@ -31,11 +32,15 @@ type ReceiptCheck struct {
 	// References are the ds:References of the message we sent; the
 	// receipt's NonRepudiationInformation must list every one of them.
 	References []receipt.Reference
-	// Now and ClockSkew check the receipt's wsu:Timestamp, if it has one.
+	// Now and ClockSkew check the receipt's wsu:Timestamp, if it has one;
+	// Now is also the time the signer's certificate must be valid at.
 	Now       func() time.Time
 	ClockSkew time.Duration
 	// Limits bound the parsing of the answer (as4 defaults when zero).
 	Limits as4.Limits
+	// AllowWeakKeys accepts a receipt signer with an RSA key of 1024 to
+	// 2047 bits (the partner's as4.allow_weak_keys).
+	AllowWeakKeys bool
 }
 
 // VerifyReceipt checks a synchronous AS4 answer (body with its
@@ -60,7 +65,7 @@ func VerifyReceipt(contentType string, body []byte, chk ReceiptCheck) (*receipt.
 		atts[i] = wssec.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body}
 	}
 	res, err := wssec.Verify(env.Doc, atts, wssec.VerifyOptions{
-		Trusted: chk.Trusted, Now: chk.Now, ClockSkew: chk.ClockSkew,
+		Trusted: chk.Trusted, Now: chk.Now, ClockSkew: chk.ClockSkew, MinRSABits: trust.WeakRSAFloor,
 	})
 	if err != nil {
 		// Say what the unverified answer claims to be, without trusting it.
@@ -69,6 +74,14 @@ func VerifyReceipt(contentType string, body []byte, chk ReceiptCheck) (*receipt.
 			return nil, fmt.Errorf("as4 client: the answer's signature is not valid (%w); unverified content: %s", err, se.Error())
 		}
 		return nil, fmt.Errorf("as4 client: the answer's signature is not valid: %w", err)
+	}
+	// The same judgement of the signer's certificate as the endpoint's.
+	now := time.Now()
+	if chk.Now != nil {
+		now = chk.Now()
+	}
+	if err := trust.CheckSigner(res.Signer, now, trust.Policy{AllowWeakKeys: chk.AllowWeakKeys}); err != nil {
+		return nil, fmt.Errorf("as4 client: the answer's signer is not acceptable: %w", as4.FailedAuthentication("the signer's "+err.Error(), err))
 	}
 	r, err := receipt.ParseReceipt(env.Doc)
 	if err != nil {

@@ -70,13 +70,14 @@ package endpoint
 
 import (
 	"context"
-	"crypto"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/netip"
 	"net/textproto"
 	"slices"
 	"strings"
@@ -91,6 +92,8 @@ import (
 	"gateway/exchange"
 	"gateway/limits"
 	"gateway/partners"
+	"gateway/peppol"
+	"gateway/trust"
 	"gateway/wssec"
 	"gateway/xmlenc"
 )
@@ -135,6 +138,10 @@ type Config struct {
 	// without to_party_id then only matches messages addressed to it.
 	// Empty: eb:To is only checked by P-Modes that name a to_party_id.
 	PartyID, PartyType string
+	// Identities are our further parties, each with its own keys (see
+	// Identity); PartyID, PartyType and Keys are the first. A P-Mode
+	// without to_party_id matches messages addressed to any of them.
+	Identities []Identity
 	// Limits bound the request. MaxMessageSize is the body limit: a longer
 	// body is answered 413. Zero fields take the as4 package defaults.
 	Limits as4.Limits
@@ -168,6 +175,21 @@ type Config struct {
 	// Log receives one line per message the pipeline does not see (rejected
 	// before it, or an ebMS test message); the pipeline logs the others.
 	Log *slog.Logger
+	// Trust checks the signers of trust: ca partners (chain, name,
+	// revocation, with its cache); nil means a checker with defaults.
+	Trust *trust.Checker
+	// Peppol, when set, is the receiving Peppol access point: a sender
+	// without a partner file whose eb:From PartyId has the Peppol AP type
+	// is accepted if its signing certificate (a BinarySecurityToken) chains
+	// to the AP CA, has that PartyId as CN, is not revoked, and the SBDH
+	// agrees with the ebMS header (see package peppol).
+	Peppol *peppol.AP
+	// ClientCertHeader names the header in which a TLS-terminating proxy
+	// forwards the verified client certificate; it is read only from
+	// TrustedProxies. A partner with tls_certificates must present one of
+	// them (directly over TLS or through the proxy), else EBMS:0101.
+	ClientCertHeader string
+	TrustedProxies   []netip.Prefix
 }
 
 // maxKeyOperationsPerMessage bounds the private-key operations (RSA unwraps,
@@ -176,9 +198,11 @@ const maxKeyOperationsPerMessage = 8
 
 // Endpoint is the AS4 receiving endpoint, an http.Handler.
 type Endpoint struct {
-	cfg    Config
-	signer crypto.Signer
-	log    *slog.Logger
+	cfg Config
+	// ids are our identities: ids[0] from PartyID, PartyType and Keys.
+	ids   []*ownIdentity
+	log   *slog.Logger
+	trust *trust.Checker
 }
 
 // New checks cfg and returns the endpoint.
@@ -192,18 +216,25 @@ func New(cfg Config) (*Endpoint, error) {
 	if len(cfg.Keys) == 0 || cfg.Keys[0].Cert == nil {
 		return nil, errors.New("as4 endpoint: no key to sign receipts (Keys[0])")
 	}
-	signer, ok := cfg.Keys[0].Key.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("as4 endpoint: Keys[0] (%s) cannot sign receipts; put a signing key first", cfg.Keys[0].Cert.Subject)
+	first, err := newIdentity(Identity{PartyID: cfg.PartyID, PartyType: cfg.PartyType, Keys: cfg.Keys}, "identity")
+	if err != nil {
+		return nil, err
 	}
-	pub, ok := signer.Public().(interface{ Equal(crypto.PublicKey) bool })
-	if !ok || !pub.Equal(cfg.Keys[0].Cert.PublicKey) {
-		return nil, fmt.Errorf("as4 endpoint: Keys[0] key does not belong to certificate %s", cfg.Keys[0].Cert.Subject)
-	}
-	for i, k := range cfg.Keys {
-		if k.Cert == nil || k.Key == nil {
-			return nil, fmt.Errorf("as4 endpoint: Keys[%d] lacks certificate or key", i)
+	ids := []*ownIdentity{first}
+	for i, id := range cfg.Identities {
+		if id.PartyID == "" {
+			return nil, fmt.Errorf("as4 endpoint: Identities[%d]: no PartyID", i)
 		}
+		for _, o := range ids {
+			if o.PartyID == id.PartyID && o.PartyType == id.PartyType {
+				return nil, fmt.Errorf("as4 endpoint: Identities[%d]: party %q (type %q) is used twice", i, id.PartyID, id.PartyType)
+			}
+		}
+		oi, err := newIdentity(id, fmt.Sprintf("Identities[%d]", i))
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, oi)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -227,7 +258,11 @@ func New(cfg Config) (*Endpoint, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Endpoint{cfg: cfg, signer: signer, log: log}, nil
+	tc := cfg.Trust
+	if tc == nil {
+		tc = &trust.Checker{Log: log, Now: cfg.Now}
+	}
+	return &Endpoint{cfg: cfg, ids: ids, log: log, trust: tc}, nil
 }
 
 // trace is what the endpoint logs and audits about one request.
@@ -239,6 +274,13 @@ type trace struct {
 	incident string
 	pipeline bool
 	test     bool
+	// id is the identity of ours that signs the answer.
+	id   *ownIdentity
+	bdew bool // the partner follows the BDEW AS4 profile
+	// clientCert is the TLS client certificate (ours or forwarded by a
+	// trusted proxy); clientCertErr an unreadable forwarded one.
+	clientCert    *x509.Certificate
+	clientCertErr error
 }
 
 // ServeHTTP implements http.Handler.
@@ -256,6 +298,11 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body := &countingReader{r: r.Body}
 	var tr trace
+	var ignored string
+	tr.clientCert, ignored, tr.clientCertErr = e.clientCertificate(r)
+	if ignored != "" {
+		e.log.Warn("as4 client certificate header ignored: not from a trusted proxy", "protocol", string(exchange.AS4), "remote", ignored, "header", e.cfg.ClientCertHeader)
+	}
 	reply, large := e.receive(r.Context(), r.Header.Get("Content-Type"), body, limit, &tr)
 	if large {
 		if st := limits.Status(body.err); st != 0 && st != http.StatusRequestEntityTooLarge {
@@ -386,10 +433,18 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	}
 	msgID := unverified.UserMessage.MessageInfo.MessageID
 	tr.messageID = msgID
+	// Unverified too: which of our identities signs the error signals
+	// until the signature is verified, and whose keys decrypt first.
+	tr.id = e.identityFor(unverified.UserMessage.To)
 	if err := checkMustUnderstand(env); err != nil {
 		return e.reject(tr, err, msgID)
 	}
 	partner, from, ok := e.partnerFor(unverified.UserMessage.From)
+	isPeppol := false
+	if !ok {
+		partner, from, ok = e.peppolPartner(unverified.UserMessage.From)
+		isPeppol = ok
+	}
 	if !ok {
 		return e.reject(tr, as4.ProcessingModeMismatch(
 			fmt.Sprintf("no trading partner agreement for eb:From PartyId %s", partyList(unverified.UserMessage.From)), nil), msgID)
@@ -397,6 +452,15 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	tr.partner = partner.ID
 	tr.key = dedup.TransportKey(string(exchange.AS4), from.Type, from.Value, msgID)
 	pa := partner.AS4
+	tr.bdew = pa.IsBDEW()
+	allowed := e.cfg.AllowedAlgorithms
+	if tr.bdew {
+		if _, err := e.signingKeyFor(tr.id, true); err != nil {
+			// Our configuration, not the message: the sender retries.
+			return e.internalError(tr, err)
+		}
+		allowed = BDEWEncryptionAlgorithms
+	}
 
 	if ae := e.refuseCBC(env.Doc); ae != nil {
 		return e.reject(tr, ae, msgID)
@@ -407,13 +471,14 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	for i, p := range env.Attachments {
 		atts[i] = xmlenc.Attachment{ContentID: p.ContentID, Header: p.Header, Body: p.Body}
 	}
-	dec, err := xmlenc.Decrypt(env.Doc, atts, e.cfg.Keys, xmlenc.Options{
-		AllowedAlgorithms:           e.cfg.AllowedAlgorithms,
+	keys := e.decryptionKeys(tr.id)
+	dec, err := xmlenc.Decrypt(env.Doc, atts, keys, xmlenc.Options{
+		AllowedAlgorithms:           allowed,
 		RequireEncryptedAttachments: pa.RequireEncryption,
 		// Senders that wrap the key once per attachment use one private-key
 		// operation per EncryptedKey; allow a few, not an unbounded number
 		// from an unauthenticated request.
-		MaxPrivateKeyOperations: maxKeyOperationsPerMessage * max(1, len(e.cfg.Keys)),
+		MaxPrivateKeyOperations: maxKeyOperationsPerMessage * max(1, len(keys)),
 	})
 	if err != nil {
 		return e.reject(tr, decryptError(err), msgID)
@@ -425,13 +490,37 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	for i, a := range dec.Attachments {
 		watts[i] = wssec.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body}
 	}
-	res, err := wssec.Verify(env.Doc, watts, wssec.VerifyOptions{
+	vopts := wssec.VerifyOptions{
 		Trusted:   e.cfg.Partners.AS4Certificates(partner),
 		Now:       e.cfg.Now,
 		ClockSkew: pa.ClockSkew.Std(),
-	})
+		// Key size is judged by trust.CheckSigner below, like AS2 does;
+		// wssec keeps the floor.
+		MinRSABits: trust.WeakRSAFloor,
+	}
+	var run *trustRun
+	pol := e.cfg.Partners.AS4Trust(partner)
+	if isPeppol {
+		pol, vopts.Trusted = e.cfg.Peppol.Policy, nil
+	}
+	if pol != nil {
+		run = &trustRun{}
+		vopts.CheckSigner = e.signerCheck(ctx, pol, &pa.Trust, from, run, isPeppol)
+	}
+	res, err := wssec.Verify(env.Doc, watts, vopts)
+	e.auditTrust(ctx, tr, run)
 	if err != nil {
 		return e.reject(tr, securityError(err), msgID)
+	}
+	// The signer's certificate must be valid now and its key long enough
+	// (the same check and wording as AS2's authentication-failed).
+	if err := trust.CheckSigner(res.Signer, e.cfg.Now(), trust.Policy{AllowWeakKeys: pa.AllowWeakKeys}); err != nil {
+		return e.reject(tr, as4.FailedAuthentication("the signer's "+err.Error(), err), msgID)
+	}
+	if tr.bdew {
+		if ae := checkBDEWSignature(res); ae != nil {
+			return e.reject(tr, ae, msgID)
+		}
 	}
 
 	// From here on only the verified eb:Messaging element counts.
@@ -442,6 +531,10 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	um := verified.UserMessage
 	if um == nil || um.MessageInfo.MessageID != msgID || !hasParty(um.From, from) {
 		return e.reject(tr, as4.FailedAuthentication("the signed eb:Messaging header is not the one that was read", nil), msgID)
+	}
+	tr.id = e.identityFor(um.To) // the verified eb:To signs from here on
+	if ae := checkClientCert(tr, e.cfg.Partners.AS4TLSCertificates(partner)); ae != nil {
+		return e.reject(tr, ae, msgID)
 	}
 	pm, err := as4.Match(e.pmodes(pa), um)
 	if err != nil {
@@ -472,11 +565,18 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	if err != nil {
 		return e.reject(tr, as4.AsError(err).WithRef(msgID), msgID)
 	}
+	var ptx *peppol.Transaction
+	if isPeppol && !um.IsTest() {
+		var ae *as4.Error
+		if ptx, ae = e.peppolCheck(um, from, payloads); ae != nil {
+			return e.reject(tr, ae.WithRef(msgID), msgID)
+		}
+	}
 
 	refs := receiptReferences(res.References)
 	if um.IsTest() {
 		tr.test = true
-		reply, err := e.receiptReply(um, refs)
+		reply, err := e.receiptReply(um, refs, tr.id, tr.bdew)
 		if err != nil {
 			return e.internalError(tr, err)
 		}
@@ -492,12 +592,20 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		TransportKey: tr.key,
 	}
 	tr.pipeline = true
-	return e.cfg.Pipeline.Process(ctx, exchange.Inbound{
+	reply := e.cfg.Pipeline.Process(ctx, exchange.Inbound{
 		Message: msg,
-		Replies: &replies{e: e, um: um, refs: refs},
+		Replies: &replies{e: e, um: um, refs: refs, id: tr.id, bdew: tr.bdew},
 		Window:  pa.DedupWindow.Std(),
 		OnDrift: exchange.DriftPolicyOf(partner.OnDrift),
 	})
+	if ptx != nil && reply.Status == http.StatusOK && reply.Disposition == "receipt" {
+		// A retransmission answered from the stored receipt is recorded
+		// again; reports count each eb:MessageId once.
+		if err := e.cfg.Peppol.Record(ptx); err != nil {
+			e.log.Error("peppol transaction not recorded for reporting", "partner", partner.ID, "message_id", msgID, "err", err)
+		}
+	}
+	return reply
 }
 
 // cbcAlgorithms are the AES-CBC content encryption algorithms.
@@ -614,7 +722,12 @@ func (e *Endpoint) pmodes(pa *partners.AS4) []as4.PMode {
 			ToPartyID: pm.ToPartyID, ToPartyType: pm.ToPartyType,
 		}
 		if m.ToPartyID == "" && m.ToPartyType == "" {
-			m.ToPartyID, m.ToPartyType = e.cfg.PartyID, e.cfg.PartyType
+			// Addressed to any of our identities: one P-Mode each.
+			for _, id := range e.ids {
+				m.ToPartyID, m.ToPartyType = id.PartyID, id.PartyType
+				out = append(out, m)
+			}
+			continue
 		}
 		out = append(out, m)
 	}

@@ -38,6 +38,7 @@ import (
 	"gateway/dedup"
 	"gateway/exchange"
 	"gateway/partners"
+	"gateway/peppol"
 	"gateway/receipt"
 	"gateway/store/sqlitestore"
 	"gateway/xmlenc"
@@ -283,6 +284,8 @@ type harnessOptions struct {
 	// pipeline's quarantine directory in either case.
 	ledger  bool
 	onDrift string
+	// peppol turns on the Peppol AP mode.
+	peppol *peppol.AP
 }
 
 // defaultPartners is the generated agreement: acme (RSA and Ed25519
@@ -353,7 +356,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 		PartyID: o.party.Value, PartyType: o.party.Type,
 		Limits: as4.Limits{MaxMessageSize: o.maxBody},
 		Now:    o.now, Log: log, Host: "gateway.test",
-		SpoolDir: t.TempDir(), SpoolThreshold: 64 << 10,
+		SpoolDir: t.TempDir(), SpoolThreshold: 64 << 10, Peppol: o.peppol,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -9,13 +9,15 @@ import (
 	"fmt"
 	"os"
 
+	"gateway/internal/brainpool"
 	"gateway/xmlenc"
 )
 
 // LoadKeyPair reads one of our certificate/key pairs: the first CERTIFICATE
 // of a PEM file and an unencrypted PEM private key (PKCS#8 "PRIVATE KEY" with
-// an RSA, ECDSA, Ed25519 or X25519 key, PKCS#1 "RSA PRIVATE KEY" or SEC 1
-// "EC PRIVATE KEY"). The key must belong to the certificate.
+// an RSA, ECDSA (also brainpoolP256r1), Ed25519 or X25519 key, PKCS#1 "RSA
+// PRIVATE KEY" or SEC 1 "EC PRIVATE KEY"). The key must belong to the
+// certificate.
 func LoadKeyPair(certFile, keyFile string) (xmlenc.KeyPair, error) {
 	cb, err := os.ReadFile(certFile)
 	if err != nil {
@@ -44,7 +46,7 @@ func ParseKeyPair(certPEM, keyPEM []byte) (xmlenc.KeyPair, error) {
 		if b.Type != "CERTIFICATE" {
 			continue
 		}
-		c, err := x509.ParseCertificate(b.Bytes)
+		c, err := brainpool.ParseCertificate(b.Bytes)
 		if err != nil {
 			return xmlenc.KeyPair{}, fmt.Errorf("certificate: %w", err)
 		}
@@ -60,11 +62,20 @@ func ParseKeyPair(certPEM, keyPEM []byte) (xmlenc.KeyPair, error) {
 		var err error
 		switch b.Type {
 		case "PRIVATE KEY":
-			key, err = x509.ParsePKCS8PrivateKey(b.Bytes)
+			if key, err = x509.ParsePKCS8PrivateKey(b.Bytes); err != nil {
+				// crypto/x509 does not know brainpoolP256r1 (BDEW AS4).
+				if bk, berr := brainpool.ParsePrivateKey(b.Bytes); berr == nil {
+					key, err = bk, nil
+				}
+			}
 		case "RSA PRIVATE KEY":
 			key, err = x509.ParsePKCS1PrivateKey(b.Bytes)
 		case "EC PRIVATE KEY":
-			key, err = x509.ParseECPrivateKey(b.Bytes)
+			if key, err = x509.ParseECPrivateKey(b.Bytes); err != nil {
+				if bk, berr := brainpool.ParsePrivateKey(b.Bytes); berr == nil {
+					key, err = bk, nil
+				}
+			}
 		case "ENCRYPTED PRIVATE KEY":
 			return xmlenc.KeyPair{}, errors.New("encrypted private keys are not supported; decrypt it first (openssl pkey)")
 		default:

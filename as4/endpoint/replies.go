@@ -22,11 +22,14 @@ type replies struct {
 	e    *Endpoint
 	um   *as4.UserMessage
 	refs []receipt.Reference
+	// id is the identity the message is addressed to; it signs.
+	id   *ownIdentity
+	bdew bool // the partner follows the BDEW AS4 profile
 }
 
 // Accepted returns the signed receipt; the pipeline stores it.
 func (r *replies) Accepted(ctx context.Context) (exchange.Reply, error) {
-	return r.e.receiptReply(r.um, r.refs)
+	return r.e.receiptReply(r.um, r.refs, r.id, r.bdew)
 }
 
 // Duplicate replays the receipt sent the first time, byte for byte.
@@ -58,16 +61,17 @@ func (r *replies) Failed(ctx context.Context, f *exchange.Failure) (exchange.Rep
 	default:
 		return exchange.Reply{}, fmt.Errorf("as4 endpoint: no ebMS error for failure kind %s", f.Kind)
 	}
-	return r.e.signalError(as4.Other(truncate(detail)+note, f.Err).WithRef(id), id, retryable)
+	return r.e.signalError(as4.Other(truncate(detail)+note, f.Err).WithRef(id), id, retryable, r.id, r.bdew)
 }
 
-// receiptReply builds and signs the receipt of um.
-func (e *Endpoint) receiptReply(um *as4.UserMessage, refs []receipt.Reference) (exchange.Reply, error) {
+// receiptReply builds the receipt of um, signed by id (for a bdew partner
+// with id's brainpool signing key).
+func (e *Endpoint) receiptReply(um *as4.UserMessage, refs []receipt.Reference, id *ownIdentity, bdew bool) (exchange.Reply, error) {
 	sig, err := receipt.BuildReceipt(um, refs, receipt.Options{Now: e.cfg.Now, Host: e.cfg.Host})
 	if err != nil {
 		return exchange.Reply{}, fmt.Errorf("as4 endpoint: receipt: %w", err)
 	}
-	body, err := e.sign(sig.Doc)
+	body, err := e.sign(sig.Doc, id, bdew)
 	if err != nil {
 		return exchange.Reply{}, fmt.Errorf("as4 endpoint: receipt: %w", err)
 	}
@@ -79,9 +83,10 @@ func (e *Endpoint) receiptReply(um *as4.UserMessage, refs []receipt.Reference) (
 	}, nil
 }
 
-// signalError builds and signs an ebMS error signal. A retryable error is
-// sent with HTTP 500 and a SOAP 1.2 env:Receiver fault in the body.
-func (e *Endpoint) signalError(ae *as4.Error, refTo string, retryable bool) (exchange.Reply, error) {
+// signalError builds an ebMS error signal signed by id (nil: our first
+// identity; for a bdew partner its brainpool signing key). A retryable
+// error is sent with HTTP 500 and a SOAP 1.2 env:Receiver fault in the body.
+func (e *Endpoint) signalError(ae *as4.Error, refTo string, retryable bool, id *ownIdentity, bdew bool) (exchange.Reply, error) {
 	sig, err := receipt.BuildError([]*as4.Error{ae}, refTo, receipt.Options{Now: e.cfg.Now, Host: e.cfg.Host})
 	if err != nil {
 		return exchange.Reply{}, fmt.Errorf("as4 endpoint: error signal: %w", err)
@@ -93,7 +98,7 @@ func (e *Endpoint) signalError(ae *as4.Error, refTo string, retryable bool) (exc
 			return exchange.Reply{}, err
 		}
 	}
-	body, err := e.sign(sig.Doc)
+	body, err := e.sign(sig.Doc, id, bdew)
 	if err != nil {
 		return exchange.Reply{}, fmt.Errorf("as4 endpoint: error signal: %w", err)
 	}
@@ -121,9 +126,14 @@ func addReceiverFault(doc *etree.Document, reason string) error {
 	return nil
 }
 
-// sign adds our WS-Security signature to a signal and serialises it.
-func (e *Endpoint) sign(doc *etree.Document) ([]byte, error) {
-	if err := wssec.Sign(doc, nil, wssec.SignOptions{Signer: e.signer, Certificate: e.cfg.Keys[0].Cert, Now: e.cfg.Now}); err != nil {
+// sign adds the WS-Security signature of identity id (nil: the first; for
+// a bdew partner its brainpool signing key) to a signal and serialises it.
+func (e *Endpoint) sign(doc *etree.Document, id *ownIdentity, bdew bool) ([]byte, error) {
+	k, err := e.signingKeyFor(id, bdew)
+	if err != nil {
+		return nil, err
+	}
+	if err := wssec.Sign(doc, nil, wssec.SignOptions{Signer: k.signer, Certificate: k.cert, PKIPath: k.pkiPath, Now: e.cfg.Now}); err != nil {
 		return nil, err
 	}
 	return doc.WriteToBytes()
@@ -138,7 +148,7 @@ func (e *Endpoint) reject(tr *trace, ae *as4.Error, refTo string) exchange.Reply
 	tr.incident = exchange.NewIncident()
 	ae.Detail = strings.TrimSpace(ae.Detail + " (" + exchange.IncidentNote(tr.incident) + ")")
 	tr.err = ae
-	reply, err := e.signalError(ae, refTo, false)
+	reply, err := e.signalError(ae, refTo, false, tr.id, tr.bdew)
 	if err != nil {
 		return e.internalError(tr, err)
 	}

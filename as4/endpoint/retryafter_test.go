@@ -26,8 +26,8 @@ func TestInFlightRetryAfterEstimate(t *testing.T) {
 		seed     time.Duration // or a recorded handler time
 		min, max int
 	}{
-		{"fast-handler", 5 * time.Millisecond, 0, 1, 1},
-		{"slow-handler", 2200 * time.Millisecond, 0, 3, 3},
+		{"fast-handler", 5 * time.Millisecond, 0, 1, 5},
+		{"slow-handler", 2200 * time.Millisecond, 0, 3, 10},
 		{"slower-than-lease", 0, 10 * time.Minute, 55, 60},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,7 +68,7 @@ func demoFlags(t *testing.T) []string {
 
 var summaryLine = regexp.MustCompile(`^gateway-load (as2|as4): messages=(\d+) unique=(\d+) duplicates=(\d+) elapsed=\d+\.\d{3}s ` +
 	`msgs/s=(\d+\.\d) p50=\d+\.\dms p95=\d+\.\dms p99=\d+\.\dms failures=(\d+) duplicates_answered=(\d+)/(\d+) ` +
-	`rsa2048_ops/s=(\d+\.\d) ratio=(\d+\.\d{3})\n$`)
+	`rsa2048_ops/s=(\d+\.\d) sign_goroutines=(\d+) bound_msgs/s=(\d+\.\d) ratio=(\d+\.\d{3})\n$`)
 
 // TestLoadAgainstDemoGateway runs the tool against the demo gateway for
 // both protocols, with a quarter of the messages resent: every message and
@@ -95,10 +98,14 @@ func TestLoadAgainstDemoGateway(t *testing.T) {
 			}
 			msgs, _ := strconv.ParseFloat(m[5], 64)
 			ops, _ := strconv.ParseFloat(m[9], 64)
-			ratio, _ := strconv.ParseFloat(m[10], 64)
+			bound, _ := strconv.ParseFloat(m[11], 64)
+			ratio, _ := strconv.ParseFloat(m[12], 64)
 			// msgs/s and ops/s are printed rounded: allow for it.
-			if msgs <= 0 || ops <= 0 || abs(ratio-msgs/(ops/2)) > 0.001+0.01*ratio {
-				t.Errorf("ratio %s is not msgs/s ÷ (ops/s ÷ 2) = %s ÷ (%s ÷ 2)", m[10], m[5], m[9])
+			if msgs <= 0 || ops <= 0 || abs(ratio-msgs/(ops/2)) > 0.001+0.01*ratio || abs(bound-ops/2) > 0.1 {
+				t.Errorf("ratio %s is not msgs/s ÷ (ops/s ÷ 2) = %s ÷ (%s ÷ 2), or bound %s is not ops/s ÷ 2", m[12], m[5], m[9], m[11])
+			}
+			if m[10] != strconv.Itoa(runtime.GOMAXPROCS(0)) {
+				t.Errorf("the bound was measured on %s goroutines, want GOMAXPROCS = %d", m[10], runtime.GOMAXPROCS(0))
 			}
 			if !strings.Contains(errb.String(), "built 16 "+protocol+" messages of 2048 payload bytes") {
 				t.Errorf("progress: %s", errb.String())
@@ -281,5 +288,64 @@ func TestPercentile(t *testing.T) {
 	}
 	if ds[0] != 100*time.Millisecond {
 		t.Error("percentile sorted its input")
+	}
+}
+
+// TestMeasureRateRunsOnEveryWorker: the bound's operations run on all the
+// goroutines at once (GOMAXPROCS of them in privateOpRate), and the rate
+// is operations per second of wall time over all of them.
+func TestMeasureRateRunsOnEveryWorker(t *testing.T) {
+	const workers = 4
+	var mu sync.Mutex
+	running, most := 0, 0
+	op := func() error {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return nil
+	}
+	rate, err := measureRate(context.Background(), 200*time.Millisecond, workers, op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if most != workers {
+		t.Errorf("at most %d operations ran at once, want %d", most, workers)
+	}
+	// 4 workers × 1 op per ≥ 5 ms: at most 800/s, and well above one
+	// worker's 200/s unless the machine is badly overloaded.
+	if rate > 800 || rate < 300 {
+		t.Errorf("rate %.0f/s, want about 4 × 200/s", rate)
+	}
+	if _, err := measureRate(context.Background(), time.Second, 2, func() error { return errors.New("boom") }); err == nil {
+		t.Error("a failing operation was not reported")
+	}
+}
+
+// TestBoundMeasuredBeforeTheLoad: the RSA rate is measured on every core
+// while the gateway is idle: it ends before the first message is sent, and
+// the gateway received nothing during it.
+func TestBoundMeasuredBeforeTheLoad(t *testing.T) {
+	base, _, _ := demoGateway(t)
+	o, err := parseFlags(append(demoFlags(t), "-url", base+"/as2", "-n", "4", "-c", "2", "-size", "500", "-op-time", "300ms"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := load(context.Background(), o, io.Discard)
+	if err != nil || s.failures != 0 {
+		t.Fatalf("load: %v, %d failures", err, s.failures)
+	}
+	if s.opWorkers != runtime.GOMAXPROCS(0) {
+		t.Errorf("bound measured on %d goroutines, want %d", s.opWorkers, runtime.GOMAXPROCS(0))
+	}
+	if d := s.boundEnd.Sub(s.boundStart); d < 300*time.Millisecond {
+		t.Errorf("bound measured for %s, want -op-time", d)
+	}
+	if s.sendStart.Before(s.boundEnd) {
+		t.Errorf("the load started at %s, before the bound's measurement ended at %s", s.sendStart, s.boundEnd)
 	}
 }

@@ -66,6 +66,8 @@ func usage(w io.Writer) {
   gateway dedup purge [-config FILE]       archive and remove dedup state past its windows
   gateway audit export [-config FILE] [-partner ID] [-message-id ID] [-reference REF] [-from T] [-to T]
                                            print the evidence of what was decided, as JSON
+  gateway peppol report [-config FILE] [-month YYYY-MM] [-out DIR]
+                                           write the month's OpenPeppol TSR and EUSR
   gateway send -file PATH [-url URL] ...   send an AS2 message and verify its MDN (-h for flags)
   gateway send-as4 -url URL ... FILE...    send an AS4 message and verify its receipt (-h for flags)
 Every setting can be overridden by GATEWAY_* environment variables (see README).
@@ -99,6 +101,11 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%w: audit takes: export", errUsage)
 		}
 		return auditExport(args[2:], stdout)
+	case "peppol":
+		if len(args) < 2 || args[1] != "report" {
+			return fmt.Errorf("%w: peppol takes: report", errUsage)
+		}
+		return peppolReport(args[2:], stdout)
 	case "send":
 		return sendAS2(args[1:], stdout, stderr)
 	case "send-as4":
@@ -258,7 +265,7 @@ func partnersCheck(args []string, stdout io.Writer) error {
 		if path == "" {
 			path = cfg.Partners
 		}
-		keys, warnAhead = cfg.Identity.Keys, cfg.CertWarning
+		keys, warnAhead = cfg.AllKeys(), cfg.CertWarning
 	}
 	d, err := partners.Load(path)
 	if err != nil {

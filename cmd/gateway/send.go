@@ -19,6 +19,7 @@ import (
 	"gateway/as2client"
 	"gateway/cms"
 	"gateway/config"
+	"gateway/keyfile"
 	"gateway/partners"
 	"gateway/smime"
 )
@@ -312,7 +313,15 @@ func fromConfig(c *as2client.Client, path, id string) (*partners.Partner, []*x50
 		c.URL = scheme + "://" + net.JoinHostPort(host, port) + cfg.AS2.Path
 	}
 	for _, k := range cfg.Identity.Keys {
-		certs, err := partners.ReadCertificates(k.Cert)
+		var certs []*x509.Certificate
+		var err error
+		if k.Cert != "" {
+			certs, err = keyfile.Certificates(k.Cert, k.Password())
+		} else { // the certificate is in the PKCS#12 key file
+			var cert *x509.Certificate
+			cert, _, err = keyfile.KeyPair("", k.Key, k.Password())
+			certs = []*x509.Certificate{cert}
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("send: identity key certificate: %w", err)
 		}

@@ -17,7 +17,8 @@ import (
 
 	"gateway/as4"
 	"gateway/as4/client"
-	"gateway/as4/endpoint"
+	"gateway/internal/brainpool"
+	"gateway/keyfile"
 	"gateway/partners"
 	"gateway/receipt"
 	"gateway/wssec"
@@ -31,6 +32,10 @@ Builds one AS4 user message with every FILE as a gzip-compressed attachment, sig
 for -encrypt-cert (RSA: RSA-OAEP; X25519: eDelivery AS4 2.0 key agreement), posts it and
 verifies the signed receipt and its NonRepudiationInformation. Exit status 0 only for a
 verified receipt.
+-profile bdew applies the BDEW AS4 profile: brainpoolP256r1 keys, ecdsa-sha256 with an
+X509PKIPathv1 token, ECDH-ES + ConcatKDF + kw-aes128 (recipient by X509SKI) and
+aes128-gcm, encryption required, GLN party types and the BDEW agreement by default;
+flags that contradict it are refused.
 Example (the demo gateway of README.md, sending as its demo partner):
   gateway send-as4 -url http://127.0.0.1:8080/as4 \
     -key testdata/demo/keys/demo-partner.key -cert testdata/demo/partners/demo-partner.pem \
@@ -64,8 +69,9 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		fs.PrintDefaults()
 	}
 	url := fs.String("url", "", "the receiver's AS4 endpoint URL (required)")
-	keyFile := fs.String("key", "", "our PEM private key that signs the message (required)")
-	certFile := fs.String("cert", "", "our PEM certificate of -key (required)")
+	keyFile := fs.String("key", "", "our private key that signs the message: PEM, DER or PKCS#12 (required)")
+	certFile := fs.String("cert", "", "our certificate of -key: PEM, DER or PKCS#12 (required unless -key is a PKCS#12 file holding it)")
+	keyPasswordEnv := fs.String("key-password-env", "", "environment variable holding the password of a PKCS#12 -key")
 	receiptCert := fs.String("receipt-cert", "", "PEM file with the receiver's certificate(s) that sign receipts (required)")
 	encryptCert := fs.String("encrypt-cert", "", "the receiver's encryption certificate (RSA or X25519); empty sends signed only")
 	from := fs.String("from", "", "our eb:From PartyId (required)")
@@ -86,12 +92,34 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	cipher := fs.String("cipher", "aes128-gcm", "content encryption: aes128-gcm, aes192-gcm or aes256-gcm")
 	keyTransport := fs.String("key-transport", "rsa-oaep-mgf1p", "RSA key transport: rsa-oaep-mgf1p or rsa-oaep (xmlenc 1.1, MGF1-SHA256)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "HTTP timeout")
+	allowWeak := fs.Bool("allow-weak-keys", false, "accept RSA keys of 1024 to 2047 bits for the receipt signer and the encryption certificate (legacy receivers)")
 	saveReceipt := fs.String("save-receipt", "", "write the answer (receipt or error signal) to this file")
+	profile := fs.String("profile", "", "bdew: send as the BDEW AS4 profile prescribes (see above)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	bdew := false
+	switch *profile {
+	case "":
+	case partners.ProfileBDEW:
+		bdew = true
+		if err := bdewFlags(fs, *encryptCert, *signAlg, *digest, *cipher, *compress); err != nil {
+			return err
+		}
+		if *fromType == "" {
+			*fromType = partners.PartyTypeGLN
+		}
+		if *toType == "" {
+			*toType = partners.PartyTypeGLN
+		}
+		if *agreement == "" {
+			*agreement = partners.BDEWAgreement
+		}
+	default:
+		return fmt.Errorf("%w: unknown -profile %q (bdew)", errUsage, *profile)
+	}
 	files := fs.Args()
-	for name, v := range map[string]string{"-url": *url, "-key": *keyFile, "-cert": *certFile, "-receipt-cert": *receiptCert,
+	for name, v := range map[string]string{"-url": *url, "-key": *keyFile, "-receipt-cert": *receiptCert,
 		"-from": *from, "-to": *to, "-service": *service, "-action": *action} {
 		if v == "" {
 			return fmt.Errorf("%w: send-as4 needs %s (see gateway send-as4 -h)", errUsage, name)
@@ -101,11 +129,11 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: send-as4 needs at least one FILE to send", errUsage)
 	}
 
-	kp, err := endpoint.LoadKeyPair(*certFile, *keyFile)
+	cert, key, err := keyfile.KeyPair(*certFile, *keyFile, keyfile.Password{Env: *keyPasswordEnv})
 	if err != nil {
-		return err
+		return fmt.Errorf("send-as4: %w", err)
 	}
-	signer, ok := kp.Key.(crypto.Signer)
+	signer, ok := key.(crypto.Signer)
 	if !ok {
 		return fmt.Errorf("send-as4: %s is not a signing key", *keyFile)
 	}
@@ -114,8 +142,11 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("send-as4: -receipt-cert: %w", err)
 	}
 	c := &client.Client{
-		Signer: signer, Certificate: kp.Cert, ReceiptSigners: receiptSigners,
-		HTTP: &http.Client{Timeout: *timeout},
+		Signer: signer, Certificate: cert, ReceiptSigners: receiptSigners,
+		HTTP: &http.Client{Timeout: *timeout}, AllowWeakKeys: *allowWeak, PKIPath: bdew,
+	}
+	if _, ok := signer.(*brainpool.PrivateKey); bdew && !ok {
+		return fmt.Errorf("send-as4: -profile bdew signs with a brainpoolP256r1 key; %s is %T", *keyFile, signer)
 	}
 	if *signAlg != "" {
 		if c.SignatureMethod, ok = signatureMethods[*signAlg]; !ok {
@@ -139,6 +170,12 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		}
 		if _, isRSA := certs[0].PublicKey.(*rsa.PublicKey); !isRSA {
 			enc.Options.KeyTransport = "" // X25519 key agreement chooses its own
+		}
+		if bdew {
+			if _, ok := certs[0].PublicKey.(*brainpool.PublicKey); !ok {
+				return fmt.Errorf("send-as4: -profile bdew encrypts for a brainpoolP256r1 key; -encrypt-cert has a %T key", certs[0].PublicKey)
+			}
+			enc.KeyReference = xmlenc.ByX509SKI
 		}
 		c.Encryption = enc
 	}
@@ -192,6 +229,29 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "sent %s (%d attachments, %d bytes)\nreceipt %s at %s: signature valid, %d of %d references acknowledged\n",
 		out.MessageID, len(msg.Payloads), len(out.Body), resp.Receipt.MessageID, resp.Receipt.Timestamp.UTC().Format(time.RFC3339),
 		len(out.References), len(out.References))
+	return nil
+}
+
+// bdewFlags refuses flags that contradict the BDEW AS4 profile.
+func bdewFlags(fs *flag.FlagSet, encryptCert, signAlg, digest, cipher string, compress bool) error {
+	if encryptCert == "" {
+		return fmt.Errorf("%w: -profile bdew encrypts every message: -encrypt-cert is required", errUsage)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, c := range []struct {
+		flag, value, want string
+	}{{"sign-alg", signAlg, "ecdsa-sha256"}, {"digest", digest, "sha256"}, {"cipher", cipher, "aes128-gcm"}} {
+		if set[c.flag] && c.value != c.want {
+			return fmt.Errorf("%w: -profile bdew prescribes -%s %s, not %s", errUsage, c.flag, c.want, c.value)
+		}
+	}
+	if set["key-transport"] {
+		return fmt.Errorf("%w: -profile bdew uses ECDH-ES key agreement; -key-transport does not apply", errUsage)
+	}
+	if !compress {
+		return fmt.Errorf("%w: -profile bdew compresses every payload (gzip)", errUsage)
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -98,5 +99,30 @@ func TestSendAS4Demo(t *testing.T) {
 	}
 	if code := run([]string{"send-as4", "-url", "x"}, &out, &errb); code != 2 {
 		t.Errorf("missing flags: exit %d", code)
+	}
+
+	// The sender's key as a PKCS#12 file (OpenSSL 3 default encryption),
+	// no -cert, password from an environment variable.
+	if _, err := exec.LookPath("openssl"); err == nil {
+		p12 := filepath.Join(t.TempDir(), "demo-partner.p12")
+		if b, err := exec.Command("openssl", "pkcs12", "-export", "-inkey", filepath.Join(demo, "keys", "demo-partner.key"),
+			"-in", filepath.Join(demo, "partners", "demo-partner.pem"), "-passout", "pass:demo", "-out", p12).CombinedOutput(); err != nil {
+			t.Fatalf("openssl: %v\n%s", err, b)
+		}
+		t.Setenv("GW_TEST_SEND_PASSWORD", "demo")
+		a := args("Deliver", "cli-3@demo")
+		for i := range a {
+			if a[i] == "-key" {
+				a[i+1] = p12
+			}
+			if a[i] == "-cert" {
+				a[i], a[i+1] = "-key-password-env", "GW_TEST_SEND_PASSWORD"
+			}
+		}
+		out.Reset()
+		errb.Reset()
+		if code := run(a, &out, &errb); code != 0 || !strings.Contains(out.String(), "3 of 3 references acknowledged") {
+			t.Fatalf("PKCS#12 key: exit %d: %s%s", code, out.String(), errb.String())
+		}
 	}
 }

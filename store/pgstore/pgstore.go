@@ -50,6 +50,13 @@ const Component = "dedup"
 // DefaultSchema holds the tables unless WithSchema names another.
 const DefaultSchema = "gateway"
 
+// DefaultMaxConns is the pool's size unless the DSN sets pool_max_conns.
+// pgx's own default (4 on a 2-core machine) made concurrent exchanges queue
+// for a connection: each exchange makes several short durable round trips
+// (claim, audit records, accept) that wait mostly for the server's WAL
+// flush, which concurrent commits share.
+const DefaultMaxConns = 32
+
 // expireBatch bounds one DELETE of Expire.
 const expireBatch = 5000
 
@@ -136,6 +143,9 @@ func Open(ctx context.Context, dsn string, opts dedup.Options, options ...Option
 	if err != nil {
 		// pgx's message may quote the DSN with its password; do not wrap it.
 		return nil, errors.New("pgstore: invalid PostgreSQL DSN")
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		pcfg.MaxConns = DefaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

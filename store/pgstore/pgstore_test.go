@@ -370,3 +370,20 @@ func withApplicationName(t testing.TB, dsn, name string) string {
 	}
 	return dsn + " application_name=" + name
 }
+
+// TestPoolSize: the pool holds DefaultMaxConns connections unless the DSN
+// sets pool_max_conns, so that concurrent exchanges do not queue behind
+// pgx's default of 4 on a small machine.
+func TestPoolSize(t *testing.T) {
+	dsn, schema := pgtest.Schema(t)
+	if got := open(t, dsn, schema, dedup.Options{}).Pool().Config().MaxConns; got != pgstore.DefaultMaxConns {
+		t.Errorf("MaxConns %d, want %d", got, pgstore.DefaultMaxConns)
+	}
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	if got := open(t, dsn+sep+"pool_max_conns=3", schema, dedup.Options{}).Pool().Config().MaxConns; got != 3 {
+		t.Errorf("with pool_max_conns=3: MaxConns %d", got)
+	}
+}

@@ -13,7 +13,12 @@ import (
 // error, so a record that cannot be written fails the exchange.
 type AuditSink struct {
 	db *sql.DB
+	w  *batcher
 }
+
+const auditInsertSQL = `INSERT INTO audit_records (recorded_at, step, partner, protocol, message_id,
+	dedup_key, interchange_key, reference, decision, payload_sha256, disposition, error, incident)
+VALUES (coalesce(?1, ` + nowMS + ` * 1000), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)`
 
 // Write implements audit.Sink. A zero Record.Time is replaced by SQLite's
 // clock. Times are kept to the microsecond.
@@ -22,15 +27,15 @@ func (a *AuditSink) Write(ctx context.Context, r audit.Record) error {
 	if !r.Time.IsZero() {
 		at = r.Time.UnixMicro()
 	}
-	_, err := execerFor(ctx, a.db).ExecContext(ctx, `INSERT INTO audit_records (recorded_at, step, partner, protocol, message_id,
-	dedup_key, interchange_key, reference, decision, payload_sha256, disposition, error, incident)
-VALUES (coalesce(?1, `+nowMS+` * 1000), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)`,
-		at, string(r.Step), r.Partner, r.Protocol, r.MessageID, r.Key, r.InterchangeKey, r.Reference,
-		r.Decision, r.PayloadSHA256, r.Disposition, r.Error, r.Incident)
-	if err != nil {
-		return wrap("audit", err)
-	}
-	return nil
+	return a.w.write(ctx, "audit", func(ctx context.Context, tx *sql.Tx) error {
+		_, err := a.w.exec(ctx, tx, auditInsertSQL,
+			at, string(r.Step), r.Partner, r.Protocol, r.MessageID, r.Key, r.InterchangeKey, r.Reference,
+			r.Decision, r.PayloadSHA256, r.Disposition, r.Error, r.Incident)
+		if err != nil {
+			return wrap("audit", err)
+		}
+		return nil
+	})
 }
 
 const auditColumns = `recorded_at, step, partner, protocol, message_id, dedup_key, interchange_key, reference,

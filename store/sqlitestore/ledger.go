@@ -91,6 +91,21 @@ func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) 
 	if err != nil {
 		return dedup.Decision{}, fmt.Errorf("sqlitestore: claim interchange: %w", err)
 	}
+	var d dedup.Decision
+	err = s.w.write(ctx, "claim interchange", func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		d, err = s.claimInterchange(ctx, tx, c, leaseMS, windowMS, supersede, ids)
+		return err
+	})
+	if err != nil {
+		return dedup.Decision{}, err
+	}
+	return d, nil
+}
+
+// claimInterchange runs ClaimInterchange's statements in tx.
+func (s *Store) claimInterchange(ctx context.Context, tx *sql.Tx, c dedup.InterchangeClaim, leaseMS, windowMS int64,
+	supersede int, ids []byte) (dedup.Decision, error) {
 	for range claimAttempts {
 		token, err := dedup.NewToken()
 		if err != nil {
@@ -101,7 +116,7 @@ func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) 
 			takenFrom sql.NullString
 			firstSeen int64
 		)
-		err = s.db.QueryRowContext(ctx, ledgerClaimSQL, string(c.Key), c.Partner, c.Standard, c.Sender, c.Recipient,
+		err = s.w.queryRow(ctx, tx, ledgerClaimSQL, string(c.Key), c.Partner, c.Standard, c.Sender, c.Recipient,
 			c.Reference, c.Date, c.Type, string(token), c.PayloadSHA256, leaseMS, windowMS, string(ids), supersede).
 			Scan(&got, &takenFrom, &firstSeen)
 		if err == nil {
@@ -119,7 +134,7 @@ func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) 
 			hash    string
 			retries int
 		)
-		err = s.db.QueryRowContext(ctx, ledgerDuplicateSQL, string(c.Key), c.MessageID, windowMS, dedup.MaxLedgerMessageIDs, supersede).
+		err = s.w.queryRow(ctx, tx, ledgerDuplicateSQL, string(c.Key), c.MessageID, windowMS, dedup.MaxLedgerMessageIDs, supersede).
 			Scan(&firstSeen, &hash, &retries)
 		if err == nil {
 			return dedup.Decision{Outcome: dedup.Duplicate, FirstSeen: fromMS(firstSeen), PayloadSHA256: hash, Retries: retries}, nil
@@ -131,7 +146,7 @@ func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) 
 			state               string
 			leaseUntil, dbNowMS int64
 		)
-		err = s.db.QueryRowContext(ctx, ledgerReadSQL, string(c.Key)).Scan(&state, &firstSeen, &leaseUntil, &dbNowMS)
+		err = s.w.queryRow(ctx, tx, ledgerReadSQL, string(c.Key)).Scan(&state, &firstSeen, &leaseUntil, &dbNowMS)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue // deleted in between: claim again
 		}

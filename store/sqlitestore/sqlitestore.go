@@ -5,6 +5,8 @@
 // survives a power loss once Accept returned. All statements of one Store go
 // through a single connection, which serialises them inside the process; a
 // busy timeout (default 5s) covers other processes opening the same file.
+// The writes of concurrent exchanges share transactions and fsyncs (group
+// commit, see batch.go); each returns after the commit covering it.
 // Time is read from SQLite's own clock in the SQL (unixepoch('subsec'),
 // millisecond precision), never from the Go side. The schema is created by
 // embedded, versioned migrations recorded in the gateway_migrations table.
@@ -88,6 +90,7 @@ const claimAttempts = 4
 // Store is a dedup.Store in a SQLite database file.
 type Store struct {
 	db     *sql.DB
+	w      *batcher
 	lease  time.Duration
 	audit  *AuditSink
 	outbox *Outbox
@@ -140,9 +143,16 @@ func Open(ctx context.Context, path string, opts dedup.Options, options ...Optio
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
 	s := &Store{db: db, lease: opts.WithDefaults().Lease}
-	s.audit = &AuditSink{db: db}
 	s.outbox = &Outbox{db: db}
 	if err := s.init(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.w = newBatcher(db)
+	s.audit = &AuditSink{db: db, w: s.w}
+	if err := s.w.prepare(ctx, savepointSQL, rollbackToSQL, releaseSQL, claimSQL, readSQL, acceptSQL, abandonSQL, auditInsertSQL,
+		ledgerClaimSQL, ledgerDuplicateSQL, ledgerReadSQL, ledgerAcceptSQL, ledgerAbandonSQL); err != nil {
+		s.w.close()
 		db.Close()
 		return nil, err
 	}
@@ -254,6 +264,20 @@ func (s *Store) Audit() *AuditSink { return s.audit }
 // to answer Duplicate or InFlight.
 func (s *Store) Claim(ctx context.Context, req dedup.ClaimRequest) (dedup.Decision, error) {
 	leaseMS, windowMS := ceilMS(s.lease), ceilMS(req.Window)
+	var d dedup.Decision
+	err := s.w.write(ctx, "claim", func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		d, err = s.claim(ctx, tx, req, leaseMS, windowMS)
+		return err
+	})
+	if err != nil {
+		return dedup.Decision{}, err
+	}
+	return d, nil
+}
+
+// claim runs Claim's statements in tx.
+func (s *Store) claim(ctx context.Context, tx *sql.Tx, req dedup.ClaimRequest, leaseMS, windowMS int64) (dedup.Decision, error) {
 	for range claimAttempts {
 		token, err := dedup.NewToken()
 		if err != nil {
@@ -264,7 +288,7 @@ func (s *Store) Claim(ctx context.Context, req dedup.ClaimRequest) (dedup.Decisi
 			takenFrom sql.NullString
 			firstSeen int64
 		)
-		err = s.db.QueryRowContext(ctx, claimSQL, string(req.Key), string(token), req.PayloadSHA256, leaseMS, windowMS).
+		err = s.w.queryRow(ctx, tx, claimSQL, string(req.Key), string(token), req.PayloadSHA256, leaseMS, windowMS).
 			Scan(&got, &takenFrom, &firstSeen)
 		if err == nil {
 			return dedup.Decision{
@@ -282,7 +306,7 @@ func (s *Store) Claim(ctx context.Context, req dedup.ClaimRequest) (dedup.Decisi
 			first, leaseUntil, dbNowMS int64
 			reply                      []byte
 		)
-		err = s.db.QueryRowContext(ctx, readSQL, string(req.Key)).Scan(&state, &hash, &first, &leaseUntil, &reply, &dbNowMS)
+		err = s.w.queryRow(ctx, tx, readSQL, string(req.Key)).Scan(&state, &hash, &first, &leaseUntil, &reply, &dbNowMS)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue // expired in between: claim again
 		}
@@ -324,18 +348,20 @@ func (s *Store) Abandon(ctx context.Context, key dedup.Key, token dedup.Token) e
 }
 
 func (s *Store) transition(ctx context.Context, op, query string, args ...any) error {
-	res, err := execerFor(ctx, s.db).ExecContext(ctx, query, args...)
-	if err != nil {
-		return wrap(op, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return wrap(op, err)
-	}
-	if n != 1 {
-		return fmt.Errorf("sqlitestore: %s: %w", op, dedup.ErrStaleClaim)
-	}
-	return nil
+	return s.w.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := s.w.exec(ctx, tx, query, args...)
+		if err != nil {
+			return wrap(op, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return wrap(op, err)
+		}
+		if n != 1 {
+			return fmt.Errorf("sqlitestore: %s: %w", op, dedup.ErrStaleClaim)
+		}
+		return nil
+	})
 }
 
 // Expire implements dedup.Store. It deletes in batches of expireBatch rows.
@@ -359,7 +385,10 @@ func (s *Store) Expire(ctx context.Context, before time.Time) (int64, error) {
 
 // Close closes the database. Later calls fail with ErrUnavailable.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() { s.closeErr = s.db.Close() })
+	s.closeOnce.Do(func() {
+		s.w.close()
+		s.closeErr = s.db.Close()
+	})
 	return s.closeErr
 }
 

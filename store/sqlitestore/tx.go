@@ -22,22 +22,6 @@ func (t *openTx) PgxTx() pgx.Tx  { return nil }
 
 type txCtxKey struct{}
 
-// execer is what the store's writes need of a *sql.DB or *sql.Tx.
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-// execerFor returns the transaction of AcceptTx carried by ctx when it
-// belongs to db, else db itself: with one connection, a write from inside
-// the callback through db would wait for the connection the transaction
-// holds.
-func execerFor(ctx context.Context, db *sql.DB) execer {
-	if t, ok := ctx.Value(txCtxKey{}).(*openTx); ok && t.db == db {
-		return t.tx
-	}
-	return db
-}
-
 // AcceptTx implements dedup.TxAcceptor in one IMMEDIATE transaction (the
 // database's write lock is held from its start): the accept's
 // compare-and-set, then fn, then the commit. While fn runs every other

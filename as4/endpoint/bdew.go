@@ -1,0 +1,75 @@
+package endpoint
+
+import (
+	"crypto"
+	"crypto/x509"
+	"fmt"
+
+	"gateway/as4"
+	"gateway/internal/brainpool"
+	"gateway/wssec"
+	"gateway/xmlenc"
+)
+
+// BDEWEncryptionAlgorithms are the only encryption algorithms a message of a
+// bdew partner may use: ECDH-ES on brainpoolP256r1, ConcatKDF with SHA-256,
+// AES-128 key wrap, AES-128-GCM. They replace Config.AllowedAlgorithms for
+// such partners.
+var BDEWEncryptionAlgorithms = []string{xmlenc.AlgECDHES, xmlenc.AlgConcatKDF, xmlenc.AlgSHA256, xmlenc.AlgKWAES128, xmlenc.AlgAES128GCM}
+
+// signingKey is the key that signs our signals to one partner.
+type signingKey struct {
+	signer  crypto.Signer
+	cert    *x509.Certificate
+	pkiPath bool
+}
+
+// bdewSigningKey picks the first brainpoolP256r1 key among keys whose
+// certificate allows digital signatures (the profile gives signing and
+// encryption separate key pairs), or nil.
+func bdewSigningKey(keys []xmlenc.KeyPair) *signingKey {
+	for _, k := range keys {
+		bk, ok := k.Key.(*brainpool.PrivateKey)
+		if !ok || k.Cert == nil || !bk.PublicKey().Equal(k.Cert.PublicKey) {
+			continue
+		}
+		if k.Cert.KeyUsage != 0 && k.Cert.KeyUsage&x509.KeyUsageDigitalSignature == 0 {
+			continue
+		}
+		return &signingKey{signer: bk, cert: k.Cert, pkiPath: true}
+	}
+	return nil
+}
+
+// signingKeyFor returns the key of identity id (nil: the first) for
+// signals to a partner: for bdew partners its brainpool signing key (an
+// X509PKIPathv1 token), else its Keys[0].
+func (e *Endpoint) signingKeyFor(id *ownIdentity, bdew bool) (signingKey, error) {
+	if id == nil {
+		id = e.ids[0]
+	}
+	if !bdew {
+		return signingKey{signer: id.signer, cert: id.Keys[0].Cert}, nil
+	}
+	if id.bdewKey == nil {
+		return signingKey{}, fmt.Errorf("as4 endpoint: a bdew partner needs a brainpoolP256r1 signing key among the keys of our party %s", id.PartyID)
+	}
+	return *id.bdewKey, nil
+}
+
+// checkBDEWSignature enforces the profile's signature algorithms: ECDSA-SHA256
+// with a brainpoolP256r1 key, SHA-256 digests.
+func checkBDEWSignature(res *wssec.Result) *as4.Error {
+	if res.SignatureMethod != wssec.AlgECDSASHA256 {
+		return as4.PolicyNoncompliance("the BDEW AS4 profile requires ecdsa-sha256 signatures; this message uses "+truncate(res.SignatureMethod), nil)
+	}
+	if _, ok := res.Signer.PublicKey.(*brainpool.PublicKey); !ok {
+		return as4.PolicyNoncompliance("the BDEW AS4 profile requires a brainpoolP256r1 signing key", nil)
+	}
+	for _, r := range res.References {
+		if r.DigestMethod != wssec.AlgSHA256 {
+			return as4.PolicyNoncompliance("the BDEW AS4 profile requires SHA-256 digests; reference "+truncate(r.URI)+" uses "+truncate(r.DigestMethod), nil)
+		}
+	}
+	return nil
+}

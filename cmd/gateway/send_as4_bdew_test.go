@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gateway/as4/endpoint"
+	"gateway/dedup"
+	"gateway/exchange"
+	"gateway/internal/brainpool/bptest"
+	"gateway/partners"
+	"gateway/wssec"
+	"gateway/xmlenc"
+)
+
+// TestSendAS4BDEW sends an EDIFACT file with -profile bdew and brainpool keys
+// built by openssl to a gateway with a bdew partner, twice with one message
+// id (one delivery, the receipt replayed); xmlsec1 verifies the saved receipt.
+// Flags that contradict the profile are refused.
+func TestSendAS4BDEW(t *testing.T) {
+	pki := bptest.New(t)
+	gw, sw := pki.Party("9900000000001"), pki.Party("9900000000002")
+	pdir := t.TempDir()
+	cert, _ := os.ReadFile(sw.Signing.CertFile)
+	os.WriteFile(filepath.Join(pdir, "sw.pem"), cert, 0o600)
+	os.WriteFile(filepath.Join(pdir, "sw.yaml"), []byte("id: stadtwerke\nas4:\n  profile: bdew\n  party_id: \"9900000000002\"\n  certificates: [sw.pem]\n  pmodes:\n    - id: mp\n      agreement: "+partners.BDEWAgreement+"\n"), 0o600)
+	d, err := partners.Load(pdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	pl := &exchange.Pipeline{Store: dedup.NewMemoryStore(dedup.Options{Lease: time.Minute}), Log: slog.New(slog.DiscardHandler),
+		Handler: exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error { calls.Add(1); return nil })}
+	sig, err := endpoint.LoadKeyPair(gw.Signing.CertFile, gw.Signing.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := endpoint.LoadKeyPair(gw.Encrypt.CertFile, gw.Encrypt.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := endpoint.New(endpoint.Config{Partners: d, Keys: []xmlenc.KeyPair{sig, enc}, Pipeline: pl,
+		PartyID: gw.ID, PartyType: partners.PartyTypeGLN, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(ep)
+	defer srv.Close()
+
+	edi := filepath.Join(t.TempDir(), "utilmd.edi")
+	os.WriteFile(edi, []byte("UNA:+.? 'UNB+UNOC:3+9900000000002:500+9900000000001:500+250101:1200+ICR1'UNH+1+UTILMD:D:11A:UN:S2.1'UNT+2+1'UNZ+1+ICR1'"), 0o600)
+	saved := filepath.Join(t.TempDir(), "receipt.xml")
+	args := func(extra ...string) []string {
+		a := []string{"send-as4", "-profile", "bdew", "-url", srv.URL,
+			"-key", sw.Signing.KeyFile, "-cert", sw.Signing.CertFile,
+			"-receipt-cert", gw.Signing.CertFile, "-encrypt-cert", gw.Encrypt.CertFile,
+			"-from", sw.ID, "-to", gw.ID, "-service", "https://www.bdew.de/as4/communication/services/MP",
+			"-action", "http://docs.oasis-open.org/ebxml-msg/as4/200902/action", "-message-id", "bdew-1@9900000000002",
+			"-mime", "application/edifact", "-save-receipt", saved}
+		return append(append(a, extra...), edi)
+	}
+	for i := 0; i < 2; i++ {
+		var out, errb bytes.Buffer
+		if code := run(args(), &out, &errb); code != 0 {
+			t.Fatalf("run %d: exit %d: %s", i, code, errb.String())
+		}
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("handler ran %d times", calls.Load())
+	}
+	rc, _ := os.ReadFile(saved)
+	if !bytes.Contains(rc, []byte(wssec.ValueTypeX509PKIPathv1)) || !bytes.Contains(rc, []byte(wssec.AlgECDSASHA256)) {
+		t.Fatalf("receipt: %s", rc)
+	}
+	if path, err := exec.LookPath("xmlsec1"); err == nil {
+		f := filepath.Join(t.TempDir(), "r.xml")
+		os.WriteFile(f, rc, 0o600)
+		if out, err := exec.Command(path, "--verify", "--pubkey-cert-pem", gw.Signing.CertFile, "--id-attr:Id", "Messaging", "--id-attr:Id", "Body", f).CombinedOutput(); err != nil {
+			t.Fatalf("xmlsec1: %v: %s", err, out)
+		}
+	} else if os.Getenv("CI") != "" {
+		t.Fatal("xmlsec1 not installed")
+	}
+
+	for _, bad := range [][]string{{"-cipher", "aes256-gcm"}, {"-sign-alg", "ecdsa-sha512"}, {"-digest", "sha512"}, {"-key-transport", "rsa-oaep"}, {"-compress=false"}} {
+		var out, errb bytes.Buffer
+		if code := run(args(bad...), &out, &errb); code != 2 || !strings.Contains(errb.String(), "-profile bdew") {
+			t.Errorf("%v: exit %d: %s", bad, code, errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	noEnc := args()
+	for i, a := range noEnc {
+		if a == "-encrypt-cert" {
+			noEnc = append(noEnc[:i:i], noEnc[i+2:]...)
+			break
+		}
+	}
+	if code := run(noEnc, &out, &errb); code != 2 || !strings.Contains(errb.String(), "-encrypt-cert is required") {
+		t.Errorf("without -encrypt-cert: exit %d: %s", code, errb.String())
+	}
+}
