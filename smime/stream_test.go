@@ -146,3 +146,22 @@ func TestUnwrapStreamMatchesUnwrap(t *testing.T) {
 		}
 	}
 }
+
+// A base64 body whose text goes on after its padding is not decoded past
+// it by the stream: it says ErrNotStreamable, and the caller's in-memory
+// fallback gives the in-memory answer.
+func TestUnwrapStreamBase64PastPadding(t *testing.T) {
+	hdr := Header{{Name: "Content-Type", Value: "application/edi-consent"}, {Name: "Content-Transfer-Encoding", Value: "base64"}}
+	body := []byte("aGVsbG8=\r\nd29ybGQ=\r\n")
+	dir := t.TempDir()
+	_, err := UnwrapStream(hdr, Section{R: bytes.NewReader(body), N: int64(len(body))}, StreamOptions{
+		NewFile: func() (*os.File, error) { return os.CreateTemp(dir, "layer-*") },
+	})
+	if !errors.Is(err, ErrNotStreamable) {
+		t.Fatalf("got %v, want ErrNotStreamable", err)
+	}
+	// The fallback gives the in-memory answer: malformed.
+	if _, err := UnwrapEntity(&Entity{Header: hdr, Body: body}, Options{}); !errors.Is(err, ErrMalformedMIME) {
+		t.Fatalf("in memory: %v, want ErrMalformedMIME", err)
+	}
+}
