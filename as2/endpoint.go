@@ -42,6 +42,10 @@ import (
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is zero.
 const DefaultMaxBodyBytes = 100 << 20
 
+// DefaultStreamThreshold is the body size above which a message is
+// unwrapped as a stream when Config.StreamThreshold is zero.
+const DefaultStreamThreshold = 8 << 20
+
 // DefaultReportingUA is the Reporting-UA of our MDNs when Config.ReportingUA
 // is empty.
 const DefaultReportingUA = "gateway AS2"
@@ -74,6 +78,16 @@ type Config struct {
 	// MaxBodyBytes limits the request body (default 100 MiB); larger
 	// requests get HTTP 413.
 	MaxBodyBytes int64
+	// StreamThreshold: bodies larger than this are unwrapped as streams
+	// from their spool file (smime.UnwrapStream), in memory bounded by
+	// fixed buffers whatever their size (default DefaultStreamThreshold;
+	// negative: never).
+	StreamThreshold int64
+	// MaxInMemoryBytes is the largest body unwrapped in memory when it
+	// cannot be streamed (opaque signed-data, multipart payloads, base64
+	// only the lenient decoder reads; default 100 MiB); a larger one of
+	// those is refused.
+	MaxInMemoryBytes int64
 	// MaxDecompressedBytes limits a compressed layer's inflated size
 	// (default smime.DefaultMaxSize).
 	MaxDecompressedBytes int64
@@ -119,6 +133,12 @@ func NewEndpoint(cfg Config) (*Endpoint, error) {
 	}
 	if cfg.ReportingUA == "" {
 		cfg.ReportingUA = DefaultReportingUA
+	}
+	if cfg.StreamThreshold == 0 {
+		cfg.StreamThreshold = DefaultStreamThreshold
+	}
+	if cfg.MaxInMemoryBytes <= 0 {
+		cfg.MaxInMemoryBytes = min(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
 	}
 	e := &Endpoint{cfg: cfg, log: cfg.Log, trust: cfg.Trust}
 	if e.log == nil {
@@ -208,9 +228,20 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("no trading partner agreement for AS2-From %q and AS2-To %q", req.From, req.To), nil)
 		return
 	}
-	// One allocation of exactly Content-Length bytes; a body of unknown
-	// length goes through a spool file and is counted as it is read.
-	body, err := limits.Collect(r.Body, limits.CollectOptions{Max: e.cfg.MaxBodyBytes, SizeHint: r.ContentLength, SpoolDir: e.cfg.SpoolDir})
+	// The body goes to a spool file as it arrives, hashed on the way; the
+	// file is removed when the exchange ends (and, after a crash, at the
+	// next start: see limits.OpenSpoolArea).
+	bf, err := limits.SpoolBody(r.Body, e.cfg.SpoolDir, e.cfg.MaxBodyBytes)
+	if bf != nil {
+		defer func() {
+			if err := bf.Remove(); err != nil {
+				lg.Warn("spool cleanup failed", "err", err)
+			}
+		}()
+	}
+	if err == nil {
+		lg.Debug("as2 body received", "bytes", bf.Size, "sha256", bf.SHA256)
+	}
 	if err != nil {
 		switch st := limits.Status(err); st {
 		case http.StatusRequestEntityTooLarge:
@@ -218,6 +249,11 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Connection", "close")
 			http.Error(w, fmt.Sprintf("message body exceeds the limit of %d bytes", e.cfg.MaxBodyBytes), st)
 		case 0:
+			if errors.Is(err, limits.ErrSpool) {
+				lg.Error("as2 message not processed: the body could not be spooled", "err", err)
+				retryLater(w, "the message could not be stored temporarily")
+				break
+			}
 			lg.Warn("as2 message refused: body could not be read", "status", http.StatusBadRequest, "err", err)
 			http.Error(w, "the request body could not be read", http.StatusBadRequest)
 		default:
@@ -226,7 +262,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if len(body) == 0 {
+	if bf.Size == 0 {
 		lg.Warn("as2 message refused: empty body", "status", http.StatusBadRequest)
 		http.Error(w, "as2: the request has no body", http.StatusBadRequest)
 		return
@@ -246,7 +282,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tr = &trustRun{}
 		check = e.signerCheck(r.Context(), pol, tr)
 	}
-	res, err := smime.UnwrapEntity(smime.EntityFromHTTP(r.Header, body), smime.Options{
+	opts := smime.Options{
 		Keys:        decryptKeys,
 		Trusted:     e.cfg.Partners.AS2Certificates(p),
 		CheckSigner: check,
@@ -255,7 +291,49 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		SpoolDir: e.cfg.SpoolDir, Reserve: limits.ReservationFrom(r.Context()).Grow,
 
 		ContentOnlyCompressedMIC: p.AS2.MICCompressed == "content",
-	})
+	}
+	// Layer files of a streamed unwrap live until the exchange ends: the
+	// payload the handler reads is one of them (or a section of the body).
+	layers := &layerFiles{dir: e.cfg.SpoolDir}
+	defer func() {
+		if err := layers.remove(); err != nil {
+			x.lg.Warn("spool cleanup failed", "err", err)
+		}
+	}()
+	var res *smime.Result
+	var sres *smime.StreamResult
+	if e.cfg.StreamThreshold > 0 && bf.Size > e.cfg.StreamThreshold {
+		sres, err = smime.UnwrapStream(smime.EntityFromHTTP(r.Header, nil).Header, smime.Section{R: bf, N: bf.Size},
+			smime.StreamOptions{Options: opts, NewFile: layers.create})
+		if errors.Is(err, smime.ErrNotStreamable) {
+			x.lg.Info("as2 message cannot be streamed; unwrapping it in memory", "bytes", bf.Size, "reason", err)
+			if bf.Size > e.cfg.MaxInMemoryBytes {
+				answerOnResponse(x)
+				e.reject(r.Context(), w, x, mdn.DispUnexpectedProcessingError,
+					fmt.Sprintf("a message of this structure is accepted only up to %d bytes", e.cfg.MaxInMemoryBytes), err)
+				return
+			}
+			rsv := limits.ReservationFrom(r.Context())
+			if gerr := rsv.Grow(bf.Size*limits.DefaultAmplification - rsv.Held()); gerr != nil {
+				x.lg.Warn("as2 message not processed: memory budget", "status", limits.Status(gerr), "err", gerr)
+				limits.Refuse(w, gerr)
+				return
+			}
+			sres = nil
+		} else {
+			res = &sres.Result
+		}
+	}
+	if sres == nil {
+		// One allocation of exactly the body's size.
+		body, rerr := bf.Bytes()
+		if rerr != nil {
+			x.lg.Error("as2 message not processed: the spooled body could not be read", "err", rerr)
+			retryLater(w, "the message could not be stored temporarily")
+			return
+		}
+		res, err = smime.UnwrapEntity(smime.EntityFromHTTP(r.Header, body), opts)
+	}
 	e.auditTrust(r.Context(), x, tr)
 	if limits.Status(err) == http.StatusServiceUnavailable {
 		x.lg.Warn("as2 message not processed: memory budget exhausted while decompressing", "err", err)
@@ -284,7 +362,12 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	e.decideAsync(x, res.Signed)
 	x.micAlg = e.micAlgFor(x, res)
-	if x.mic, err = res.MIC(x.micAlg.digest); err != nil {
+	if sres != nil {
+		x.mic, err = sres.MIC(x.micAlg.digest)
+	} else {
+		x.mic, err = res.MIC(x.micAlg.digest)
+	}
+	if err != nil {
 		e.reject(r.Context(), w, x, mdn.DispUnexpectedProcessingError, "the MIC could not be computed", err)
 		return
 	}
@@ -298,7 +381,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			x.lg.Warn("spool cleanup failed", "err", err)
 		}
 	}()
-	msg, err := e.message(x, res, spool, received)
+	msg, err := e.message(x, res, sres, spool, received)
 	if err != nil {
 		x.lg.Error("as2 message not processed: spooling failed", "err", err)
 		retryLater(w, "the message could not be stored temporarily")
@@ -408,7 +491,7 @@ func (e *Endpoint) micAlgFor(x *inbound, res *smime.Result) micAlg {
 }
 
 // message builds the pipeline's message, spooling each payload.
-func (e *Endpoint) message(x *inbound, res *smime.Result, spool *exchange.Spool, received time.Time) (*exchange.Message, error) {
+func (e *Endpoint) message(x *inbound, res *smime.Result, sres *smime.StreamResult, spool *exchange.Spool, received time.Time) (*exchange.Message, error) {
 	req := x.req
 	h := textproto.MIMEHeader{}
 	set := func(k, v string) {
@@ -443,7 +526,7 @@ func (e *Endpoint) message(x *inbound, res *smime.Result, spool *exchange.Spool,
 			}
 		}
 	}
-	if len(parts) == 0 {
+	if len(parts) == 0 && sres == nil {
 		parts = []part{{res.Payload, res.ContentType, res.Filename, ""}}
 	}
 	msg := &exchange.Message{
@@ -453,6 +536,17 @@ func (e *Endpoint) message(x *inbound, res *smime.Result, spool *exchange.Spool,
 		Received:     received,
 		Headers:      h,
 		TransportKey: dedup.TransportKey("as2", "as2", req.From, req.MessageID),
+	}
+	if sres != nil {
+		// The payload stays where the stream left it: a section of the
+		// last layer's file (or of the body's spool file).
+		body, size, sum, err := sectionBody(sres.Body)
+		if err != nil {
+			return nil, err
+		}
+		msg.Payloads = append(msg.Payloads, exchange.NewPayload(exchange.Payload{
+			ContentType: res.ContentType, Filename: res.Filename, Size: size, SHA256: sum,
+		}, body))
 	}
 	for _, pt := range parts {
 		body, size, sum, err := spool.Bytes(pt.body)

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -217,6 +218,12 @@ type envOptions struct {
 	onDrift string
 	// lookup replaces the dispatcher's resolver.
 	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	// streamThreshold is the endpoint's StreamThreshold; 0 means
+	// GATEWAY_TEST_STREAM_THRESHOLD, else 1: the suite's messages are
+	// unwrapped as streams (the in-memory path is what small messages take
+	// in the server and cmd tests; GATEWAY_TEST_STREAM_THRESHOLD=-1 runs
+	// this suite on it).
+	streamThreshold int64
 }
 
 type syncBuffer struct {
@@ -315,13 +322,23 @@ func newEnv(t testing.TB, o envOptions) *env {
 		ourID = "GATEWAY"
 	}
 	ep, err := NewEndpoint(Config{Partners: dir, OurID: ourID, Keys: ourKeys, Pipeline: pl, Outbox: ob,
-		Notify: disp.Notify, SpoolDir: root, MaxBodyBytes: o.maxBody, Log: log, Now: o.now})
+		Notify: disp.Notify, SpoolDir: root, MaxBodyBytes: o.maxBody, Log: log, Now: o.now, StreamThreshold: streamThreshold(o)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(ep)
 	t.Cleanup(srv.Close)
 	return &env{srv: srv, ep: ep, dir: dir, handler: h, audit: pl.Audit, store: st, outbox: ob, mdns: mdns, root: root, logs: logs}
+}
+
+func streamThreshold(o envOptions) int64 {
+	if o.streamThreshold != 0 {
+		return o.streamThreshold
+	}
+	if n, err := strconv.ParseInt(os.Getenv("GATEWAY_TEST_STREAM_THRESHOLD"), 10, 64); err == nil && n != 0 {
+		return n
+	}
+	return 1
 }
 
 // client returns a sender acting as the partner ACME (signing with its

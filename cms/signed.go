@@ -234,6 +234,16 @@ func eContent(sd *signedData) ([]byte, error) {
 }
 
 func (sd *signedData) verify(content []byte, trusted []*x509.Certificate, now time.Time) (*Signer, error) {
+	return sd.verifyDigests(func(h crypto.Hash) []byte {
+		d := h.New()
+		d.Write(content)
+		return d.Sum(nil)
+	}, trusted, now)
+}
+
+// verifyDigests is verify with the content's digest under each hash given
+// by digestOf (computed over a stream, or over bytes in memory).
+func (sd *signedData) verifyDigests(digestOf func(crypto.Hash) []byte, trusted []*x509.Certificate, now time.Time) (*Signer, error) {
 	if len(sd.SignerInfos) == 0 {
 		return nil, fmt.Errorf("%w: no SignerInfo", ErrMalformed)
 	}
@@ -247,7 +257,7 @@ func (sd *signedData) verify(content []byte, trusted []*x509.Certificate, now ti
 			if cert == nil || !identifierMatches(si.SID, cert) {
 				continue
 			}
-			s, err := verifySignerInfo(&si, sd.EncapContentInfo.EContentType, content, cert, now)
+			s, err := verifySignerInfo(&si, sd.EncapContentInfo.EContentType, digestOf, cert, now)
 			if err == nil {
 				return s, nil
 			}
@@ -264,7 +274,7 @@ func (sd *signedData) verify(content []byte, trusted []*x509.Certificate, now ti
 	return nil, fmt.Errorf("%w: %d signer infos, %d trusted certificates", ErrUnknownSigner, len(sd.SignerInfos), len(trusted))
 }
 
-func verifySignerInfo(si *signerInfo, eContentType asn1.ObjectIdentifier, content []byte, cert *x509.Certificate, now time.Time) (*Signer, error) {
+func verifySignerInfo(si *signerInfo, eContentType asn1.ObjectIdentifier, digestOf func(crypto.Hash) []byte, cert *x509.Certificate, now time.Time) (*Signer, error) {
 	d, ok := digestByOID(si.DigestAlgorithm.Algorithm)
 	if !ok {
 		return nil, fmt.Errorf("digest %s: %w", si.DigestAlgorithm.Algorithm, ErrUnsupportedAlgorithm)
@@ -273,12 +283,10 @@ func verifySignerInfo(si *signerInfo, eContentType asn1.ObjectIdentifier, conten
 	if !ok {
 		return nil, fmt.Errorf("signer key %T: %w", cert.PublicKey, ErrUnsupportedAlgorithm)
 	}
-	h := d.hash.New()
-	h.Write(content)
-	computed := h.Sum(nil)
+	computed := digestOf(d.hash)
 
 	s := &Signer{Cert: cert, DigestAlg: d.name, Digest: computed}
-	signed := content
+	var signed []byte // the bytes the signature covers, when not the content itself
 	if len(si.SignedAttrs.FullBytes) > 0 {
 		attrs, err := parseAttributes(si.SignedAttrs.Bytes)
 		if err != nil {
@@ -315,16 +323,12 @@ func verifySignerInfo(si *signerInfo, eContentType asn1.ObjectIdentifier, conten
 		if err != nil {
 			return nil, err
 		}
-		hs := d.hash.New()
-		hs.Write(signed)
-		if err := rsa.VerifyPSS(pub, d.hash, hs.Sum(nil), si.Signature, opts); err != nil {
+		if err := rsa.VerifyPSS(pub, d.hash, signedDigest(d.hash, signed, computed), si.Signature, opts); err != nil {
 			return nil, fmt.Errorf("%w: RSA-PSS: %v", ErrBadSignature, err)
 		}
 		s.PSS = true
 	case isPKCS1SignatureOID(alg, d.hash):
-		hs := d.hash.New()
-		hs.Write(signed)
-		if err := rsa.VerifyPKCS1v15(pub, d.hash, hs.Sum(nil), si.Signature); err != nil {
+		if err := rsa.VerifyPKCS1v15(pub, d.hash, signedDigest(d.hash, signed, computed), si.Signature); err != nil {
 			return nil, fmt.Errorf("%w: RSA PKCS#1 v1.5: %v", ErrBadSignature, err)
 		}
 	default:
@@ -336,6 +340,17 @@ func verifySignerInfo(si *signerInfo, eContentType asn1.ObjectIdentifier, conten
 			NotBefore: cert.NotBefore, NotAfter: cert.NotAfter, At: now, Cert: cert}
 	}
 	return s, nil
+}
+
+// signedDigest is the digest the signature is over: of the signed
+// attributes when there are any, else the content's own digest.
+func signedDigest(h crypto.Hash, signedAttrs, contentDigest []byte) []byte {
+	if signedAttrs == nil {
+		return contentDigest
+	}
+	d := h.New()
+	d.Write(signedAttrs)
+	return d.Sum(nil)
 }
 
 // CertificateValidityError reports a signature that verified
@@ -469,6 +484,10 @@ type SignOptions struct {
 	// Chain are more certificates to embed after cert (intermediates for
 	// a receiver that trusts a CA).
 	Chain []*x509.Certificate
+	// ContentDigest, when set, is the content's digest under Digest,
+	// computed by the caller over a stream (content is then not read; a
+	// detached signature only).
+	ContentDigest []byte
 }
 
 // SignDetached signs content with an RSA key (PKCS#1 v1.5) and returns a
@@ -497,9 +516,15 @@ func Sign(content []byte, cert *x509.Certificate, key crypto.Signer, opts SignOp
 		return nil, fmt.Errorf("cms: sign: %w", err)
 	}
 	d, _ := digestByName(n)
-	h := d.hash.New()
-	h.Write(content)
-	md := h.Sum(nil)
+	md := opts.ContentDigest
+	switch {
+	case md != nil && (opts.Attached || len(md) != d.hash.Size()):
+		return nil, errors.New("cms: sign: ContentDigest is for detached signatures with a digest of the right size")
+	case md == nil:
+		h := d.hash.New()
+		h.Write(content)
+		md = h.Sum(nil)
+	}
 
 	st := opts.SigningTime
 	if st.IsZero() {

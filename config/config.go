@@ -255,11 +255,14 @@ type Endpoint struct {
 
 // Limits protect the server.
 type Limits struct {
-	MaxBodyBytes      int64         `mapstructure:"max_body_bytes"`
-	ReadHeaderTimeout time.Duration `mapstructure:"read_header_timeout"`
-	ReadTimeout       time.Duration `mapstructure:"read_timeout"`
-	WriteTimeout      time.Duration `mapstructure:"write_timeout"`
-	IdleTimeout       time.Duration `mapstructure:"idle_timeout"`
+	MaxBodyBytes int64 `mapstructure:"max_body_bytes"`
+	// MaxStreamedBodyBytes caps an AS2 body that is streamed through spool
+	// files (larger than 8 MiB; memory does not grow with it).
+	MaxStreamedBodyBytes int64         `mapstructure:"max_streamed_body_bytes"`
+	ReadHeaderTimeout    time.Duration `mapstructure:"read_header_timeout"`
+	ReadTimeout          time.Duration `mapstructure:"read_timeout"`
+	WriteTimeout         time.Duration `mapstructure:"write_timeout"`
+	IdleTimeout          time.Duration `mapstructure:"idle_timeout"`
 	// MaxDecompressedBytes caps what one message inflates to (each AS2
 	// compressed layer and all together; each AS4 payload and all together).
 	MaxDecompressedBytes int64 `mapstructure:"max_decompressed_bytes"`
@@ -278,49 +281,50 @@ type Limits struct {
 }
 
 var defaults = map[string]any{
-	"listen":                     "127.0.0.1:8080",
-	"tls.cert":                   "",
-	"tls.key":                    "",
-	"store":                      "sqlite:var/gateway.db",
-	"lease":                      5 * time.Minute,
-	"in_flight_retry_after":      "auto",
-	"retention":                  90 * 24 * time.Hour,
-	"purge_interval":             time.Hour,
-	"partners":                   "partners",
-	"identity.as2_id":            "",
-	"identity.party_id":          "",
-	"identity.party_type":        "",
-	"identity.keys":              []map[string]any{},
-	"identity.allow_weak_keys":   false,
-	"identities":                 []map[string]any{},
-	"handler.type":               "dir",
-	"handler.inbox":              "var/inbox",
-	"audit.file":                 "",
-	"audit.best_effort":          false,
-	"as2.path":                   "/as2",
-	"as4.path":                   "/as4",
-	"as4.client_cert_header":     "",
-	"as4.trusted_proxies":        []string{},
-	"limits.max_body_bytes":      int64(100 << 20),
-	"limits.read_header_timeout": 10 * time.Second,
-	"limits.read_timeout":        5 * time.Minute,
-	"limits.write_timeout":       5 * time.Minute,
-	"limits.idle_timeout":        2 * time.Minute,
-	"spool_dir":                  "",
-	"quarantine_dir":             "var/quarantine",
-	"archive_dir":                "var/archive",
-	"shutdown_timeout":           30 * time.Second,
-	"log_level":                  "info",
-	"admin.listen":               "127.0.0.1:9090",
-	"admin.token":                "",
-	"admin.token_file":           "",
-	"admin.tls.cert":             "",
-	"admin.tls.key":              "",
-	"admin.tls.client_ca":        "",
-	"admin.pprof":                false,
-	"admin.ready_timeout":        2 * time.Second,
-	"cert_warning":               30 * 24 * time.Hour,
-	"reload_on_change":           true,
+	"listen":                         "127.0.0.1:8080",
+	"tls.cert":                       "",
+	"tls.key":                        "",
+	"store":                          "sqlite:var/gateway.db",
+	"lease":                          5 * time.Minute,
+	"in_flight_retry_after":          "auto",
+	"retention":                      90 * 24 * time.Hour,
+	"purge_interval":                 time.Hour,
+	"partners":                       "partners",
+	"identity.as2_id":                "",
+	"identity.party_id":              "",
+	"identity.party_type":            "",
+	"identity.keys":                  []map[string]any{},
+	"identity.allow_weak_keys":       false,
+	"identities":                     []map[string]any{},
+	"handler.type":                   "dir",
+	"handler.inbox":                  "var/inbox",
+	"audit.file":                     "",
+	"audit.best_effort":              false,
+	"as2.path":                       "/as2",
+	"as4.path":                       "/as4",
+	"as4.client_cert_header":         "",
+	"as4.trusted_proxies":            []string{},
+	"limits.max_body_bytes":          int64(100 << 20),
+	"limits.max_streamed_body_bytes": int64(4 << 30),
+	"limits.read_header_timeout":     10 * time.Second,
+	"limits.read_timeout":            5 * time.Minute,
+	"limits.write_timeout":           5 * time.Minute,
+	"limits.idle_timeout":            2 * time.Minute,
+	"spool_dir":                      "",
+	"quarantine_dir":                 "var/quarantine",
+	"archive_dir":                    "var/archive",
+	"shutdown_timeout":               30 * time.Second,
+	"log_level":                      "info",
+	"admin.listen":                   "127.0.0.1:9090",
+	"admin.token":                    "",
+	"admin.token_file":               "",
+	"admin.tls.cert":                 "",
+	"admin.tls.key":                  "",
+	"admin.tls.client_ca":            "",
+	"admin.pprof":                    false,
+	"admin.ready_timeout":            2 * time.Second,
+	"cert_warning":                   30 * 24 * time.Hour,
+	"reload_on_change":               true,
 }
 
 // limitDefaults are the defaults of the limits that bound hostile input
@@ -554,6 +558,9 @@ func (c *Config) validate() error {
 	}
 	if c.Limits.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("limits.max_body_bytes: must be positive"))
+	}
+	if c.Limits.MaxStreamedBodyBytes < c.Limits.MaxBodyBytes {
+		errs = append(errs, errors.New("limits.max_streamed_body_bytes: must be at least limits.max_body_bytes"))
 	}
 	if c.Limits.MaxDecompressedBytes <= 0 {
 		errs = append(errs, errors.New("limits.max_decompressed_bytes: must be positive"))

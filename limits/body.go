@@ -24,6 +24,10 @@ const (
 	DefaultAmplification = 4
 	// DefaultMemoryBudget is the process-wide default of limits.memory_budget.
 	DefaultMemoryBudget = 1 << 30
+	// DefaultStreamReserve is what a streamed body reserves of the budget:
+	// the fixed buffers of the streaming readers, decrypters and hashes
+	// with a margin (see BodyOptions.StreamAbove).
+	DefaultStreamReserve = 8 << 20
 	// DefaultRetryAfter is the Retry-After of a 503 for an exhausted budget.
 	DefaultRetryAfter = 10 * time.Second
 	// chunkedStep is the unit (in body bytes) in which a body of unknown
@@ -48,6 +52,14 @@ type BodyOptions struct {
 	// MaxDuration, when set, caps the read deadline the minimum rate moves
 	// forward (the server's read timeout keeps applying).
 	MaxDuration time.Duration
+	// StreamAbove, when positive, is the body size above which the
+	// endpoint streams the body through spool files instead of holding it:
+	// such a body reserves StreamReserve (0: DefaultStreamReserve) instead
+	// of its size × Amplification, and a body of unknown length stops
+	// growing its reservation once past StreamAbove. The endpoint grows the
+	// reservation itself when it must hold such a body after all.
+	StreamAbove   int64
+	StreamReserve int64
 	// Protocol names the endpoint in log lines.
 	Protocol string
 	Log      *slog.Logger
@@ -81,7 +93,14 @@ func Handler(next http.Handler, o BodyOptions) http.Handler {
 		res := o.Budget.Reserve()
 		defer res.Release()
 		if r.ContentLength > 0 {
-			if err := res.Grow(r.ContentLength * o.Amplification); err != nil {
+			need := r.ContentLength * o.Amplification
+			if o.StreamAbove > 0 && r.ContentLength > o.StreamAbove {
+				need = o.StreamReserve
+				if need <= 0 {
+					need = DefaultStreamReserve
+				}
+			}
+			if err := res.Grow(need); err != nil {
 				lg.Warn("message refused before reading: memory budget", "status", Status(err), "err", err,
 					"budget", o.Budget.Total(), "budget_used", o.Budget.Used())
 				Refuse(w, err)
@@ -147,7 +166,7 @@ func (b *Body) Read(p []byte) (int, error) {
 	case b.o.MaxBytes > 0 && b.n > b.o.MaxBytes:
 		err = fmt.Errorf("body over the limit of %d bytes: %w", b.o.MaxBytes, ErrTooLarge)
 		k = 0
-	case !b.known && b.n*b.o.Amplification > b.res.Held():
+	case !b.known && b.n*b.o.Amplification > b.res.Held() && (b.o.StreamAbove <= 0 || b.n <= b.o.StreamAbove):
 		need := max(b.n*b.o.Amplification-b.res.Held(), chunkedStep*b.o.Amplification)
 		if gerr := b.res.Grow(need); gerr != nil {
 			err, k = gerr, 0

@@ -56,11 +56,17 @@ func (s *Server) mountProtocols(dir *partners.Directory) error {
 			"memory_budget", budget.Total(), "max_body_bytes", cfg.Limits.MaxBodyBytes, "largest_message", budget.Total()/limits.DefaultAmplification)
 	}
 	bodyLimits := func(protocol string, h http.Handler) http.Handler {
-		return limits.Handler(h, limits.BodyOptions{
+		o := limits.BodyOptions{
 			MaxBytes: cfg.Limits.MaxBodyBytes, Budget: budget,
 			MinRate: cfg.Limits.MinBodyRate, Grace: cfg.Limits.MinBodyRateGrace, MaxDuration: cfg.Limits.ReadTimeout,
 			Protocol: protocol, Log: s.Log,
-		})
+		}
+		if protocol == "as2" {
+			// AS2 bodies over the stream threshold are streamed: a fixed
+			// reservation, up to max_streamed_body_bytes.
+			o.MaxBytes, o.StreamAbove = max(cfg.Limits.MaxStreamedBodyBytes, cfg.Limits.MaxBodyBytes), as2.DefaultStreamThreshold
+		}
+		return limits.Handler(h, o)
 	}
 	if snap.as2 != nil {
 		s.reload.as2Mounted = true
@@ -123,7 +129,8 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 	if len(as2IDs) > 0 {
 		ep, err := as2.NewEndpoint(as2.Config{
 			Partners: dir, OurID: as2IDs[0].ID, Keys: as2IDs[0].Keys, Identities: as2IDs[1:], Pipeline: s.Pipeline,
-			Outbox: s.Backend.Outbox(), Notify: s.notify, SpoolDir: s.Config.SpoolDir, MaxBodyBytes: s.Config.Limits.MaxBodyBytes,
+			Outbox: s.Backend.Outbox(), Notify: s.notify, SpoolDir: s.spoolDir,
+			MaxBodyBytes: max(lim.MaxStreamedBodyBytes, lim.MaxBodyBytes), MaxInMemoryBytes: lim.MaxBodyBytes,
 			MaxDecompressedBytes: lim.MaxDecompressedBytes, MaxCompressionRatio: ratio,
 			Log: s.Log, ReportingUA: "gateway/" + Version, Trust: s.trust,
 		})
@@ -140,9 +147,9 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 		ep, err := endpoint.New(endpoint.Config{
 			Partners: dir, Keys: as4IDs[0].Keys, Pipeline: s.Pipeline,
 			PartyID: as4IDs[0].PartyID, PartyType: as4IDs[0].PartyType, Identities: as4IDs[1:],
-			Limits:         as4.Limits{MaxMessageSize: lim.MaxBodyBytes, MaxEnvelopeSize: lim.MaxEnvelopeBytes, SpoolDir: s.Config.SpoolDir},
+			Limits:         as4.Limits{MaxMessageSize: lim.MaxBodyBytes, MaxEnvelopeSize: lim.MaxEnvelopeBytes, SpoolDir: s.spoolDir},
 			MaxPayloadSize: lim.MaxDecompressedBytes, MaxCompressionRatio: ratio,
-			SpoolDir: s.Config.SpoolDir, Log: s.Log, Trust: s.trust, Peppol: pap,
+			SpoolDir: s.spoolDir, Log: s.Log, Trust: s.trust, Peppol: pap,
 			ClientCertHeader: s.Config.AS4.ClientCertHeader, TrustedProxies: proxies,
 		})
 		if err != nil {

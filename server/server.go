@@ -19,6 +19,7 @@ import (
 	"gateway/dedup"
 	"gateway/exchange"
 	"gateway/inbox"
+	"gateway/limits"
 	"gateway/metrics"
 	"gateway/partners"
 	"gateway/peppol"
@@ -62,6 +63,7 @@ type Server struct {
 	base       context.Context
 	cancelBase context.CancelFunc
 	fault      *faultKill // crash tests only (fault.go)
+	spoolDir   string     // this process's area of spool_dir
 	// table is the built-in table handler, when configured (the console
 	// reads payloads back from it).
 	table *inbox.Table
@@ -87,6 +89,15 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 	}
 	s.Backend = be
 	s.closers = append(s.closers, be.Close)
+	// Spool files go to this process's area of spool_dir; what a crashed
+	// run left there is removed now.
+	area, err := limits.OpenSpoolArea(cfg.SpoolDir, log)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.spoolDir = area.Dir
+	s.closers = append(s.closers, area.Close)
 
 	var sink audit.Sink = be.AuditSink()
 	if cfg.Audit.File != "" {

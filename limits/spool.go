@@ -1,0 +1,206 @@
+package limits
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// spoolAreaPrefix names the per-process directories OpenSpoolArea makes in
+// spool_dir; each has a lock file of the same name plus ".lock" that its
+// process holds (flock) while it runs.
+const spoolAreaPrefix = "gateway-spool."
+
+// SpoolArea is this process's private directory inside spool_dir. Every
+// file the gateway spools (request bodies, payloads waiting for the
+// handler) is created in it, so that what a crashed process left behind
+// can be told apart from the files of a gateway still running on the same
+// spool_dir, and removed at the next start.
+type SpoolArea struct {
+	// Dir is the directory to create spool files in.
+	Dir  string
+	lock *os.File
+}
+
+// OpenSpoolArea removes the spool areas in parent ("" = the system
+// temporary directory) whose process is gone (their lock is free: a crash
+// or kill -9 left them) and makes a new one for this process. Close
+// removes it.
+func OpenSpoolArea(parent string, log *slog.Logger) (*SpoolArea, error) {
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return nil, fmt.Errorf("limits: spool_dir: %w", err)
+	}
+	removed, err := sweepSpoolAreas(parent)
+	if err != nil {
+		log.Warn("spool_dir: leftovers of an earlier run could not all be removed", "dir", parent, "err", err)
+	}
+	if removed > 0 {
+		log.Info("spool_dir: removed the spool files an earlier run left behind", "dir", parent, "areas", removed)
+	}
+	dir, err := os.MkdirTemp(parent, spoolAreaPrefix+"*")
+	if err != nil {
+		return nil, fmt.Errorf("limits: spool_dir: %w", err)
+	}
+	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err == nil {
+		if err = holdLock(lock); err != nil {
+			lock.Close()
+		}
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("limits: spool_dir lock: %w", err)
+	}
+	return &SpoolArea{Dir: dir, lock: lock}, nil
+}
+
+// Close removes the area with whatever is still in it.
+func (a *SpoolArea) Close() error {
+	if a == nil || a.lock == nil {
+		return nil
+	}
+	err := os.RemoveAll(a.Dir)
+	if rerr := os.Remove(a.lock.Name()); err == nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = rerr
+	}
+	a.lock.Close()
+	a.lock = nil
+	if err != nil {
+		return fmt.Errorf("limits: spool area: %w", err)
+	}
+	return nil
+}
+
+// sweepSpoolAreas removes the areas of parent whose lock no process holds.
+func sweepSpoolAreas(parent string) (int, error) {
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return 0, fmt.Errorf("limits: spool_dir: %w", err)
+	}
+	var errs []error
+	n := 0
+	for _, ent := range ents {
+		name := ent.Name()
+		if !ent.IsDir() || !strings.HasPrefix(name, spoolAreaPrefix) {
+			continue
+		}
+		dir := filepath.Join(parent, name)
+		lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if tryLock(lock) != nil { // held: a running gateway's area
+			lock.Close()
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		} else {
+			n++
+		}
+		os.Remove(lock.Name())
+		lock.Close()
+	}
+	return n, errors.Join(errs...)
+}
+
+// ErrSpool is wrapped by SpoolBody's errors of the local file system (not
+// of the partner's bytes): the message is answered "retry later".
+var ErrSpool = errors.New("spool file")
+
+// BodyFile is a request body spooled to a file as it arrived, with its
+// size and SHA-256 computed on the way.
+type BodyFile struct {
+	f *os.File
+	// Size is the number of body bytes; SHA256 their lowercase hex SHA-256.
+	Size   int64
+	SHA256 string
+}
+
+// SpoolBody copies r to a new file in dir in ChunkSize pieces, hashing it,
+// and fails with an error wrapping ErrTooLarge as soon as more than max
+// bytes (max > 0) arrived; the partial file is removed then. The caller
+// must Remove the returned file.
+func SpoolBody(r io.Reader, dir string, max int64) (*BodyFile, error) {
+	f, err := os.CreateTemp(dir, "gateway-body-*")
+	if err != nil {
+		return nil, fmt.Errorf("limits: spool body: %w: %w", ErrSpool, err)
+	}
+	b := &BodyFile{f: f}
+	h := sha256.New()
+	if err := b.fill(r, h, max); err != nil {
+		b.Remove()
+		return nil, err
+	}
+	b.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return b, nil
+}
+
+func (b *BodyFile) fill(r io.Reader, h hash.Hash, max int64) error {
+	buf := make([]byte, ChunkSize)
+	for {
+		k, rerr := r.Read(buf)
+		if k > 0 {
+			b.Size += int64(k)
+			if max > 0 && b.Size > max {
+				return fmt.Errorf("more than %d bytes: %w", max, ErrTooLarge)
+			}
+			h.Write(buf[:k])
+			if _, err := b.f.Write(buf[:k]); err != nil {
+				return fmt.Errorf("limits: spool body: %w: %w", ErrSpool, err)
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// Path is the file's name.
+func (b *BodyFile) Path() string { return b.f.Name() }
+
+// ReadAt reads the spooled bytes at off.
+func (b *BodyFile) ReadAt(p []byte, off int64) (int, error) { return b.f.ReadAt(p, off) }
+
+// Reader returns a fresh reader over the whole body.
+func (b *BodyFile) Reader() io.Reader { return io.NewSectionReader(b.f, 0, b.Size) }
+
+// Bytes reads the whole body into one allocation of exactly Size bytes.
+func (b *BodyFile) Bytes() ([]byte, error) {
+	out := make([]byte, b.Size)
+	if _, err := b.f.ReadAt(out, 0); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("limits: spool body read back: %w: %w", ErrSpool, err)
+	}
+	return out, nil
+}
+
+// Remove closes and deletes the file.
+func (b *BodyFile) Remove() error {
+	if b == nil || b.f == nil {
+		return nil
+	}
+	name := b.f.Name()
+	b.f.Close()
+	b.f = nil
+	if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("limits: spool body: %w: %w", ErrSpool, err)
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+package limits
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// A crashed gateway's area (lock free) is removed at the next start; a
+// running gateway's area (lock held) on the same spool_dir is left alone.
+func TestOpenSpoolAreaRemovesOnlyDeadLeftovers(t *testing.T) {
+	parent := t.TempDir()
+	dead := filepath.Join(parent, spoolAreaPrefix+"crashed")
+	if err := os.MkdirAll(dead, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dead, "gateway-body-1"), []byte("left by kill -9"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dead+".lock", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	running, err := OpenSpoolArea(parent, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := filepath.Join(running.Dir, "gateway-body-2")
+	if err := os.WriteFile(busy, []byte("in flight"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("crashed area still there: %v", err)
+	}
+	if _, err := os.Stat(dead + ".lock"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("crashed area's lock file still there: %v", err)
+	}
+	second, err := OpenSpoolArea(parent, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(busy); err != nil {
+		t.Fatalf("a running gateway's spool file was removed: %v", err)
+	}
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := running.Close(); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := os.ReadDir(parent)
+	if len(left) != 0 {
+		t.Fatalf("left after Close: %v", left)
+	}
+}
+
+func TestSpoolBodyHashesAndLimits(t *testing.T) {
+	dir := t.TempDir()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 10000) // several chunks
+	b, err := SpoolBody(bytes.NewReader(data), dir, int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	if b.Size != int64(len(data)) || b.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("size %d sha %s", b.Size, b.SHA256)
+	}
+	got, err := b.Bytes()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back: %v", err)
+	}
+	if err := b.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := SpoolBody(bytes.NewReader(data), dir, int64(len(data))-1); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("over the limit: %v", err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("files left: %v", left)
+	}
+}

@@ -1,0 +1,643 @@
+package smime
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"mime/quotedprintable"
+	"os"
+	"strings"
+
+	"gateway/cms"
+	"gateway/internal/base64body"
+	"gateway/limits"
+)
+
+// ErrNotStreamable is returned by UnwrapStream for a message it cannot
+// process as a stream (opaque signed-data, multipart payloads, base64 that
+// needs the lenient in-memory decoder, quoted-printable CMS): the caller
+// may unwrap it in memory instead when its size allows.
+var ErrNotStreamable = errors.New("not streamable")
+
+// Section is a byte range of a file (or any io.ReaderAt).
+type Section struct {
+	R      io.ReaderAt
+	Off, N int64
+}
+
+// Reader returns a fresh reader over the section.
+func (s Section) Reader() io.Reader { return io.NewSectionReader(s.R, s.Off, s.N) }
+
+func (s Section) sub(off int64) Section { return Section{s.R, s.Off + off, s.N - off} }
+
+func (s Section) readerAt() io.ReaderAt { return io.NewSectionReader(s.R, s.Off, s.N) }
+
+// prefix reads the section's first n bytes (fewer when it is shorter).
+func (s Section) prefix(n int64) ([]byte, error) {
+	b := make([]byte, min(n, s.N))
+	k, err := s.R.ReadAt(b, s.Off)
+	if k == len(b) {
+		return b, nil
+	}
+	return nil, fmt.Errorf("smime: read: %w", err)
+}
+
+// StreamOptions configure UnwrapStream.
+type StreamOptions struct {
+	Options
+	// NewFile creates a file for a decoded, decrypted or decompressed
+	// layer (required); the caller removes the files it made when the
+	// exchange ends.
+	NewFile func() (*os.File, error)
+	// MaxSignatureBytes bounds the signature part of multipart/signed read
+	// into memory (default 1 MiB).
+	MaxSignatureBytes int64
+}
+
+// StreamResult is a message unwrapped by UnwrapStream. Its Result has the
+// layers, signer, decryption and payload metadata (Payload, Entity and the
+// in-memory MIC input stay empty); Body holds the payload bytes (transfer
+// decoding removed) in a file.
+type StreamResult struct {
+	Result
+	Body Section
+	mic  micSource
+}
+
+// micSource is the MIC input: a section, optionally read with its header
+// block's bare LFs (crlf 1) or all its bare LFs (crlf 2) turned into CRLF.
+type micSource struct {
+	sec       Section
+	crlf      int
+	bodyStart int64
+}
+
+func (m micSource) reader() io.Reader {
+	switch m.crlf {
+	case 1:
+		head, _ := m.sec.prefix(m.bodyStart)
+		return io.MultiReader(bytes.NewReader(toCRLF(head)), m.sec.sub(m.bodyStart).Reader())
+	case 2:
+		return &crlfReader{r: bufio.NewReaderSize(m.sec.Reader(), 32<<10)}
+	}
+	return m.sec.Reader()
+}
+
+// MIC is the base64 MIC of the message under alg, computed by reading its
+// input from the files.
+func (r *StreamResult) MIC(alg string) (string, error) {
+	h, err := cms.DigestHash(alg)
+	if err != nil {
+		return "", fmt.Errorf("smime: mic: %w", err)
+	}
+	if r.Signed && r.Signer != nil && len(r.Signer.Digest) == h.Size() {
+		if sh, err := cms.DigestHash(r.Signer.DigestAlg); err == nil && sh == h {
+			// The verified signature's digest is over the MIC input (the
+			// signed bytes): the pass that verified it gave the MIC.
+			return base64.StdEncoding.EncodeToString(r.Signer.Digest), nil
+		}
+	}
+	d := h.New()
+	if _, err := io.Copy(d, r.mic.reader()); err != nil {
+		return "", fmt.Errorf("smime: mic: %w", err)
+	}
+	return base64.StdEncoding.EncodeToString(d.Sum(nil)), nil
+}
+
+// crlfReader turns every bare LF into CRLF, as toCRLF does.
+type crlfReader struct {
+	r       *bufio.Reader
+	prevCR  bool
+	pending bool // an LF to emit after the CR already emitted
+}
+
+func (c *crlfReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		if c.pending {
+			p[n] = '\n'
+			n++
+			c.pending, c.prevCR = false, false
+			continue
+		}
+		b, err := c.r.ReadByte()
+		if err != nil {
+			if n > 0 {
+				return n, nil
+			}
+			return 0, err
+		}
+		if b == '\n' && !c.prevCR {
+			p[n] = '\r'
+			n++
+			c.pending = true
+			continue
+		}
+		p[n] = b
+		n++
+		c.prevCR = b == '\r'
+	}
+	return n, nil
+}
+
+// streamEntity is an entity whose body lives in a file.
+type streamEntity struct {
+	Header Header
+	Body   Section
+	Raw    Section // valid when hasRaw
+	hasRaw bool
+	start  int64 // offset of Body in Raw
+}
+
+func (e *streamEntity) mediaType() (string, map[string]string, error) {
+	return (&Entity{Header: e.Header}).MediaType()
+}
+
+// parseStreamEntity parses the header block at the start of raw.
+func parseStreamEntity(raw Section) (*streamEntity, error) {
+	p, err := raw.prefix(maxHeaderBytes + 1)
+	if err != nil {
+		return nil, err
+	}
+	h, start, err := parseHeaderBlock(p)
+	if err != nil {
+		return nil, err
+	}
+	return &streamEntity{Header: h, Body: raw.sub(int64(start)), Raw: raw, hasRaw: true, start: int64(start)}, nil
+}
+
+// UnwrapStream is UnwrapEntity for an entity whose body is in a file (the
+// AS2 request body as spooled): the same layers in any order, the same
+// checks, caps and results, with every large intermediate (a transfer-
+// decoded body, decrypted or decompressed content) in a file made by
+// opts.NewFile and only bounded parts in memory. Signatures are verified
+// by hashing the signed part while it is read; a failed one is retried
+// over the line-ending repairs by reading the part again. It fails with
+// ErrNotStreamable for what it cannot stream.
+func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResult, error) {
+	if opts.NewFile == nil {
+		return nil, errors.New("smime: UnwrapStream needs NewFile")
+	}
+	maxLayers := opts.MaxLayers
+	if maxLayers <= 0 {
+		maxLayers = DefaultMaxLayers
+	}
+	maxSize := opts.MaxSize
+	if maxSize <= 0 {
+		maxSize = DefaultMaxSize
+	}
+	maxRatio := opts.MaxRatio
+	switch {
+	case maxRatio == 0:
+		maxRatio = limits.DefaultMaxCompressionRatio
+	case maxRatio < 0:
+		maxRatio = 0
+	}
+	maxCompressed := opts.MaxCompressedLayers
+	if maxCompressed <= 0 {
+		maxCompressed = limits.DefaultMaxCompressedLayers
+	}
+	var inflated, compressedBase int64
+	compressedLayers := 0
+	res := &StreamResult{}
+	cur := &streamEntity{Header: header, Body: body}
+	var innerUnsigned *Section
+	for {
+		if len(res.Layers) > maxLayers {
+			return res, fmt.Errorf("smime: %w: more than %d S/MIME layers", ErrMalformedMIME, maxLayers)
+		}
+		mt, params, err := cur.mediaType()
+		if err != nil {
+			return res, fmt.Errorf("smime: %w", err)
+		}
+		if mt == "multipart/signed" {
+			content, err := res.verifySignedStream(cur, params, opts)
+			if err != nil {
+				return res, fmt.Errorf("smime: %w", err)
+			}
+			cur = content
+			continue
+		}
+		if !isPKCS7Mime(mt, params, &Entity{Header: cur.Header}) {
+			break
+		}
+		der, err := cmsBodyStream(cur, opts)
+		if err != nil {
+			return res, fmt.Errorf("smime: %w", err)
+		}
+		kind, err := cms.ContentTypeStream(der.Reader())
+		if err != nil {
+			return res, fmt.Errorf("smime: %s: %w", mt, err)
+		}
+		f, err := opts.NewFile()
+		if err != nil {
+			return res, fmt.Errorf("smime: %w", err)
+		}
+		var n int64
+		switch kind {
+		case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
+			res.Layers = append(res.Layers, LayerEncrypted)
+			info, err := cms.DecryptStream(der.readerAt(), der.N, opts.Keys, f)
+			if errors.Is(err, cms.ErrInvalidBER) {
+				// A broken encoding: in memory this is found before the
+				// layer is known; report it the same way.
+				res.Layers = res.Layers[:len(res.Layers)-1]
+				return res, fmt.Errorf("smime: %s: %w", mt, err)
+			}
+			if !res.Encrypted {
+				res.Decryption = info
+			}
+			if err != nil {
+				return res, fmt.Errorf("smime: %w", err)
+			}
+			res.Encrypted = true
+			if n, err = f.Seek(0, io.SeekCurrent); err != nil {
+				return res, fmt.Errorf("smime: %w", err)
+			}
+		case cms.TypeCompressedData:
+			res.Layers = append(res.Layers, LayerCompressed)
+			if compressedLayers++; compressedLayers > maxCompressed {
+				return res, fmt.Errorf("smime: more than %d nested compressed layers: %w", maxCompressed, cms.ErrTooLarge)
+			}
+			if compressedBase == 0 {
+				compressedBase = der.N
+			}
+			lim := limits.Inflation{MaxBytes: maxSize, MaxRatio: maxRatio}
+			n, err = cms.DecompressStream(der.readerAt(), der.N, f, lim, func(total int64) error {
+				if inflated+total > maxSize {
+					return fmt.Errorf("compressed layers inflate beyond %d bytes in total: %w", maxSize, limits.ErrTooLarge)
+				}
+				if err := lim.CheckRatio(inflated+total, compressedBase); err != nil {
+					return fmt.Errorf("compressed layers in total: %w", err)
+				}
+				return nil
+			})
+			if errors.Is(err, cms.ErrInvalidBER) {
+				res.Layers = res.Layers[:len(res.Layers)-1]
+				return res, fmt.Errorf("smime: %s: %w", mt, err)
+			}
+			if err != nil {
+				return res, fmt.Errorf("smime: %w", err)
+			}
+			inflated += n
+			res.Compressed = true
+		case cms.TypeSignedData:
+			return res, fmt.Errorf("smime: opaque signed-data: %w", ErrNotStreamable)
+		default:
+			return res, fmt.Errorf("smime: %s holds CMS %s: %w", mt, kind, cms.ErrUnsupportedAlgorithm)
+		}
+		inner := Section{R: f, N: n}
+		innerUnsigned = &inner
+		next, err := parseStreamEntity(inner)
+		if err != nil || !hasMIMEHeader(next.Header) {
+			res.Bare = true
+			res.Body = inner
+			res.ContentType = opts.DefaultContentType
+			if res.ContentType == "" {
+				res.ContentType = DefaultContentType
+			}
+			res.MediaType, _, _ = parseMediaType(res.ContentType)
+			res.setUnsignedMICStream(inner, inner, opts.Options)
+			return res, nil
+		}
+		cur = next
+	}
+	payload, err := decodeBodyStream(cur, opts, false)
+	if err != nil {
+		return res, fmt.Errorf("smime: payload: %w", err)
+	}
+	res.Body = payload
+	res.ContentType = cur.Header.Get("Content-Type")
+	res.MediaType, _, _ = cur.mediaType()
+	if strings.HasPrefix(res.MediaType, "multipart/") && res.MediaType != "multipart/signed" {
+		return res, fmt.Errorf("smime: %s payload: %w", res.MediaType, ErrNotStreamable)
+	}
+	if res.ContentType == "" {
+		res.ContentType = res.MediaType
+	}
+	res.Filename = (&Entity{Header: cur.Header}).Filename()
+	if innerUnsigned != nil {
+		res.setUnsignedMICStream(*innerUnsigned, payload, opts.Options)
+	} else {
+		res.setUnsignedMICStream(Section{}, payload, opts.Options)
+	}
+	return res, nil
+}
+
+// setUnsignedMICStream is setUnsignedMIC for sections.
+func (r *StreamResult) setUnsignedMICStream(innerEntity, content Section, opts Options) {
+	if r.Signed {
+		return
+	}
+	if r.Encrypted || r.Compressed && !opts.ContentOnlyCompressedMIC {
+		r.mic = micSource{sec: innerEntity}
+		return
+	}
+	r.mic = micSource{sec: content}
+}
+
+// cmsBodyStream is cmsBody for a body in a file.
+func cmsBodyStream(e *streamEntity, opts StreamOptions) (Section, error) {
+	looksDER := func(s Section) bool {
+		p, err := s.prefix(2)
+		return err == nil && len(p) > 1 && p[0] == 0x30
+	}
+	cte := strings.ToLower(strings.TrimSpace(e.Header.Get("Content-Transfer-Encoding")))
+	switch cte {
+	case "", "binary", "7bit", "8bit":
+		if looksDER(e.Body) {
+			return e.Body, nil
+		}
+		// A base64 body without a label.
+		d, err := decodeBase64ToFile(e.Body, opts)
+		if err != nil {
+			return Section{}, fmt.Errorf("unlabelled body that is neither DER nor plain base64: %w", ErrNotStreamable)
+		}
+		if looksDER(d) {
+			return d, nil
+		}
+		return e.Body, nil
+	case "base64":
+		d, err := decodeBase64ToFile(e.Body, opts)
+		if err == nil {
+			if looksDER(d) {
+				return d, nil
+			}
+			// base64 twice? the in-memory path handles it.
+			return Section{}, fmt.Errorf("base64 body that is not DER: %w", ErrNotStreamable)
+		}
+		if looksDER(e.Body) {
+			return e.Body, nil // a base64 label on a binary body
+		}
+		return Section{}, fmt.Errorf("base64 body: %w", ErrNotStreamable)
+	}
+	return Section{}, fmt.Errorf("CMS body with Content-Transfer-Encoding %q: %w", cte, ErrNotStreamable)
+}
+
+// decodeBase64ToFile decodes a base64 body (whitespace ignored, padding
+// only at the end) into a new file.
+func decodeBase64ToFile(body Section, opts StreamOptions) (Section, error) {
+	f, err := opts.NewFile()
+	if err != nil {
+		return Section{}, err
+	}
+	dec := base64body.NewDecoder(&padGuard{r: body.Reader()})
+	n, err := io.Copy(f, dec)
+	if err != nil {
+		f.Truncate(0)
+		return Section{}, fmt.Errorf("%w: base64 body: %v", ErrMalformedMIME, err)
+	}
+	return Section{R: f, N: n}, nil
+}
+
+// errPadInside: base64 text goes on after its padding; the in-memory
+// decoder reads such bodies leniently (decodeTransfer), the stream does not.
+var errPadInside = errors.New("base64 text after the padding")
+
+// padGuard fails once base64 text goes on after '=' padding (the stream
+// decoder would decode past it), as decodeBase64Stream refuses it.
+type padGuard struct {
+	r   io.Reader
+	pad bool
+}
+
+func (g *padGuard) Read(p []byte) (int, error) {
+	n, err := g.r.Read(p)
+	for _, c := range p[:n] {
+		switch {
+		case c == '=':
+			g.pad = true
+		case c == ' ' || c == '\t' || c == '\r' || c == '\n':
+		case g.pad:
+			return 0, errPadInside
+		}
+	}
+	return n, err
+}
+
+// decodeBodyStream is DecodedBody for a body in a file.
+func decodeBodyStream(e *streamEntity, opts StreamOptions, _ bool) (Section, error) {
+	cte := e.Header.Get("Content-Transfer-Encoding")
+	switch strings.ToLower(strings.TrimSpace(cte)) {
+	case "", "binary", "7bit", "8bit":
+		return e.Body, nil
+	case "base64":
+		d, err := decodeBase64ToFile(e.Body, opts)
+		if err != nil {
+			return Section{}, fmt.Errorf("%w", ErrNotStreamable)
+		}
+		return d, nil
+	case "quoted-printable":
+		f, err := opts.NewFile()
+		if err != nil {
+			return Section{}, err
+		}
+		n, err := io.Copy(f, quotedprintable.NewReader(e.Body.Reader()))
+		if err != nil {
+			return Section{}, fmt.Errorf("%w: quoted-printable body: %v", ErrMalformedMIME, err)
+		}
+		return Section{R: f, N: n}, nil
+	}
+	return Section{}, fmt.Errorf("%w: unsupported Content-Transfer-Encoding %q", ErrMalformedMIME, cte)
+}
+
+// verifySignedStream is verifyMultipartSigned for a body in a file.
+func (r *StreamResult) verifySignedStream(e *streamEntity, params map[string]string, opts StreamOptions) (*streamEntity, error) {
+	r.Layers = append(r.Layers, LayerSigned)
+	if p := strings.ToLower(params["protocol"]); p != "" && p != "application/pkcs7-signature" && p != "application/x-pkcs7-signature" {
+		return nil, fmt.Errorf("multipart/signed protocol %q: %w", p, cms.ErrUnsupportedAlgorithm)
+	}
+	b := params["boundary"]
+	if b == "" || len(b) > 200 {
+		return nil, fmt.Errorf("multipart/signed: %w: multipart without a usable boundary", ErrMalformedMIME)
+	}
+	raws, err := splitMultipartStream(e.Body, b)
+	if err != nil {
+		return nil, fmt.Errorf("multipart/signed: %w", err)
+	}
+	if len(raws) != 2 {
+		return nil, fmt.Errorf("%w: multipart/signed with %d parts", ErrMalformedMIME, len(raws))
+	}
+	content, err := parseStreamEntity(raws[0])
+	if err != nil {
+		return nil, fmt.Errorf("multipart/signed: part 1: %w", err)
+	}
+	maxSig := opts.MaxSignatureBytes
+	if maxSig <= 0 {
+		maxSig = 1 << 20
+	}
+	if raws[1].N > maxSig {
+		return nil, fmt.Errorf("%w: signature part of %d bytes", ErrMalformedMIME, raws[1].N)
+	}
+	sigRaw, err := raws[1].prefix(raws[1].N)
+	if err != nil {
+		return nil, err
+	}
+	sigPart, err := ParseEntity(sigRaw)
+	if err != nil {
+		return nil, fmt.Errorf("multipart/signed: part 2: %w", err)
+	}
+	smt, _, err := sigPart.MediaType()
+	if err != nil {
+		return nil, fmt.Errorf("signature part: %w", err)
+	}
+	if smt != "application/pkcs7-signature" && smt != "application/x-pkcs7-signature" {
+		return nil, fmt.Errorf("%w: signature part is %s", ErrMalformedMIME, smt)
+	}
+	sig, err := sigPart.DecodedBody()
+	if err != nil {
+		return nil, fmt.Errorf("signature part: %w", err)
+	}
+	cands := []micSource{{sec: raws[0]}}
+	// The repairs are worked out (another read of the part) only when the
+	// exact bytes fail on their digest.
+	repairs := func() error {
+		if opts.StrictLineEndings {
+			return nil
+		}
+		head, err := raws[0].prefix(content.start)
+		if err != nil {
+			return err
+		}
+		bodyBare, err := bareLFAfter(raws[0], content.start)
+		if err != nil {
+			return err
+		}
+		if hasBareLF(head) {
+			cands = append(cands, micSource{sec: raws[0], crlf: 1, bodyStart: content.start})
+		}
+		if bodyBare {
+			cands = append(cands, micSource{sec: raws[0], crlf: 2})
+		}
+		return nil
+	}
+	now := opts.now()
+	var errs []error
+	for i := 0; i < len(cands); i++ {
+		c := cands[i]
+		s, _, err := cms.VerifyDetachedStreamCheck(sig, c.reader(), opts.Trusted, now, opts.CheckSigner)
+		if err == nil {
+			if !r.Signed {
+				r.Signed, r.Signer, r.mic = true, s, c
+				r.MICAlgParam = params["micalg"]
+				r.LineEndingsRepaired = i > 0
+			}
+			return content, nil
+		}
+		errs = append(errs, err)
+		if !errors.Is(err, cms.ErrBadSignature) {
+			break
+		}
+		if i == 0 {
+			if err := repairs(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return nil, verificationError(errs)
+}
+
+// bareLFAfter reports whether the section has an LF not preceded by CR at
+// or after off (the byte before off counts as the preceding one).
+func bareLFAfter(s Section, off int64) (bool, error) {
+	prev := byte(0)
+	if off > 0 {
+		p := make([]byte, 1)
+		if _, err := s.R.ReadAt(p, s.Off+off-1); err != nil {
+			return false, fmt.Errorf("smime: read: %w", err)
+		}
+		prev = p[0]
+	}
+	br := bufio.NewReaderSize(s.sub(off).Reader(), 32<<10)
+	first := off == 0
+	for {
+		c, err := br.ReadByte()
+		if err == io.EOF {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("smime: read: %w", err)
+		}
+		if c == '\n' && (first || prev != '\r') {
+			return true, nil
+		}
+		prev, first = c, false
+	}
+}
+
+// splitMultipartStream is splitMultipart over a section, reading it line by
+// line: the parts are sections of the same file.
+func splitMultipartStream(body Section, boundary string) ([]Section, error) {
+	delim := []byte("--" + boundary)
+	br := bufio.NewReaderSize(body.Reader(), 64<<10)
+	var parts []Section
+	start := int64(-1)
+	var off int64 // offset of the current line
+	// prevEnd: bytes of the line break before the current line ("\n" or
+	// "\r\n"), to take off the previous part's end.
+	prevBreak := int64(0)
+	for {
+		line, err := br.ReadSlice('\n')
+		// A line longer than the buffer is never taken for a delimiter
+		// line (it would need pathological trailing whitespace); only its
+		// tail is kept, for its line break.
+		long := false
+		for err == bufio.ErrBufferFull {
+			long = true
+			off += int64(len(line))
+			line, err = br.ReadSlice('\n')
+		}
+		n := int64(len(line))
+		if long {
+			off += n
+		} else if n == 0 && err != nil {
+			break
+		}
+		if !long && bytes.HasPrefix(line, delim) {
+			rest := line[len(delim):]
+			hasEOL := bytes.HasSuffix(rest, []byte("\n"))
+			rest = bytes.TrimSuffix(rest, []byte("\n"))
+			closing := bytes.HasPrefix(rest, []byte("--"))
+			if closing {
+				rest = rest[2:]
+			}
+			if len(bytes.Trim(rest, " \t\r")) == 0 {
+				if start >= 0 {
+					end := off - prevBreak
+					if end < start {
+						end = start
+					}
+					parts = append(parts, Section{body.R, body.Off + start, end - start})
+				}
+				if closing {
+					if len(parts) == 0 {
+						return nil, fmt.Errorf("%w: multipart without parts", ErrMalformedMIME)
+					}
+					return parts, nil
+				}
+				if !hasEOL {
+					break
+				}
+				start = off + n
+			}
+		}
+		if !long {
+			off += n
+		}
+		switch {
+		case bytes.HasSuffix(line, []byte("\r\n")):
+			prevBreak = 2
+		case bytes.HasSuffix(line, []byte("\n")):
+			prevBreak = 1
+		default:
+			prevBreak = 0
+		}
+		if err != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("%w: multipart close delimiter --%s-- not found", ErrMalformedMIME, boundary)
+}
