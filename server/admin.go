@@ -14,6 +14,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -81,7 +83,13 @@ func (s *Server) AdminHandler() http.Handler {
 	}
 	token := s.Config.Admin.Token
 	if token == "" {
-		return mux
+		if s.Config.Admin.TLS.ClientCA != "" {
+			return mux // the client certificate is the credential
+		}
+		// No credential at all (loopback only, refused elsewhere by
+		// config): a web page the operator opens must not reach it
+		// through DNS rebinding or a cross-site form.
+		return loopbackOnly(mux)
 	}
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -285,4 +293,48 @@ func (s *Server) startAdmin(ln net.Listener, errc chan<- error) (stop func(timeo
 			_ = hs.Close()
 		}
 	}, nil
+}
+
+// loopbackOnly guards an admin listener that needs no credential (a
+// loopback address without token or client CA). The connection comes from
+// this machine, but a browser on it can be made to send requests by any
+// web page: with DNS rebinding (a name of the attacker's that resolves to
+// 127.0.0.1) the page could read the console and its CSRF token, and a
+// cross-site form could post an action. So the Host must name the loopback
+// interface (localhost, 127.0.0.0/8, [::1]), and a request a browser marks
+// as coming from another origin (Origin, Sec-Fetch-Site) is refused.
+func loopbackOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !loopbackHost(r.Host) {
+			http.Error(w, "the admin listener answers only requests addressed to localhost or a loopback address", http.StatusMisdirectedRequest)
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" && o != "null" {
+			u, err := url.Parse(o)
+			if err != nil || !loopbackHost(u.Host) {
+				http.Error(w, "cross-origin request refused", http.StatusForbidden)
+				return
+			}
+		}
+		if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+			http.Error(w, "cross-site request refused", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// loopbackHost reports whether a Host header value (host or host:port)
+// names the loopback interface.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }

@@ -370,7 +370,7 @@ func TestReloadMetricsAndReadiness(t *testing.T) {
 	s := f.srv
 	readyz := func() (int, readiness) {
 		rec := httptest.NewRecorder()
-		s.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		s.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/readyz", nil))
 		var rd readiness
 		if err := json.Unmarshal(rec.Body.Bytes(), &rd); err != nil {
 			t.Fatalf("/readyz: %v %s", err, rec.Body.String())
