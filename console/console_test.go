@@ -361,3 +361,41 @@ func TestLogoutEndsTheSession(t *testing.T) {
 		t.Fatalf("replayed cookie after logout: %d", resp.StatusCode)
 	}
 }
+
+// TestQuarantineItemLayouts: an item described without a payload list (one
+// payload, as quarantined before lists existed) reads as one payload; an
+// item of several reads and moves all of its files, named by position.
+func TestQuarantineItemLayouts(t *testing.T) {
+	dir := t.TempDir()
+	pdir := filepath.Join(dir, "acme")
+	os.MkdirAll(pdir, 0o750)
+	os.WriteFile(filepath.Join(pdir, "aaaa-bbbb.payload"), []byte("one"), 0o640)
+	os.WriteFile(filepath.Join(pdir, "aaaa-bbbb.json"), []byte(`{"payload_sha256":"bbbb","content_type":"text/plain","filename":"a.txt"}`), 0o640)
+	it, err := ReadItem(dir, "acme/aaaa-bbbb")
+	if err != nil || len(it.Payloads) != 1 || it.Payloads[0].SHA256 != "bbbb" || it.Payloads[0].Path != it.Path ||
+		it.Payloads[0].Filename != "a.txt" || it.Size != 3 {
+		t.Fatalf("legacy item: %+v %v", it, err)
+	}
+	os.WriteFile(filepath.Join(pdir, "cccc-dddd.payload"), []byte("first"), 0o640)
+	os.WriteFile(filepath.Join(pdir, "cccc-dddd.2.payload"), []byte("second"), 0o640)
+	os.WriteFile(filepath.Join(pdir, "cccc-dddd.json"), []byte(`{"payload_sha256":"dddd","payloads":[
+		{"file":"cccc-dddd.payload","sha256":"11"},{"file":"../../etc/passwd","sha256":"22"}]}`), 0o640)
+	it, err = ReadItem(dir, "acme/cccc-dddd")
+	if err != nil || len(it.Payloads) != 2 || it.Payloads[1].Path != filepath.Join(pdir, "cccc-dddd.2.payload") || it.Size != 11 {
+		t.Fatalf("item of two: %+v %v", it, err)
+	}
+	if err := MoveItem(dir, releasedDir, it); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := filepath.Glob(filepath.Join(pdir, "cccc-dddd*"))
+	moved, _ := filepath.Glob(filepath.Join(dir, releasedDir, "acme", "cccc-dddd*"))
+	if len(left) != 0 || len(moved) != 3 {
+		t.Errorf("after the move: left %v, moved %v", left, moved)
+	}
+	// A description naming a payload file that is missing is no item.
+	os.WriteFile(filepath.Join(pdir, "eeee-ffff.payload"), []byte("x"), 0o640)
+	os.WriteFile(filepath.Join(pdir, "eeee-ffff.json"), []byte(`{"payloads":[{"sha256":"1"},{"sha256":"2"}]}`), 0o640)
+	if _, err := ReadItem(dir, "acme/eeee-ffff"); err == nil {
+		t.Error("item with a missing payload file read")
+	}
+}

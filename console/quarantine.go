@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,7 +20,9 @@ import (
 )
 
 // The quarantine directory holds <partner>/<key16>-<sha16>.payload with a
-// .json description beside it (exchange's on_drift: quarantine). Released
+// .json description beside it (exchange's on_drift: quarantine); an item of
+// a message with more payloads has them in <base>.payload, <base>.2.payload,
+// ... <base>.<n>.payload, listed in that order by the description. Released
 // and discarded items move to .released/<partner>/ and .discarded/<partner>/
 // (names no partner id can take: ids start with a letter or digit).
 const (
@@ -34,7 +37,8 @@ var (
 
 func validPartner(p string) bool { return partnerID.MatchString(p) }
 
-// QuarantineItem is one quarantined payload.
+// QuarantineItem is one quarantined delivery: one payload, or every payload
+// of a message that drifted on its message id.
 type QuarantineItem struct {
 	ID            string // <partner>/<base>
 	Partner       string
@@ -48,8 +52,33 @@ type QuarantineItem struct {
 	Quarantined   time.Time `json:"quarantined"`
 	ContentType   string    `json:"content_type"`
 	Filename      string    `json:"filename"`
-	Size          int64
-	Path          string // the .payload file
+	Size          int64     // of all payloads
+	Path          string    // the (first) .payload file
+	// Payloads lists the item's payload files in message order. An item
+	// described without the list (one payload) has PayloadSHA256,
+	// ContentType and Filename as its one entry.
+	Payloads []ItemPayload `json:"payloads"`
+}
+
+// ItemPayload is one payload file of a quarantine item.
+type ItemPayload struct {
+	SHA256      string `json:"sha256"`
+	ContentType string `json:"content_type"`
+	Filename    string `json:"filename"`
+	N           int    `json:"-"` // position, from 1
+	Size        int64  `json:"-"`
+	Path        string `json:"-"`
+}
+
+// maxItemPayloads bounds the payload files one description can name.
+const maxItemPayloads = 10000
+
+// ItemPayloadFile is the file name of payload i (from 0) of the item base.
+func ItemPayloadFile(base string, i int) string {
+	if i == 0 {
+		return base + ".payload"
+	}
+	return fmt.Sprintf("%s.%d.payload", base, i+1)
 }
 
 // ParseItemID splits a quarantine item id and checks its form.
@@ -73,11 +102,24 @@ func ReadItem(dir, id string) (QuarantineItem, error) {
 		return QuarantineItem{}, fmt.Errorf("console: quarantine %s: %w", id, err)
 	}
 	it.ID, it.Partner = id, partner
-	st, err := os.Stat(it.Path)
-	if err != nil {
-		return QuarantineItem{}, err
+	if len(it.Payloads) == 0 {
+		it.Payloads = []ItemPayload{{SHA256: it.PayloadSHA256, ContentType: it.ContentType, Filename: it.Filename}}
 	}
-	it.Size = st.Size()
+	if len(it.Payloads) > maxItemPayloads {
+		return QuarantineItem{}, fmt.Errorf("console: quarantine %s: %d payloads described", id, len(it.Payloads))
+	}
+	it.Size = 0
+	for i := range it.Payloads {
+		// File names follow from the position, never from the description.
+		p := &it.Payloads[i]
+		p.N, p.Path = i+1, filepath.Join(dir, partner, ItemPayloadFile(base, i))
+		st, err := os.Stat(p.Path)
+		if err != nil {
+			return QuarantineItem{}, err
+		}
+		p.Size = st.Size()
+		it.Size += p.Size
+	}
 	return it, nil
 }
 
@@ -120,17 +162,20 @@ func MoveItem(dir, sub string, it QuarantineItem) error {
 	if err := os.MkdirAll(to, 0o750); err != nil {
 		return err
 	}
-	for _, ext := range []string{".payload", ".json"} {
-		from := filepath.Join(dir, partner, base+ext)
-		dst := filepath.Join(to, base+ext)
-		if _, err := os.Stat(dst); err == nil {
-			dst = filepath.Join(to, fmt.Sprintf("%s-%d%s", base, time.Now().UnixNano(), ext))
-		}
-		if err := os.Rename(from, dst); err != nil && !(ext == ".payload" && errors.Is(err, os.ErrNotExist)) {
+	n := max(1, len(it.Payloads))
+	// All of the item goes under one name: a second item of the same base
+	// in sub gets a suffix for all of its files.
+	dbase := base
+	if _, err := os.Stat(filepath.Join(to, base+".json")); err == nil {
+		dbase = fmt.Sprintf("%s-%d", base, time.Now().UnixNano())
+	}
+	for i := range n {
+		from := filepath.Join(dir, partner, ItemPayloadFile(base, i))
+		if err := os.Rename(from, filepath.Join(to, ItemPayloadFile(dbase, i))); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
-	return nil
+	return os.Rename(filepath.Join(dir, partner, base+".json"), filepath.Join(to, dbase+".json"))
 }
 
 type quarantineData struct {
@@ -186,7 +231,17 @@ func (c *Console) quarantinePayload(w http.ResponseWriter, r *http.Request, who 
 		http.Error(w, "no such quarantined payload", http.StatusNotFound)
 		return
 	}
-	serveFile(w, r, it.Path)
+	path := it.Path
+	if v := r.URL.Query().Get("n"); v != "" {
+		// One payload of an item of several: n from 1.
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > len(it.Payloads) {
+			http.Error(w, "no such quarantined payload", http.StatusNotFound)
+			return
+		}
+		path = it.Payloads[n-1].Path
+	}
+	serveFile(w, r, path)
 }
 
 // release processes a quarantined payload once (Source.Release does the

@@ -175,7 +175,7 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 					continue
 				}
 				release()
-				reply := p.driftReply(ctx, in, r, lg, info, m.Payloads[pic.payload])
+				reply := p.driftReply(ctx, in, r, lg, info, m.Payloads[pic.payload:pic.payload+1])
 				return nil, nil, &reply
 			}
 			p.Stats.Duplicates.Add(1)
@@ -266,12 +266,13 @@ func (p *Pipeline) driftAudit(ctx context.Context, rec audit.Record, lg *slog.Lo
 
 // driftReply handles drift under the reject and quarantine policies: the
 // partner is told the message was not processed; under quarantine the
-// payload is first kept for an operator.
-func (p *Pipeline) driftReply(ctx context.Context, in Inbound, rec audit.Record, lg *slog.Logger, info driftInfo, pl Payload) Reply {
+// payloads are first kept for an operator, as one item (all payloads of a
+// message that drifted on its id; the one payload of a drifted interchange).
+func (p *Pipeline) driftReply(ctx context.Context, in Inbound, rec audit.Record, lg *slog.Logger, info driftInfo, pls []Payload) Reply {
 	kind, decision := Drift, "drift"
 	reason := info.reason()
 	if in.OnDrift == DriftQuarantine {
-		path, err := p.quarantine(in.Message, pl, info)
+		path, err := p.quarantine(in.Message, pls, info)
 		if err != nil {
 			lg.Error("quarantine failed", "err", err)
 			p.driftAudit(ctx, rec, lg, info, "drift")
@@ -287,41 +288,70 @@ func (p *Pipeline) driftReply(ctx context.Context, in Inbound, rec audit.Record,
 		PayloadSHA256: info.got, FirstSeen: info.firstSeen, Reference: info.reference, Incident: rec.Incident})
 }
 
-// quarantine keeps a drifted payload and a JSON description beside it under
-// <Quarantine>/<partner>/.
-func (p *Pipeline) quarantine(m *Message, pl Payload, info driftInfo) (string, error) {
+// quarantine keeps drifted payloads and a JSON description beside them
+// under <Quarantine>/<partner>/: <base>.payload, then <base>.2.payload ...
+// for a message's further payloads; the description lists them in order
+// with their hashes, and payload_sha256 is info.got (for a message, the
+// hash over its payloads' hashes, PayloadSHA256).
+func (p *Pipeline) quarantine(m *Message, pls []Payload, info driftInfo) (string, error) {
 	if p.Quarantine == "" {
 		return "", errors.New("exchange: on_drift quarantine needs a quarantine directory")
+	}
+	if len(pls) == 0 {
+		pls = []Payload{{}} // an empty message: one empty file
 	}
 	dir := filepath.Join(p.Quarantine, m.Partner)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return "", fmt.Errorf("exchange: quarantine: %w", err)
 	}
-	// One file per transport key and payload: a retransmission of the same
-	// drifted message finds its payload already kept.
+	// One item per transport key and payload hash: a retransmission of the
+	// same drifted message finds its payloads already kept.
 	base := fmt.Sprintf("%s-%s", string(m.TransportKey)[:min(16, len(m.TransportKey))], info.got[:min(16, len(info.got))])
 	path := filepath.Join(dir, base+".payload")
 	if _, err := os.Stat(base2json(path)); err == nil {
 		return path, nil
 	}
-	os.Remove(path) // a payload without its description is a write cut short
-	r, err := pl.Open()
-	if err != nil {
-		return "", fmt.Errorf("exchange: quarantine: %w", err)
+	type listed struct {
+		File        string `json:"file"`
+		SHA256      string `json:"sha256"`
+		ContentType string `json:"content_type"`
+		Filename    string `json:"filename"`
 	}
-	defer r.Close()
-	if err := writeFileSync(path, r); err != nil {
-		return "", fmt.Errorf("exchange: quarantine: %w", err)
+	var list []listed
+	for i, pl := range pls {
+		name := quarantineFile(base, i)
+		fp := filepath.Join(dir, name)
+		os.Remove(fp) // payloads without their description are a write cut short
+		r, err := pl.Open()
+		if err != nil {
+			return "", fmt.Errorf("exchange: quarantine: %w", err)
+		}
+		err = writeFileSync(fp, r)
+		r.Close()
+		if err != nil {
+			return "", fmt.Errorf("exchange: quarantine: %w", err)
+		}
+		list = append(list, listed{File: name, SHA256: pl.SHA256, ContentType: pl.ContentType, Filename: pl.Filename})
 	}
 	meta, _ := json.MarshalIndent(map[string]any{
 		"partner": m.Partner, "protocol": m.Protocol, "message_id": m.MessageID, "what": info.what,
 		"reference": info.reference, "stored_sha256": info.stored, "payload_sha256": info.got,
-		"first_seen": info.firstSeen.UTC(), "quarantined": p.now().UTC(), "content_type": pl.ContentType, "filename": pl.Filename,
+		"first_seen": info.firstSeen.UTC(), "quarantined": p.now().UTC(), "content_type": pls[0].ContentType, "filename": pls[0].Filename,
+		"payloads": list,
 	}, "", "  ")
 	if err := writeFileSync(base2json(path), bytes.NewReader(meta)); err != nil {
 		return "", fmt.Errorf("exchange: quarantine: %w", err)
 	}
 	return path, nil
+}
+
+// quarantineFile names payload i (from 0) of a quarantine item (the
+// console's ItemPayloadFile reads the same names).
+func quarantineFile(base string, i int) string {
+	if i == 0 {
+		return base + ".payload"
+	}
+	return fmt.Sprintf("%s.%d.payload", base, i+1)
 }
 
 func base2json(payloadPath string) string {

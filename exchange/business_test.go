@@ -2,6 +2,7 @@ package exchange
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -258,4 +259,61 @@ func TestHandlerFailureReleasesInterchange(t *testing.T) {
 	if r := f.send("m2", 0, "", invoic("REF1", "A")); !strings.HasPrefix(string(r.Body), "receipt") || f.h.n() != 2 {
 		t.Fatalf("reply %q handler %d", r.Body, f.h.n())
 	}
+}
+
+// TestQuarantineKeepsEveryPayloadOfADriftedMessage: drift on the message id
+// keeps all payloads of the message as one item (files in message order,
+// a description listing their hashes, the message's hash); drift of one
+// interchange keeps only its payload, as before.
+func TestQuarantineKeepsEveryPayloadOfADriftedMessage(t *testing.T) {
+	t.Run("message-id", func(t *testing.T) {
+		f := newLedgerFixture(t)
+		f.send("m1", 0, "", "first one", "first two")
+		r := f.send("m1", 0, DriftQuarantine, "second one", "second two")
+		if !strings.HasPrefix(string(r.Body), "failed kind=3") || f.h.n() != 1 {
+			t.Fatalf("reply %q, handler %d", r.Body, f.h.n())
+		}
+		metas, _ := filepath.Glob(filepath.Join(f.p.Quarantine, "acme", "*.json"))
+		if len(metas) != 1 {
+			t.Fatalf("descriptions %v", metas)
+		}
+		base := strings.TrimSuffix(metas[0], ".json")
+		for i, want := range []string{"second one", "second two"} {
+			b, err := os.ReadFile(filepath.Join(filepath.Dir(base), quarantineFile(filepath.Base(base), i)))
+			if err != nil || string(b) != want {
+				t.Errorf("payload %d: %q %v", i+1, b, err)
+			}
+		}
+		var meta struct {
+			PayloadSHA256 string `json:"payload_sha256"`
+			Payloads      []struct {
+				File   string `json:"file"`
+				SHA256 string `json:"sha256"`
+			} `json:"payloads"`
+		}
+		b, _ := os.ReadFile(metas[0])
+		if err := json.Unmarshal(b, &meta); err != nil {
+			t.Fatal(err)
+		}
+		m := &Message{Payloads: []Payload{{SHA256: sha("second one")}, {SHA256: sha("second two")}}}
+		if meta.PayloadSHA256 != PayloadSHA256(m) || len(meta.Payloads) != 2 || meta.Payloads[0].SHA256 != sha("second one") ||
+			meta.Payloads[1].SHA256 != sha("second two") || meta.Payloads[1].File != filepath.Base(base)+".2.payload" {
+			t.Errorf("description %s", b)
+		}
+	})
+	t.Run("interchange", func(t *testing.T) {
+		f := newLedgerFixture(t)
+		f.send("m1", 0, "", invoic("REF1", "INV-1"))
+		r := f.send("m2", 0, DriftQuarantine, "a note", invoic("REF1", "INV-CHANGED"))
+		if !strings.HasPrefix(string(r.Body), "failed kind=3") {
+			t.Fatalf("reply %q", r.Body)
+		}
+		files, _ := filepath.Glob(filepath.Join(f.p.Quarantine, "acme", "*.payload"))
+		if len(files) != 1 {
+			t.Fatalf("quarantine files %v, want the drifted interchange's payload only", files)
+		}
+		if b, _ := os.ReadFile(files[0]); string(b) != invoic("REF1", "INV-CHANGED") || !strings.Contains(files[0], sha(invoic("REF1", "INV-CHANGED"))[:16]) {
+			t.Errorf("quarantined %s: %q", files[0], b)
+		}
+	})
 }

@@ -296,11 +296,8 @@ func (p *Pipeline) duplicate(ctx context.Context, in Inbound, ics []payloadInter
 			}
 			return p.claimed(ctx, in, ics, d2.Token, rec, lg)
 		}
-		var pl Payload
-		if len(m.Payloads) > 0 {
-			pl = m.Payloads[0]
-		}
-		return p.driftReply(ctx, in, rec, lg, info, pl)
+		// The message drifted as a whole: all of its payloads are kept.
+		return p.driftReply(ctx, in, rec, lg, info, m.Payloads)
 	}
 	p.Stats.Duplicates.Add(1)
 	if err := p.audit(ctx, rec, audit.StepDecision, "duplicate", "", nil); err != nil {

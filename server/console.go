@@ -61,8 +61,9 @@ func (s *Server) consoleHandler() (http.Handler, error) {
 // releaseKeyTag versions the transport key a release is processed under.
 const releaseKeyTag = "gateway/console-release/v1"
 
-// ReleaseQuarantined processes a quarantined payload once through the
-// pipeline and the configured handler, as a new version of what it clashed
+// ReleaseQuarantined processes a quarantined item (one payload, or all
+// payloads of a message that drifted on its id, together as one message)
+// once through the pipeline and the configured handler, as a new version of what it clashed
 // with (on_drift: accept semantics):
 //
 //   - The release runs under a transport key of its own, derived from the
@@ -76,8 +77,9 @@ const releaseKeyTag = "gateway/console-release/v1"
 //     resend of it under a new message id is a duplicate interchange.
 //   - When the clash was on the message id (a resend under the same id
 //     with another payload), the partner's transport key is moved to the
-//     released payload's hash, keeping the reply stored with it, so that a
-//     resend of the released payload is answered as a duplicate.
+//     released message's hash (exchange.PayloadSHA256 of its payloads),
+//     keeping the reply stored with it, so that a resend of the released
+//     message is answered as a duplicate.
 //
 // The release is audited (StepOperator, decision "released", with the
 // actor), then the files move to <quarantine_dir>/.released/<partner>/.
@@ -85,19 +87,34 @@ func (s *Server) ReleaseQuarantined(ctx context.Context, it console.QuarantineIt
 	s.admin.releaseMu.Lock()
 	defer s.admin.releaseMu.Unlock()
 	var res console.ReleaseResult
-	// The file is the one described: its bytes hash to the recorded hash.
-	f, err := os.Open(it.Path)
-	if err != nil {
-		return res, fmt.Errorf("server: release: %w", err)
+	// The files are the ones described: each one's bytes hash to its
+	// recorded hash, and together they hash to the item's hash (for a
+	// message's payloads, exchange.PayloadSHA256 over theirs).
+	pls := it.Payloads
+	if len(pls) == 0 {
+		pls = []console.ItemPayload{{SHA256: it.PayloadSHA256, ContentType: it.ContentType, Filename: it.Filename, Path: it.Path}}
 	}
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	f.Close()
-	if err != nil {
-		return res, fmt.Errorf("server: release: read payload: %w", err)
+	var payloads []exchange.Payload
+	for i, ip := range pls {
+		f, err := os.Open(ip.Path)
+		if err != nil {
+			return res, fmt.Errorf("server: release: %w", err)
+		}
+		h := sha256.New()
+		n, err := io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return res, fmt.Errorf("server: release: read payload %d: %w", i+1, err)
+		}
+		if sum := hex.EncodeToString(h.Sum(nil)); sum != ip.SHA256 {
+			return res, fmt.Errorf("server: release: payload file %d's SHA-256 %s is not the quarantined %s", i+1, sum, ip.SHA256)
+		}
+		payloads = append(payloads, exchange.NewPayload(exchange.Payload{ContentType: ip.ContentType, Filename: ip.Filename,
+			Size: n, SHA256: ip.SHA256}, exchange.FileBody(ip.Path)))
 	}
-	if sum := hex.EncodeToString(h.Sum(nil)); sum != it.PayloadSHA256 {
-		return res, fmt.Errorf("server: release: the payload file's SHA-256 %s is not the quarantined %s", sum, it.PayloadSHA256)
+	msgHash := exchange.PayloadSHA256(&exchange.Message{Payloads: payloads})
+	if msgHash != it.PayloadSHA256 {
+		return res, fmt.Errorf("server: release: the payload files' SHA-256 %s is not the quarantined %s", msgHash, it.PayloadSHA256)
 	}
 	// The refused delivery's transport key, from the audit.
 	partnerKey, err := s.quarantinedKey(ctx, it)
@@ -108,9 +125,8 @@ func (s *Server) ReleaseQuarantined(ctx context.Context, it console.QuarantineIt
 	res.Key = string(key)
 	m := &exchange.Message{Partner: it.Partner, Protocol: exchange.Protocol(it.Protocol), MessageID: it.MessageID,
 		Received: time.Now().UTC(), TransportKey: key,
-		Headers: textproto.MIMEHeader{"X-Gateway-Released-By": {actor}, "X-Gateway-Released-From": {string(partnerKey)}},
-		Payloads: []exchange.Payload{exchange.NewPayload(exchange.Payload{ContentType: it.ContentType, Filename: it.Filename,
-			Size: n, SHA256: it.PayloadSHA256}, exchange.FileBody(it.Path))}}
+		Headers:  textproto.MIMEHeader{"X-Gateway-Released-By": {actor}, "X-Gateway-Released-From": {string(partnerKey)}},
+		Payloads: payloads}
 	rr := &releaseReplies{}
 	reply := s.Pipeline.Process(ctx, exchange.Inbound{Message: m, Replies: rr, OnDrift: exchange.DriftAccept})
 	switch {
@@ -123,7 +139,7 @@ func (s *Server) ReleaseQuarantined(ctx context.Context, it console.QuarantineIt
 		return res, fmt.Errorf("server: release: not processed: %s (%s)", reply.Disposition, strings.TrimSpace(string(reply.Body)))
 	}
 	if strings.HasPrefix(it.What, "message id ") {
-		if err := s.moveTransportKey(ctx, partnerKey, it.PayloadSHA256); err != nil {
+		if err := s.moveTransportKey(ctx, partnerKey, msgHash); err != nil {
 			return res, err
 		}
 	}

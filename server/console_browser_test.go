@@ -3,7 +3,9 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -529,4 +531,143 @@ func testTablePayload(t *testing.T, storeURL string) {
 	if code, _ := get(strings.Replace(strings.ReplaceAll(link[1], "&amp;", "&"), key, other, 1)); code != http.StatusNotFound {
 		t.Errorf("row of another message: %d", code)
 	}
+}
+
+// buildAS4 builds an AS4 message of the demo partner under id with one
+// payload per element of payloads.
+func (f *consoleFixture) buildAS4(t *testing.T, id string, payloads ...[]byte) *client.Outgoing {
+	t.Helper()
+	var pls []client.Payload
+	for _, p := range payloads {
+		pls = append(pls, client.Payload{MimeType: "application/edifact", Data: p})
+	}
+	out, err := demoAS4Client(t).Build(&client.Message{
+		MessageID: id,
+		From:      as4.PartyID{Type: "urn:oasis:names:tc:ebcore:partyid-type:unregistered", Value: "urn:demo:partner"},
+		To:        as4.PartyID{Type: "urn:oasis:names:tc:ebcore:partyid-type:unregistered", Value: "urn:demo:gateway"},
+		Service:   "urn:demo:invoicing", Action: "Deliver",
+		Payloads: pls,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestReleaseAS4 releases AS4 messages quarantined for drift on the
+// eb:MessageId: with one payload, and with two, which are quarantined as
+// one item and released together as one message (its hash over both
+// payloads), so that the partner's resend is a duplicate.
+func TestReleaseAS4(t *testing.T) {
+	t.Run("single", func(t *testing.T) {
+		testReleaseAS4(t, [][]byte{[]byte("as4 plain one")}, [][]byte{[]byte("as4 plain two")})
+	})
+	t.Run("two-payloads", func(t *testing.T) {
+		testReleaseAS4(t, [][]byte{edifact("REF700", "INV-700"), []byte("attachment one")},
+			[][]byte{edifact("REF701", "INV-701"), []byte("attachment two")})
+	})
+}
+
+func testReleaseAS4(t *testing.T, first, second [][]byte) {
+	f := newConsoleFixture(t)
+	var mu sync.Mutex
+	var seen [][]string // per handler run, the payload hashes
+	inner := f.inboxHandler
+	f.inboxHandler = exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error {
+		var hs []string
+		for _, p := range m.Payloads {
+			hs = append(hs, p.SHA256)
+		}
+		mu.Lock()
+		seen = append(seen, hs)
+		mu.Unlock()
+		return inner.Handle(ctx, m)
+	})
+	const id = "as4-700@demo.test"
+	f.postAS4(t, f.buildAS4(t, id, first...))
+	// The same eb:MessageId with other payloads: drift, quarantined.
+	out := f.buildAS4(t, id, second...)
+	resp, err := http.Post(f.partner+"/as4", out.ContentType, bytes.NewReader(out.Body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(b), "Receipt") {
+		t.Fatalf("drift answered with a receipt: %.300q", b)
+	}
+	items, err := console.ListItems(f.cfg.QuarantineDir)
+	if err != nil || len(items) != 1 {
+		t.Fatalf("quarantine: %+v %v", items, err)
+	}
+	it := items[0]
+	want := &exchange.Message{}
+	for _, p := range second {
+		want.Payloads = append(want.Payloads, exchange.Payload{SHA256: sha256Hex(p)})
+	}
+	if it.PayloadSHA256 != exchange.PayloadSHA256(want) {
+		t.Errorf("quarantined item's hash %s, want the message's %s", it.PayloadSHA256, exchange.PayloadSHA256(want))
+	}
+	if len(it.Payloads) != len(second) {
+		t.Fatalf("quarantined payloads: %d, want %d: %+v", len(it.Payloads), len(second), it.Payloads)
+	}
+	for i, p := range it.Payloads {
+		b, err := os.ReadFile(p.Path)
+		if err != nil || !bytes.Equal(b, second[i]) || p.SHA256 != sha256Hex(second[i]) {
+			t.Errorf("quarantined payload %d: %q %s %v", i, b, p.SHA256, err)
+		}
+	}
+	// The console's item page lists the payloads and downloads each one.
+	get := func(path string) (int, string) {
+		req, _ := http.NewRequest("GET", f.admin+path, nil)
+		req.Header.Set("Authorization", "Bearer "+consoleToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, page := get("/console/quarantine/item?id=" + it.ID); code != 200 || (len(second) > 1) != strings.Contains(page, `id="payload-2"`) {
+		t.Errorf("item page: %d %.2000s", code, page)
+	}
+	for i, p := range second {
+		if code, body := get(fmt.Sprintf("/console/quarantine/payload?id=%s&n=%d", it.ID, i+1)); code != 200 || body != string(p) {
+			t.Errorf("download of payload %d: %d %q", i+1, code, body)
+		}
+	}
+	if code, _ := get(fmt.Sprintf("/console/quarantine/payload?id=%s&n=%d", it.ID, len(second)+1)); code != http.StatusNotFound {
+		t.Errorf("download of a payload the item does not have: %d", code)
+	}
+	res, err := f.s.ReleaseQuarantined(context.Background(), it, "tester")
+	if err != nil || !res.HandlerRan {
+		t.Fatalf("release: %+v %v", res, err)
+	}
+	if n := f.runsOf(id); n != 2 {
+		t.Fatalf("handler runs for %s: %d, want 2 (the original and the release)", id, n)
+	}
+	mu.Lock()
+	if len(seen) != 2 || len(seen[1]) != len(second) {
+		t.Errorf("handler payloads per run: %v, want the release with %d", seen, len(second))
+	}
+	mu.Unlock()
+	if left, _ := console.ListItems(f.cfg.QuarantineDir); len(left) != 0 {
+		t.Errorf("quarantine after release: %+v", left)
+	}
+	rel, _ := filepath.Glob(filepath.Join(f.cfg.QuarantineDir, ".released", "*", "*.payload"))
+	if len(rel) != len(second) {
+		t.Errorf("released payload files: %v, want %d", rel, len(second))
+	}
+	// The partner's resend of the released message is a duplicate: its
+	// stored receipt, no handler run.
+	f.postAS4(t, out)
+	if n := f.runsOf(id); n != 2 {
+		t.Fatalf("handler runs after the resend: %d, want 2", n)
+	}
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
 }
