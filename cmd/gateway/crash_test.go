@@ -62,8 +62,17 @@ func startGateway(t *testing.T, cfg, addr string, extraEnv ...string) *exec.Cmd 
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("gateway did not come up; log in %s", logf.Name())
+	t.Fatalf("gateway did not come up in 60 s; log %s:\n%s", logf.Name(), logTail(logf.Name()))
 	return nil
+}
+
+// logTail is the end of a gateway's log, for a failure message.
+func logTail(name string) string {
+	b, _ := os.ReadFile(name)
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	return string(b)
 }
 
 func readKeyPair(t *testing.T, cert, key string) cms.KeyPair {
