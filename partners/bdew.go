@@ -73,6 +73,9 @@ func (a *AS4) applyProfile(f func(field, format string, args ...any) error) erro
 	default:
 		return f("as4.party_type", "%q is not a BDEW AS4 party id type (%s, %s or %s)", a.PartyType, PartyTypeGLN, PartyTypeBDEW, PartyTypeDVGW)
 	}
+	if len(a.TLSCertificates) == 0 {
+		return f("as4.tls_certificates", "the bdew profile requires mutual TLS; list the partner's TLS client certificate(s)")
+	}
 	if !marketPartnerID.MatchString(a.PartyID) {
 		return f("as4.party_id", "%q is not a 13-digit market partner id (GLN, BDEW or DVGW code)", a.PartyID)
 	}

@@ -16,6 +16,7 @@ as4:
   profile: bdew
   party_id: "9900000000002"
   certificates: [sw-sig.pem]
+  tls_certificates: [sw-tls.pem]
   pmodes:
     - id: mp
       service: https://www.bdew.de/as4/communication/services/MP
@@ -28,6 +29,8 @@ func TestBDEWProfileDefaults(t *testing.T) {
 	sig := pki.Issue("sw-sig", "/CN=9900000000002.sig", "digitalSignature")
 	b, _ := os.ReadFile(sig.CertFile)
 	writeFile(t, dir, "sw-sig.pem", string(b))
+	tlsPEM, _ := os.ReadFile(pki.Issue("sw-tls", "/CN=9900000000002.tls", "digitalSignature").CertFile)
+	writeFile(t, dir, "sw-tls.pem", string(tlsPEM))
 	writeFile(t, dir, "sw.yaml", bdewPartner(""))
 	d, err := Load(dir)
 	if err != nil {
@@ -50,6 +53,7 @@ func TestBDEWProfileCannotBeRelaxed(t *testing.T) {
 	pki := bptest.New(t)
 	sig := pki.Issue("sw-sig", "/CN=9900000000002.sig", "digitalSignature")
 	brainpoolPEM, _ := os.ReadFile(sig.CertFile)
+	tlsPEM, _ := os.ReadFile(pki.Issue("sw-tls", "/CN=9900000000002.tls", "digitalSignature").CertFile)
 	for name, c := range map[string]struct {
 		file  string
 		field string
@@ -61,10 +65,13 @@ func TestBDEWProfileCannotBeRelaxed(t *testing.T) {
 		"not a 13-digit id":  {strings.Replace(bdewPartner(""), `"9900000000002"`, "urn:stadtwerke", 1), "as4.party_id"},
 		"unknown profile":    {strings.Replace(bdewPartner(""), "profile: bdew", "profile: bdew2", 1), "as4.profile"},
 		"non-brainpool cert": {strings.Replace(bdewPartner(""), "sw-sig.pem", "p256.pem", 1), "as4.certificates"},
+		"no mutual TLS":      {strings.Replace(bdewPartner(""), "  tls_certificates: [sw-tls.pem]\n", "", 1), "as4.tls_certificates"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeFile(t, dir, "sw-sig.pem", string(brainpoolPEM))
+			writeFile(t, dir, "sw-tls.pem", string(tlsPEM))
+			writeFile(t, dir, "sw-tls.pem", string(tlsPEM))
 			writeCert(t, dir, "p256.pem")
 			writeFile(t, dir, "sw.yaml", c.file)
 			_, err := Load(dir)
@@ -77,6 +84,7 @@ func TestBDEWProfileCannotBeRelaxed(t *testing.T) {
 	// require_encryption: true is allowed (it is the floor).
 	dir := t.TempDir()
 	writeFile(t, dir, "sw-sig.pem", string(brainpoolPEM))
+	writeFile(t, dir, "sw-tls.pem", string(tlsPEM))
 	writeFile(t, dir, "sw.yaml", bdewPartner("  require_encryption: true\n  dedup_window: 7d\n"))
 	if _, err := Load(dir); err != nil {
 		t.Fatal(err)

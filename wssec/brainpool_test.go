@@ -37,6 +37,22 @@ func TestBrainpoolSignVerifyPKIPath(t *testing.T) {
 	if res.Signer != sig.Cert || res.SignatureMethod != AlgECDSASHA256 {
 		t.Fatalf("signer %v method %s", res.Signer.Subject, res.SignatureMethod)
 	}
+	if res.TokenType != ValueTypeX509PKIPathv1 {
+		t.Fatalf("TokenType %q, want X509PKIPathv1", res.TokenType)
+	}
+	// The same key as an X509v3 token is reported as such.
+	doc = mustParse(t, []byte(userMessage))
+	if err := Sign(doc, atts, SignOptions{Signer: sig.Key, Certificate: sig.Cert}); err != nil {
+		t.Fatal(err)
+	}
+	raw3, _ := doc.WriteToBytes()
+	res3, err := Verify(mustParse(t, raw3), atts, VerifyOptions{Trusted: []*x509.Certificate{sig.Cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res3.TokenType != ValueTypeX509v3 {
+		t.Fatalf("X509v3 token: TokenType %q", res3.TokenType)
+	}
 	// The CA in the path is not a signer.
 	if _, err := Verify(mustParse(t, raw), atts, VerifyOptions{Trusted: []*x509.Certificate{pki.CA.Cert}}); Code(err) != CodeFailedAuthentication {
 		t.Fatalf("CA of the path accepted as signer: %v", err)

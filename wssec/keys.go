@@ -78,6 +78,7 @@ func (s *Signature) resolveTokenReference(r *etree.Element, trusted []*x509.Cert
 		if enc, ok := attrValue(bst, "", "EncodingType"); ok && enc != EncodingBase64Binary {
 			return nil, policyErr("BinarySecurityToken EncodingType %q not supported", enc)
 		}
+		s.tokenType = vt
 		if vt == ValueTypeX509PKIPathv1 {
 			return matchPKIPath(bst.Text(), trusted)
 		}

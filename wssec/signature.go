@@ -58,6 +58,7 @@ type Signature struct {
 	References             []Reference
 
 	env        *soapEnvelope
+	tokenType  string // ValueType of the BinarySecurityToken the signer came from
 	ids        idIndex
 	value      []byte
 	sigAlg     signatureAlgorithm

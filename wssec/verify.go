@@ -101,6 +101,10 @@ type Result struct {
 	Body      *etree.Element
 	// Timestamp is the wsu:Timestamp, if present.
 	Timestamp *Timestamp
+	// TokenType is the ValueType (ValueTypeX509v3 or ValueTypeX509PKIPathv1)
+	// of the wsse:BinarySecurityToken the signer's key came from; empty when
+	// ds:KeyInfo named the key otherwise (KeyIdentifier, X509Data).
+	TokenType string
 }
 
 // Verify checks the WS-Security signature of an AS4 message: the signer is
@@ -157,6 +161,7 @@ func Verify(doc *etree.Document, atts []Attachment, opts VerifyOptions) (*Result
 		SignatureMethod: sig.SignatureMethod,
 		References:      sig.References,
 		Timestamp:       ts,
+		TokenType:       sig.tokenType,
 	}
 	messaging, err := sig.env.messaging()
 	if err != nil {

@@ -103,7 +103,7 @@ type UsedKey struct {
 	KeyDerivation   string // key derivation URI, else empty
 	PRF             string // HKDF PRF URI, else empty
 	KDFDigest       string // ConcatKDF ds:DigestMethod URI, else empty
-	Reference       string // how the key was named: RefIssuerSerial, RefSubjectKeyID, ...
+	Reference       string // how the key was named: RefIssuerSerial, RefSubjectKeyID, RefX509SKI, ...
 	Cert            *x509.Certificate
 }
 

@@ -31,7 +31,8 @@ type KeyPair struct {
 // Key reference forms, as reported in UsedKey.Reference.
 const (
 	RefIssuerSerial    = "X509IssuerSerial"
-	RefSubjectKeyID    = "SubjectKeyIdentifier"
+	RefSubjectKeyID    = "SubjectKeyIdentifier" // wsse:KeyIdentifier X509SubjectKeyIdentifier
+	RefX509SKI         = "X509SKI"              // ds:X509Data/ds:X509SKI (the BDEW AS4 profile's form)
 	RefThumbprintSHA1  = "ThumbprintSHA1"
 	RefX509Certificate = "X509Certificate"
 	RefBinarySecToken  = "BinarySecurityToken"
@@ -57,7 +58,7 @@ func (r keyRef) matches(c *x509.Certificate) bool {
 	switch r.form {
 	case RefIssuerSerial:
 		return c.SerialNumber != nil && r.serial.Cmp(c.SerialNumber) == 0 && sameDN(r.issuer, c)
-	case RefSubjectKeyID:
+	case RefSubjectKeyID, RefX509SKI:
 		return bytes.Equal(r.ski, subjectKeyID(c))
 	case RefThumbprintSHA1:
 		sum := sha1.Sum(c.Raw)
@@ -158,7 +159,7 @@ func x509DataRefs(xd *etree.Element, add func(keyRef) error) error {
 			if err != nil {
 				return fail(ErrMalformed, "X509SKI is not base64")
 			}
-			r = keyRef{form: RefSubjectKeyID, ski: b}
+			r = keyRef{form: RefX509SKI, ski: b}
 		case is(c, NSDSig, "X509Certificate"):
 			b, err := decodeBase64(c.Text())
 			if err != nil {

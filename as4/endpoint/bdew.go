@@ -58,10 +58,13 @@ func (e *Endpoint) signingKeyFor(id *ownIdentity, bdew bool) (signingKey, error)
 }
 
 // checkBDEWSignature enforces the profile's signature algorithms: ECDSA-SHA256
-// with a brainpoolP256r1 key, SHA-256 digests.
+// with a brainpoolP256r1 key from an X509PKIPathv1 token, SHA-256 digests.
 func checkBDEWSignature(res *wssec.Result) *as4.Error {
 	if res.SignatureMethod != wssec.AlgECDSASHA256 {
 		return as4.PolicyNoncompliance("the BDEW AS4 profile requires ecdsa-sha256 signatures; this message uses "+truncate(res.SignatureMethod), nil)
+	}
+	if res.TokenType != wssec.ValueTypeX509PKIPathv1 {
+		return as4.PolicyNoncompliance("the BDEW AS4 profile requires the signing certificate as an X509PKIPathv1 BinarySecurityToken", nil)
 	}
 	if _, ok := res.Signer.PublicKey.(*brainpool.PublicKey); !ok {
 		return as4.PolicyNoncompliance("the BDEW AS4 profile requires a brainpoolP256r1 signing key", nil)
@@ -69,6 +72,17 @@ func checkBDEWSignature(res *wssec.Result) *as4.Error {
 	for _, r := range res.References {
 		if r.DigestMethod != wssec.AlgSHA256 {
 			return as4.PolicyNoncompliance("the BDEW AS4 profile requires SHA-256 digests; reference "+truncate(r.URI)+" uses "+truncate(r.DigestMethod), nil)
+		}
+	}
+	return nil
+}
+
+// checkBDEWKeyReference enforces the profile's recipient key reference: every
+// key the message was encrypted with named our certificate by ds:X509SKI.
+func checkBDEWKeyReference(keys []xmlenc.UsedKey) *as4.Error {
+	for _, k := range keys {
+		if k.Reference != xmlenc.RefX509SKI {
+			return as4.PolicyNoncompliance("the BDEW AS4 profile requires the recipient key referenced by X509SKI; this message uses "+truncate(k.Reference), nil)
 		}
 	}
 	return nil

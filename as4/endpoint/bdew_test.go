@@ -57,6 +57,10 @@ type bdewSetup struct {
 // partner and the real endpoint behind an HTTP server.
 func newBDEW(t *testing.T) *bdewSetup { return newBDEWWith(t, "", nil) }
 
+const clientCertHeader = "X-SSL-Client-Cert"
+
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+
 // newBDEWWith adds partnerExtra to the partner's as4 section and lets mod
 // change the endpoint configuration.
 func newBDEWWith(t *testing.T, partnerExtra string, mod func(*endpoint.Config)) *bdewSetup {
@@ -73,6 +77,7 @@ as4:
   profile: bdew
   party_id: "9900000000002"
   certificates: [sw-sig.pem]
+  tls_certificates: [sw-tls.pem]
   pmodes:
     - id: mp
       agreement: https://www.bdew.de/as4/communication/agreement
@@ -95,7 +100,10 @@ as4:
 		// Keys[0] (RSA) signs for the other partners; the bdew partner gets
 		// receipts signed with the brainpool signing key.
 		Keys:    []xmlenc.KeyPair{getKeys(t).gatewayRSA, {Cert: s.gw.Signing.Cert, Key: s.gw.Signing.Key}, {Cert: s.gw.Encrypt.Cert, Key: s.gw.Encrypt.Key}},
-		PartyID: s.gw.ID, PartyType: partners.PartyTypeGLN}
+		PartyID: s.gw.ID, PartyType: partners.PartyTypeGLN,
+		// The profile requires mutual TLS; Go's TLS has no brainpool, so the
+		// partner's TLS certificate arrives from a (loopback) proxy.
+		ClientCertHeader: clientCertHeader, TrustedProxies: loopback}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -107,6 +115,7 @@ as4:
 	t.Cleanup(srv.Close)
 	s.url = srv.URL
 	s.client = &client.Client{
+		HTTP:   &http.Client{Transport: headerTransport{clientCertHeader, base64.StdEncoding.EncodeToString(s.sw.TLS.Cert.Raw)}},
 		Signer: s.sw.Signing.Key, Certificate: s.sw.Signing.Cert, PKIPath: true,
 		Encryption:     &client.Encryption{Recipient: s.gw.Encrypt.Cert, KeyReference: xmlenc.ByX509SKI},
 		ReceiptSigners: []*x509.Certificate{s.gw.Signing.Cert},
@@ -268,11 +277,8 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // configured proxy addresses, and must be one of the sending partner's TLS
 // certificates.
 func TestBDEWForwardedClientCertificate(t *testing.T) {
-	const header = "X-SSL-Client-Cert"
-	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
-	trusted := newBDEWWith(t, "  tls_certificates: [sw-tls.pem]\n", func(c *endpoint.Config) {
-		c.ClientCertHeader, c.TrustedProxies = header, loopback
-	})
+	const header = clientCertHeader
+	trusted := newBDEW(t) // lists sw-tls.pem, trusts loopback proxies
 	pemOf := func(kp bptest.KeyPair) string {
 		b, _ := os.ReadFile(kp.CertFile)
 		return url.QueryEscape(string(b)) // nginx $ssl_client_escaped_cert
@@ -307,8 +313,8 @@ func TestBDEWForwardedClientCertificate(t *testing.T) {
 	}
 	// From an address that is not a trusted proxy the header is ignored.
 	var logs syncBuffer
-	untrusted := newBDEWWith(t, "  tls_certificates: [sw-tls.pem]\n", func(c *endpoint.Config) {
-		c.ClientCertHeader, c.TrustedProxies = header, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	untrusted := newBDEWWith(t, "", func(c *endpoint.Config) {
+		c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 		c.Log = slog.New(slog.NewJSONHandler(&logs, nil))
 	})
 	cl := *untrusted.client

@@ -83,9 +83,10 @@ func parseForwardedCert(v string) (*x509.Certificate, error) {
 }
 
 // checkClientCert refuses a message whose TLS client certificate is not one
-// of the sending partner's (when the partner file lists tls_certificates).
+// of the sending partner's (when the partner file lists tls_certificates,
+// and always for a bdew partner, whose profile requires mutual TLS).
 func checkClientCert(tr *trace, want []*x509.Certificate) *as4.Error {
-	if len(want) == 0 {
+	if len(want) == 0 && !tr.bdew {
 		return nil
 	}
 	if tr.clientCertErr != nil {

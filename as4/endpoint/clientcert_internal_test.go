@@ -18,3 +18,15 @@ func FuzzForwardedCert(f *testing.F) {
 		}
 	})
 }
+
+// A bdew partner's message is refused without a client certificate even if
+// its partner entry somehow lists no tls_certificates (the profile requires
+// mutual TLS; partners.Load refuses such a file).
+func TestBDEWClientCertificateRequiredEvenWithoutList(t *testing.T) {
+	if ae := checkClientCert(&trace{bdew: true}, nil); ae == nil || ae.Code != "EBMS:0101" {
+		t.Fatalf("bdew without a client certificate: %v", ae)
+	}
+	if ae := checkClientCert(&trace{}, nil); ae != nil {
+		t.Fatalf("non-bdew partner without tls_certificates: %v", ae)
+	}
+}

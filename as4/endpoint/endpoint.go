@@ -486,6 +486,11 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	if pa.RequireEncryption && len(dec.Parts) == 0 {
 		return e.reject(tr, as4.PolicyNoncompliance("the agreement with this partner requires encrypted messages; this one is not encrypted", nil), msgID)
 	}
+	if tr.bdew {
+		if ae := checkBDEWKeyReference(dec.Keys); ae != nil {
+			return e.reject(tr, ae, msgID)
+		}
+	}
 	watts := make([]wssec.Attachment, len(dec.Attachments))
 	for i, a := range dec.Attachments {
 		watts[i] = wssec.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body}

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,7 +35,9 @@ func TestSendAS4BDEW(t *testing.T) {
 	pdir := t.TempDir()
 	cert, _ := os.ReadFile(sw.Signing.CertFile)
 	os.WriteFile(filepath.Join(pdir, "sw.pem"), cert, 0o600)
-	os.WriteFile(filepath.Join(pdir, "sw.yaml"), []byte("id: stadtwerke\nas4:\n  profile: bdew\n  party_id: \"9900000000002\"\n  certificates: [sw.pem]\n  pmodes:\n    - id: mp\n      agreement: "+partners.BDEWAgreement+"\n"), 0o600)
+	tlsCert, _ := os.ReadFile(sw.TLS.CertFile)
+	os.WriteFile(filepath.Join(pdir, "sw-tls.pem"), tlsCert, 0o600)
+	os.WriteFile(filepath.Join(pdir, "sw.yaml"), []byte("id: stadtwerke\nas4:\n  profile: bdew\n  party_id: \"9900000000002\"\n  certificates: [sw.pem]\n  tls_certificates: [sw-tls.pem]\n  pmodes:\n    - id: mp\n      agreement: "+partners.BDEWAgreement+"\n"), 0o600)
 	d, err := partners.Load(pdir)
 	if err != nil {
 		t.Fatal(err)
@@ -49,11 +54,19 @@ func TestSendAS4BDEW(t *testing.T) {
 		t.Fatal(err)
 	}
 	ep, err := endpoint.New(endpoint.Config{Partners: d, Keys: []xmlenc.KeyPair{sig, enc}, Pipeline: pl,
-		PartyID: gw.ID, PartyType: partners.PartyTypeGLN, Log: slog.New(slog.DiscardHandler)})
+		PartyID: gw.ID, PartyType: partners.PartyTypeGLN, Log: slog.New(slog.DiscardHandler),
+		ClientCertHeader: "X-SSL-Client-Cert", TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(ep)
+	// The profile requires mutual TLS, which Go's TLS cannot do with
+	// brainpool certificates: a TLS-terminating proxy in front of the
+	// endpoint forwards the partner's verified TLS certificate.
+	proxied := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set("X-SSL-Client-Cert", base64.StdEncoding.EncodeToString(sw.TLS.Cert.Raw))
+		ep.ServeHTTP(w, r)
+	})
+	srv := httptest.NewServer(proxied)
 	defer srv.Close()
 
 	edi := filepath.Join(t.TempDir(), "utilmd.edi")
