@@ -1,4 +1,4 @@
-module gateway
+module github.com/edigateway/gateway
 
 go 1.26.8
 

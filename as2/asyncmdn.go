@@ -8,10 +8,10 @@ import (
 	"net/url"
 	"time"
 
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/outbox"
-	"gateway/partners"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/outbox"
+	"github.com/edigateway/gateway/partners"
 )
 
 // decideAsync follows the Receipt-Delivery-Option of a partner without

@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as2client"
-	"gateway/cms"
-	"gateway/dedup"
-	"gateway/exchange"
-	"gateway/mdn"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/mdn"
 )
 
 // expectMDN parses a sync MDN response and checks its disposition.

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"gateway/as2client"
+	"github.com/edigateway/gateway/as2client"
 )
 
 // BenchmarkEndpointSignedEncrypted10KB posts 10 KB signed (sha256) and

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"gateway/audit"
-	"gateway/internal/testpki"
-	"gateway/mdn"
-	"gateway/trust/trusttest"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/internal/testpki"
+	"github.com/edigateway/gateway/mdn"
+	"github.com/edigateway/gateway/trust/trusttest"
 )
 
 // trust: ca partners: the signer chains to the partner's CA (intermediate

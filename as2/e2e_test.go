@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"testing"
 
-	"gateway/as2client"
-	"gateway/mdn"
-	"gateway/smime"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/mdn"
+	"github.com/edigateway/gateway/smime"
 )
 
 // TestSenderMatrix sends every combination of signing, encryption,

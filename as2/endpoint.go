@@ -27,16 +27,16 @@ import (
 	"strings"
 	"time"
 
-	"gateway/audit"
-	"gateway/cms"
-	"gateway/dedup"
-	"gateway/exchange"
-	"gateway/limits"
-	"gateway/mdn"
-	"gateway/outbox"
-	"gateway/partners"
-	"gateway/smime"
-	"gateway/trust"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/limits"
+	"github.com/edigateway/gateway/mdn"
+	"github.com/edigateway/gateway/outbox"
+	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/smime"
+	"github.com/edigateway/gateway/trust"
 )
 
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is zero.

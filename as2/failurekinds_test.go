@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/exchange"
-	"gateway/mdn"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/mdn"
 )
 
 // TestEveryFailureKindHasAnMDN: every exchange.FailureKind gets a negative

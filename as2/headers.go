@@ -7,7 +7,7 @@ import (
 	"net/url"
 	"strings"
 
-	"gateway/cms"
+	"github.com/edigateway/gateway/cms"
 )
 
 // ErrBadRequest is wrapped by header errors that make a request no AS2

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/mdn"
+	"github.com/edigateway/gateway/mdn"
 )
 
 func TestParseAS2Name(t *testing.T) {

@@ -16,17 +16,17 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as2client"
-	"gateway/audit"
-	"gateway/cms"
-	"gateway/dedup"
-	"gateway/exchange"
-	"gateway/inbox"
-	"gateway/internal/testpki"
-	"gateway/mdn"
-	"gateway/outbox"
-	"gateway/partners"
-	"gateway/store/sqlitestore"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/inbox"
+	"github.com/edigateway/gateway/internal/testpki"
+	"github.com/edigateway/gateway/mdn"
+	"github.com/edigateway/gateway/outbox"
+	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/store/sqlitestore"
 )
 
 // Test identities: the gateway's two key pairs (rollover) and the partner's

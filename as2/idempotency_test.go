@@ -5,8 +5,8 @@ import (
 	"sync"
 	"testing"
 
-	"gateway/exchange"
-	"gateway/mdn"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/mdn"
 )
 
 // Through the real endpoint: a retransmission after a handler failure sees

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"gateway/cms"
-	"gateway/internal/interop"
-	"gateway/mdn"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/interop"
+	"github.com/edigateway/gateway/mdn"
 )
 
 // capture is an AS2 request stored by the origin library: LF header lines,

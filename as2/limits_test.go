@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/internal/testbomb"
-	"gateway/mdn"
+	"github.com/edigateway/gateway/internal/testbomb"
+	"github.com/edigateway/gateway/mdn"
 )
 
 // TestNestedCompressionBombIsRefused: the request (two nested zlib

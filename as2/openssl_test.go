@@ -15,8 +15,8 @@ import (
 	"sync"
 	"testing"
 
-	"gateway/as2client"
-	"gateway/mdn"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/mdn"
 )
 
 var (

@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"gateway/dedup/deduptest"
-	"gateway/exchange"
-	"gateway/mdn"
+	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/mdn"
 )
 
 // TestRetransmissionAfterStoreOutage: the store goes down while the handler

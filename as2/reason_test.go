@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/mdn"
+	"github.com/edigateway/gateway/mdn"
 )
 
 // A signer whose certificate has expired gets authentication-failed naming

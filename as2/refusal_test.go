@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/as2client"
-	"gateway/audit"
-	"gateway/mdn"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/mdn"
 )
 
 // incidentRE matches an incident reference (exchange.NewIncident).

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as2client"
-	"gateway/exchange"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/exchange"
 )
 
 // TestInFlightRetryAfterEstimate: a delivery that finds its Message-ID in

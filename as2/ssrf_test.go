@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as2client"
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/mdn"
-	"gateway/outbox"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/mdn"
+	"github.com/edigateway/gateway/outbox"
 )
 
 // internalService stands for something on the gateway's loopback or

@@ -8,9 +8,9 @@ import (
 	"io"
 	"os"
 
-	"gateway/exchange"
-	"gateway/limits"
-	"gateway/smime"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/limits"
+	"github.com/edigateway/gateway/smime"
 )
 
 // layerFiles are the files a streamed unwrap writes its layers to

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"time"
 
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/trust"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/trust"
 )
 
 // trustRun is the outcome of the CA trust check of one message's signer

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/internal/testpki"
-	"gateway/mdn"
+	"github.com/edigateway/gateway/internal/testpki"
+	"github.com/edigateway/gateway/mdn"
 )
 
 // A signer whose certificate is not yet valid at the endpoint's clock gets

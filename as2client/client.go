@@ -23,9 +23,9 @@ import (
 	"strings"
 	"time"
 
-	"gateway/cms"
-	"gateway/mdn"
-	"gateway/smime"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/mdn"
+	"github.com/edigateway/gateway/smime"
 )
 
 // MDNMode says which MDN the sender asks for.

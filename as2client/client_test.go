@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"gateway/cms"
-	"gateway/mdn"
-	"gateway/smime"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/mdn"
+	"github.com/edigateway/gateway/smime"
 )
 
 var (

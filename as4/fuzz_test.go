@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"gateway/internal/interop"
+	"github.com/edigateway/gateway/internal/interop"
 )
 
 // interopSeeds returns the AS4 interop files when they are present, without

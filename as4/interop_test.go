@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/internal/interop"
+	"github.com/edigateway/gateway/internal/interop"
 )
 
 // holodeckContentType is the Content-Type the origin's unit test uses for

@@ -13,9 +13,9 @@ import (
 
 	"github.com/beevik/etree"
 
-	glimits "gateway/limits"
+	glimits "github.com/edigateway/gateway/limits"
 
-	"gateway/internal/base64body"
+	"github.com/edigateway/gateway/internal/base64body"
 )
 
 // Default limits, used for every zero field of Limits.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/limits"
+	"github.com/edigateway/gateway/limits"
 )
 
 // Payload is a PartInfo resolved to the message content it names.

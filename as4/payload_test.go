@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"testing"
 
-	"gateway/internal/testbomb"
+	"github.com/edigateway/gateway/internal/testbomb"
 )
 
 func TestDecompress(t *testing.T) {

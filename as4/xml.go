@@ -10,7 +10,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/wssec"
+	"github.com/edigateway/gateway/wssec"
 )
 
 // Namespace URIs used by AS4 messages.

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/audit"
-	"gateway/audit/audittest"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/audit/audittest"
 )
 
 func TestMemoryReader(t *testing.T) { audittest.ExerciseReader(t, &audit.Memory{}) }

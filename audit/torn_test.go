@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"testing"
 
-	"gateway/audit"
+	"github.com/edigateway/gateway/audit"
 )
 
 // TestJSONFileFullDiskKernel runs the sink in a child process whose file

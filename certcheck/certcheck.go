@@ -12,9 +12,9 @@ import (
 	"sort"
 	"time"
 
-	"gateway/config"
-	"gateway/keyfile"
-	"gateway/partners"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/keyfile"
+	"github.com/edigateway/gateway/partners"
 )
 
 // DefaultWarning is how long before expiry a certificate is warned about

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"gateway/config"
-	"gateway/internal/testpki"
-	"gateway/partners"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/testpki"
+	"github.com/edigateway/gateway/partners"
 )
 
 var now = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)

@@ -5,8 +5,8 @@ import (
 	"runtime"
 	"testing"
 
-	"gateway/internal/testbomb"
-	"gateway/limits"
+	"github.com/edigateway/gateway/internal/testbomb"
+	"github.com/edigateway/gateway/limits"
 )
 
 // allocated returns the bytes f allocated on the heap.

@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 
-	"gateway/limits"
+	"github.com/edigateway/gateway/limits"
 )
 
 // DefaultDecompressLimit is the decompressed size Decompress allows when the

@@ -12,7 +12,7 @@ import (
 
 	"github.com/smallstep/pkcs7"
 
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 // testContent is binary on purpose: CR, LF, NUL and high bytes must survive

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/internal/interop"
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/internal/interop"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 type certOpts struct {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/internal/interop"
+	"github.com/edigateway/gateway/internal/interop"
 )
 
 var boundaryRE = regexp.MustCompile(`boundary="([^"]+)"`)

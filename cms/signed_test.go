@@ -12,7 +12,7 @@ import (
 
 	"github.com/smallstep/pkcs7"
 
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 var testNow = time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)

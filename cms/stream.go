@@ -13,7 +13,7 @@ import (
 	"io"
 	"time"
 
-	"gateway/limits"
+	"github.com/edigateway/gateway/limits"
 )
 
 // VerifyDetachedStream is VerifyDetached over content read from a stream:

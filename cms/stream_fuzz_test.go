@@ -5,7 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/asn1"
 
-	"gateway/limits"
+	"github.com/edigateway/gateway/limits"
 	"testing"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"crypto/x509"
 
-	"gateway/internal/interop"
-	"gateway/limits"
+	"github.com/edigateway/gateway/internal/interop"
+	"github.com/edigateway/gateway/limits"
 )
 
 // memSink is a Sink in memory.

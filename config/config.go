@@ -18,7 +18,7 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 
-	"gateway/keyfile"
+	"github.com/edigateway/gateway/keyfile"
 )
 
 // Config is the gateway's configuration.

@@ -24,12 +24,12 @@ import (
 	"strings"
 	"time"
 
-	"gateway/audit"
-	"gateway/certcheck"
-	"gateway/dedup"
-	"gateway/inbox"
-	"gateway/outbox"
-	"gateway/partners"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/certcheck"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/inbox"
+	"github.com/edigateway/gateway/outbox"
+	"github.com/edigateway/gateway/partners"
 )
 
 //go:embed templates/*.html static/*

@@ -17,12 +17,12 @@ import (
 	"testing"
 	"time"
 
-	"gateway/audit"
-	"gateway/certcheck"
-	"gateway/dedup"
-	"gateway/exchange"
-	"gateway/outbox"
-	"gateway/partners"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/certcheck"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/outbox"
+	"github.com/edigateway/gateway/partners"
 )
 
 type fixture struct {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"gateway/audit"
+	"github.com/edigateway/gateway/audit"
 )
 
 // Delivery is one exchange of a message as the audit shows it: the records

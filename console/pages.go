@@ -14,12 +14,12 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"gateway/audit"
-	"gateway/certcheck"
-	"gateway/dedup"
-	"gateway/exchange"
-	"gateway/inbox"
-	"gateway/outbox"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/certcheck"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/inbox"
+	"github.com/edigateway/gateway/outbox"
 )
 
 var funcs = template.FuncMap{

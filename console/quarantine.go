@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"gateway/audit"
-	"gateway/dedup"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // The quarantine directory holds <partner>/<key16>-<sha16>.payload with a

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/dedup"
-	"gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/dedup/deduptest"
 )
 
 func TestMemoryStoreContract(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"gateway/exchange"
+	"github.com/edigateway/gateway/exchange"
 )
 
 // ExecConfig configures an exec handler.

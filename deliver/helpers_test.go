@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"gateway/dedup"
-	"gateway/exchange"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
 )
 
 func testPayload(name, ct, body string) exchange.Payload {

@@ -13,7 +13,7 @@ import (
 	"os"
 	"time"
 
-	"gateway/exchange"
+	"github.com/edigateway/gateway/exchange"
 )
 
 // HTTPConfig configures an HTTP handler.

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/exchange"
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 type seenRequest struct {

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"gateway/exchange"
+	"github.com/edigateway/gateway/exchange"
 )
 
 // Field is one metadata value of a payload, with its HTTP header and

@@ -8,7 +8,7 @@ import (
 	"mime"
 	"strings"
 
-	"gateway/exchange"
+	"github.com/edigateway/gateway/exchange"
 )
 
 // Match selects messages for a route. Every field is a glob (* any run of

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/exchange"
+	"github.com/edigateway/gateway/exchange"
 )
 
 type named string

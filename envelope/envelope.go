@@ -22,7 +22,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"gateway/dedup"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // Standard names, the values of Interchange.Standard.

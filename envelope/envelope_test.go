@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/dedup"
-	"gateway/internal/interop"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/internal/interop"
 )
 
 const (

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"gateway/dedup"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // DefaultMaxPendingAbandons bounds the failed abandons a pipeline keeps for

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/dedup/deduptest"
-	"gateway/store/pgstore"
-	"gateway/store/pgstore/pgtest"
-	"gateway/store/sqlitestore"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/store/pgstore"
+	"github.com/edigateway/gateway/store/pgstore/pgtest"
+	"github.com/edigateway/gateway/store/sqlitestore"
 )
 
 // storeLedger is a store that is also the ledger, as every real one is.

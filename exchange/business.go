@@ -12,9 +12,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/envelope"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/envelope"
 )
 
 // DefaultMaxEnvelopeBytes bounds how much of a payload is read to find its

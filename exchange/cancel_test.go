@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/dedup"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // ctxStore behaves like the SQL stores: a cancelled context fails every

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"gateway/dedup"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // keyLog records the idempotency keys every handler run saw.

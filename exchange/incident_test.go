@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/audit"
+	"github.com/edigateway/gateway/audit"
 )
 
 var incidentRE = regexp.MustCompile(`^GW-[0-9A-HJKMNP-TV-Z]{6}$`)

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"time"
 
-	"gateway/dedup"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // Protocol names the transport a message arrived on.

@@ -1,6 +1,6 @@
 package exchange
 
-import "gateway/dedup"
+import "github.com/edigateway/gateway/dedup"
 
 // PayloadInterchange returns the business interchange found in payload i of
 // m (matched by the payload's idempotency key, which is its interchange key

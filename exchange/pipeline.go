@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"gateway/audit"
-	"gateway/dedup"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // Replies builds one protocol's replies for one inbound message. The

@@ -8,8 +8,8 @@ import (
 	"runtime/debug"
 	"time"
 
-	"gateway/audit"
-	"gateway/dedup"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // Tx is the store's open transaction given to a TxHandler: SQLTx() on

@@ -13,11 +13,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/store/pgstore"
-	"gateway/store/pgstore/pgtest"
-	"gateway/store/sqlitestore"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/store/pgstore"
+	"github.com/edigateway/gateway/store/pgstore/pgtest"
+	"github.com/edigateway/gateway/store/sqlitestore"
 )
 
 // txStore is what the transactional tests need of a SQL store.

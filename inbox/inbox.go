@@ -28,7 +28,7 @@ import (
 	"strings"
 	"time"
 
-	"gateway/exchange"
+	"github.com/edigateway/gateway/exchange"
 )
 
 // SidecarSuffix ends the name of every payload's metadata file. A sender's

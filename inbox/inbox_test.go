@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/dedup"
-	"gateway/exchange"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
 )
 
 func msg(payloads ...exchange.Payload) *exchange.Message {

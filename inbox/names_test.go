@@ -10,8 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"gateway/dedup"
-	"gateway/exchange"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
 )
 
 // checkName asserts the properties every generated name must have.

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"gateway/exchange"
+	"github.com/edigateway/gateway/exchange"
 )
 
 // TableName is the table the "table" handler writes, in the gateway's own

@@ -19,7 +19,7 @@ import (
 	"math/big"
 	"unicode/utf16"
 
-	"gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/brainpool"
 )
 
 // certOnlyPKCS12 reads the certificates of a PKCS#12 file without a

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 // FuzzPKCS12 feeds arbitrary bytes to the PKCS#12 readers (certificate

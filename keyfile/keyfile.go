@@ -20,7 +20,7 @@ import (
 
 	"software.sslmate.com/src/go-pkcs12"
 
-	"gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/brainpool"
 )
 
 // What can be wrong with a file.

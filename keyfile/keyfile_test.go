@@ -12,8 +12,8 @@ import (
 
 	"software.sslmate.com/src/go-pkcs12"
 
-	"gateway/internal/interop"
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/internal/interop"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 // openssl runs the openssl command line tool (the tests generate vendor

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"strings"
 
-	"gateway/dedup"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // Report is the content of an AS2 MDN.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/smallstep/pkcs7"
 
-	"gateway/internal/interop"
+	"github.com/edigateway/gateway/internal/interop"
 )
 
 // pkcs7Verify verifies a detached CMS signature over content with the

@@ -6,7 +6,7 @@ import (
 	"mime"
 	"strings"
 
-	"gateway/smime"
+	"github.com/edigateway/gateway/smime"
 )
 
 // This file holds what MDN parsing needs beyond package smime, whose

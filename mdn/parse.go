@@ -8,7 +8,7 @@ import (
 	"net/textproto"
 	"strings"
 
-	"gateway/smime"
+	"github.com/edigateway/gateway/smime"
 )
 
 // Errors callers branch on. Parse errors wrap ErrMalformed; Verify errors

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"gateway/audit"
+	"github.com/edigateway/gateway/audit"
 )
 
 // Dispatcher defaults.

@@ -3,8 +3,8 @@ package outbox_test
 import (
 	"testing"
 
-	"gateway/dedup/deduptest"
-	"gateway/outbox"
+	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/outbox"
 )
 
 // TestMemoryConformance runs the outbox contract kit against the memory outbox.

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"gateway/audit"
+	"github.com/edigateway/gateway/audit"
 )
 
 func TestNonPublic(t *testing.T) {

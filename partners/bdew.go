@@ -9,7 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/brainpool"
 )
 
 // ProfileBDEW is the as4.profile value of the BDEW AS4 profile (German

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/internal/brainpool/bptest"
+	"github.com/edigateway/gateway/internal/brainpool/bptest"
 )
 
 func bdewPartner(extra string) string {

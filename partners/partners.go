@@ -18,8 +18,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"gateway/keyfile"
-	"gateway/trust"
+	"github.com/edigateway/gateway/keyfile"
+	"github.com/edigateway/gateway/trust"
 )
 
 // Duration is a time.Duration written in YAML as "168h", "30m", "7d" or "0".

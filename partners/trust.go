@@ -6,8 +6,8 @@ import (
 	"net/url"
 	"strings"
 
-	"gateway/keyfile"
-	"gateway/trust"
+	"github.com/edigateway/gateway/keyfile"
+	"github.com/edigateway/gateway/trust"
 )
 
 // Trust is the trust model of an AS2 or AS4 agreement (inlined in both).

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/trust"
+	"github.com/edigateway/gateway/trust"
 )
 
 const caPartner = `id: globex

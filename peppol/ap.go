@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"gateway/trust"
+	"github.com/edigateway/gateway/trust"
 )
 
 // Error codes of refusals (besides CodeNotServiced).

@@ -12,7 +12,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/as4"
+	"github.com/edigateway/gateway/as4"
 )
 
 // NSExcC14N is the exclusive canonicalisation namespace, which also names

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"gateway/as4"
-	"gateway/internal/interop"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/internal/interop"
 )
 
 func FuzzParseReceipt(f *testing.F) {

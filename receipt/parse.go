@@ -10,7 +10,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/as4"
+	"github.com/edigateway/gateway/as4"
 )
 
 // ErrNotReceipt reports a signal message that is neither a receipt nor an

@@ -11,8 +11,8 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/as4"
-	"gateway/internal/interop"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/internal/interop"
 )
 
 const (

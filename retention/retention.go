@@ -13,9 +13,9 @@ import (
 	"sort"
 	"time"
 
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/partners"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/partners"
 )
 
 // Purger removes expired rows. Interchanges are archived as gzipped JSON

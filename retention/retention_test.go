@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/audit"
-	"gateway/dedup"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
 )
 
 type clock struct {

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as2client"
-	"gateway/cms"
-	"gateway/dedup/deduptest"
-	"gateway/exchange"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/exchange"
 )
 
 // TestServeRetriesFailedAbandons: the store goes down while the handler

@@ -18,8 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"gateway/outbox"
-	"gateway/store/pgstore/pgtest"
+	"github.com/edigateway/gateway/outbox"
+	"github.com/edigateway/gateway/store/pgstore/pgtest"
 )
 
 // serveBoth runs s on two loopback listeners and returns their base URLs.

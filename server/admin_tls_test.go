@@ -24,8 +24,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/audit"
-	"gateway/outbox"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/outbox"
 )
 
 // selfSigned writes a self-signed ECDSA certificate and key for 127.0.0.1

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/outbox"
+	"github.com/edigateway/gateway/outbox"
 )
 
 // The served gateway's dispatcher checks every queued async MDN against the

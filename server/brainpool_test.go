@@ -4,9 +4,9 @@ import (
 	"log/slog"
 	"testing"
 
-	"gateway/config"
-	"gateway/internal/brainpool"
-	"gateway/internal/brainpool/bptest"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/brainpool/bptest"
 )
 
 // A BDEW identity's brainpoolP256r1 signing and encryption keys, as openssl

@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	"gateway/certcheck"
-	"gateway/config"
-	"gateway/partners"
+	"github.com/edigateway/gateway/certcheck"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/partners"
 )
 
 // certCheckInterval is how often serve repeats the certificate checks.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 type syncBuffer struct {

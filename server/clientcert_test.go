@@ -14,11 +14,11 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/as4/endpoint"
-	"gateway/partners"
-	"gateway/receipt"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/as4/endpoint"
+	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/receipt"
 )
 
 type headerRT struct{ name, value string }

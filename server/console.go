@@ -13,12 +13,12 @@ import (
 	"strings"
 	"time"
 
-	"gateway/audit"
-	"gateway/certcheck"
-	"gateway/console"
-	"gateway/dedup"
-	"gateway/exchange"
-	"gateway/partners"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/certcheck"
+	"github.com/edigateway/gateway/console"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/partners"
 )
 
 // consoleHandler is the operator console (package console) over this

@@ -9,9 +9,9 @@ import (
 	"os"
 	"os/signal"
 
-	"gateway/config"
-	"gateway/exchange"
-	"gateway/server"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/server"
 )
 
 // A program that embeds the gateway with its own business handler: every

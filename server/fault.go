@@ -11,7 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"gateway/exchange"
+	"github.com/edigateway/gateway/exchange"
 )
 
 // Fault injection for crash tests, by environment variable (never set in

@@ -5,10 +5,10 @@ import (
 	"log/slog"
 	"os"
 
-	"gateway/config"
-	"gateway/deliver"
-	"gateway/exchange"
-	"gateway/inbox"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/deliver"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/inbox"
 )
 
 // buildHandler builds the business handler from the configuration: one

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/config"
-	"gateway/deliver"
-	"gateway/exchange"
-	"gateway/inbox"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/deliver"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/inbox"
 )
 
 // A route that cannot work stops the start, naming the route.

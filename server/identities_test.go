@@ -12,11 +12,11 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/as2client"
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/config"
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 // Two local identities through the real HTTP server: GW / urn:gw (the

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/config"
+	"github.com/edigateway/gateway/config"
 )
 
 // as2Head and as4Head are request heads from the demo partner.

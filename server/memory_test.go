@@ -22,13 +22,13 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as2client"
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/as4/endpoint"
-	"gateway/cms"
-	"gateway/config"
-	"gateway/internal/testbomb"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/as4/endpoint"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/testbomb"
 )
 
 // The memory test runs the real HTTP endpoints and measures, for each

@@ -6,11 +6,11 @@ import (
 	"net/http"
 	"time"
 
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/exchange"
-	"gateway/metrics"
-	"gateway/outbox"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/metrics"
+	"github.com/edigateway/gateway/outbox"
 )
 
 // The metrics are derived around the pipeline, not inside it: message

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/internal/testpki"
-	"gateway/trust/trusttest"
+	"github.com/edigateway/gateway/internal/testpki"
+	"github.com/edigateway/gateway/trust/trusttest"
 )
 
 // peppol.enabled wires a Peppol access point into the AS4 endpoint; an

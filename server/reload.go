@@ -13,9 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"gateway/certcheck"
-	"gateway/config"
-	"gateway/partners"
+	"github.com/edigateway/gateway/certcheck"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/partners"
 )
 
 // Snapshot is one immutable state of what a reload replaces: the partner

@@ -15,12 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as2client"
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/config"
-	"gateway/exchange"
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 // reloadFixture is a gateway configured from files in a temporary

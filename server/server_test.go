@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/config"
+	"github.com/edigateway/gateway/config"
 )
 
 func demoConfig(t *testing.T) *config.Config {

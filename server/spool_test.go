@@ -15,11 +15,11 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/as2client"
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/cms"
-	"gateway/exchange"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/exchange"
 )
 
 // spoolFiles lists the regular files under dir except the areas' lock files.

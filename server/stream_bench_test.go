@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"gateway/cms"
-	"gateway/config"
-	"gateway/exchange"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/exchange"
 )
 
 // TestStreamThroughputReport (GATEWAY_STREAMBENCH=1, scripts/streambench.sh)

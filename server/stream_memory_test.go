@@ -19,11 +19,11 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as2client"
-	"gateway/cms"
-	"gateway/config"
-	"gateway/exchange"
-	"gateway/smime"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/smime"
 )
 
 // seededText is n bytes of EDI-like text from a seeded PRNG (compressible

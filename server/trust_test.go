@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/config"
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 // Our own expired certificate, or a short RSA key, is refused at start

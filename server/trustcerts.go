@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"gateway/certcheck"
-	"gateway/config"
-	"gateway/partners"
-	"gateway/trust"
+	"github.com/edigateway/gateway/certcheck"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/trust"
 )
 
 // trustCerts lists the CA certificates of trust: ca agreements and the

@@ -6,8 +6,8 @@ import (
 	"runtime"
 	"testing"
 
-	"gateway/cms"
-	"gateway/internal/testbomb"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/testbomb"
 )
 
 func allocated(f func()) uint64 {

@@ -12,7 +12,7 @@ import (
 	"mime"
 	"strings"
 
-	"gateway/cms"
+	"github.com/edigateway/gateway/cms"
 )
 
 // Compression selects whether and where Build compresses (RFC 5402).

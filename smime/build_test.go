@@ -11,7 +11,7 @@ import (
 	"slices"
 	"testing"
 
-	"gateway/cms"
+	"github.com/edigateway/gateway/cms"
 )
 
 func testPayload() []byte {

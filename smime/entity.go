@@ -16,7 +16,7 @@ import (
 	"net/http"
 	"strings"
 
-	"gateway/internal/base64body"
+	"github.com/edigateway/gateway/internal/base64body"
 )
 
 // ErrMalformedMIME is wrapped by every error about MIME syntax: header

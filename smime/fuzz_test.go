@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/cms"
+	"github.com/edigateway/gateway/cms"
 )
 
 // optionalInterop returns an interop file for seeding, or nil when the

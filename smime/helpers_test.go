@@ -8,9 +8,9 @@ import (
 	"os/exec"
 	"testing"
 
-	"gateway/cms"
-	"gateway/internal/interop"
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/interop"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 // newKeyPair makes a self-signed certificate for test key i.

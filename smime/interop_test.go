@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/cms"
-	"gateway/internal/interop"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/interop"
 )
 
 const (

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"gateway/cms"
+	"github.com/edigateway/gateway/cms"
 )
 
 // MIC returns the base64 message integrity check of the message for the

@@ -3,7 +3,7 @@ package smime
 import (
 	"testing"
 
-	"gateway/cms"
+	"github.com/edigateway/gateway/cms"
 )
 
 // RFC 5402 §4: the MIC of an unsigned message is taken over the uncompressed

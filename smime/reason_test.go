@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/cms"
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 // An expired signer certificate is the reason a message is refused whether

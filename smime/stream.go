@@ -11,9 +11,9 @@ import (
 	"os"
 	"strings"
 
-	"gateway/cms"
-	"gateway/internal/base64body"
-	"gateway/limits"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/base64body"
+	"github.com/edigateway/gateway/limits"
 )
 
 // ErrNotStreamable is returned by UnwrapStream for a message it cannot

@@ -10,8 +10,8 @@ import (
 	"slices"
 	"testing"
 
-	"gateway/cms"
-	"gateway/internal/interop"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/interop"
 )
 
 // streamBoth unwraps the entity in memory and as a stream and fails the

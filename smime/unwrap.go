@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"gateway/cms"
-	"gateway/limits"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/limits"
 )
 
 // Layer names reported in Result.Layers, outermost first.

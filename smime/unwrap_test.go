@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/cms"
+	"github.com/edigateway/gateway/cms"
 )
 
 func wrapCMS(t testing.TB, smimeType string, der []byte) []byte {

@@ -17,11 +17,11 @@ import (
 	"net/url"
 	"strings"
 
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/outbox"
-	"gateway/store/pgstore"
-	"gateway/store/sqlitestore"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/outbox"
+	"github.com/edigateway/gateway/store/pgstore"
+	"github.com/edigateway/gateway/store/sqlitestore"
 )
 
 // Backend is everything the gateway keeps in its database: the transport

@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/dedup/deduptest"
-	"gateway/outbox"
-	"gateway/store"
-	"gateway/store/pgstore"
-	"gateway/store/pgstore/pgtest"
-	"gateway/store/sqlitestore"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/outbox"
+	"github.com/edigateway/gateway/store"
+	"github.com/edigateway/gateway/store/pgstore"
+	"github.com/edigateway/gateway/store/pgstore/pgtest"
+	"github.com/edigateway/gateway/store/sqlitestore"
 )
 
 func TestMemoryBackendContract(t *testing.T) {

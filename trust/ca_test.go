@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/trust"
-	"gateway/trust/trusttest"
+	"github.com/edigateway/gateway/trust"
+	"github.com/edigateway/gateway/trust/trusttest"
 )
 
 type pki struct {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/trust/trusttest"
+	"github.com/edigateway/gateway/trust/trusttest"
 
 	"golang.org/x/crypto/ocsp"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 func TestCheckSignerValidityAndKeySize(t *testing.T) {

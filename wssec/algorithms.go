@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"math/big"
 
-	"gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/brainpool"
 
 	// Register the hash functions used by the algorithm tables.
 	_ "crypto/sha1"

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/internal/brainpool"
-	"gateway/internal/brainpool/bptest"
+	"github.com/edigateway/gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/brainpool/bptest"
 )
 
 // BDEW AS4: ECDSA-SHA256 on brainpoolP256r1 with an X509PKIPathv1 token, signed

@@ -8,7 +8,7 @@ import (
 	dsig "github.com/russellhaering/goxmldsig"
 	"github.com/russellhaering/goxmldsig/etreeutils"
 
-	"gateway/internal/interop"
+	"github.com/edigateway/gateway/internal/interop"
 )
 
 func etreeDoc(t testing.TB, s string) *etree.Document {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/internal/interop"
+	"github.com/edigateway/gateway/internal/interop"
 )
 
 // helgerEnvelope returns the SOAP envelope of helger.as4in: the HTTP response

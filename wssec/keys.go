@@ -12,7 +12,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/brainpool"
 )
 
 // ResolveSigner identifies the signer certificate from the ds:KeyInfo of the

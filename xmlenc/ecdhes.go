@@ -11,7 +11,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/brainpool"
 )
 
 // ConcatKDF is the single-step key derivation of NIST SP 800-56A rev. 3

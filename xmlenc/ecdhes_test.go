@@ -16,8 +16,8 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/internal/brainpool"
-	"gateway/internal/brainpool/bptest"
+	"github.com/edigateway/gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/brainpool/bptest"
 )
 
 // RFC 7518 Appendix C: the JWE ECDH-ES example derives its key with the

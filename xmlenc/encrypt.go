@@ -19,7 +19,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/brainpool"
 )
 
 // KeyReference selects how the EncryptedKey names the recipient certificate.

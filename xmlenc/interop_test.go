@@ -20,7 +20,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/internal/interop"
+	"github.com/edigateway/gateway/internal/interop"
 )
 
 const holodeckBoundary = "MIMEBoundary_416ba07b9ac392cc88fdb1c2ed23ba5e2e6d64fdf13325f1"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/brainpool"
 )
 
 // KeyPair is one of our decryption keys with its certificate. Key is an

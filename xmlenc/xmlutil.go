@@ -8,7 +8,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/wssec"
+	"github.com/edigateway/gateway/wssec"
 )
 
 // is reports whether e is the element {ns}local. Namespaces are resolved

@@ -41,11 +41,11 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/as4"
-	"gateway/receipt"
-	"gateway/trust"
-	"gateway/wssec"
-	"gateway/xmlenc"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/receipt"
+	"github.com/edigateway/gateway/trust"
+	"github.com/edigateway/gateway/wssec"
+	"github.com/edigateway/gateway/xmlenc"
 )
 
 // Default roles of ebMS 3 Core §5.2.2.3.
@@ -182,7 +182,7 @@ func (c *Client) host() string {
 	if c.Host != "" {
 		return c.Host
 	}
-	return "gateway"
+	return "github.com/edigateway/gateway"
 }
 
 func (c *Client) newID() (string, error) {

@@ -16,12 +16,12 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/internal/interop"
-	"gateway/receipt"
-	"gateway/trust"
-	"gateway/wssec"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/internal/interop"
+	"github.com/edigateway/gateway/receipt"
+	"github.com/edigateway/gateway/trust"
+	"github.com/edigateway/gateway/wssec"
 )
 
 // phase4Receipt returns the Content-Type and body of a recorded phase4

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/receipt"
-	"gateway/wssec"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/receipt"
+	"github.com/edigateway/gateway/wssec"
 )
 
 // FuzzVerifyReceipt feeds arbitrary answers to the receipt verifier: it

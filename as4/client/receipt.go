@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"time"
 
-	"gateway/as4"
-	"gateway/receipt"
-	"gateway/trust"
-	"gateway/wssec"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/receipt"
+	"github.com/edigateway/gateway/trust"
+	"github.com/edigateway/gateway/wssec"
 )
 
 // ErrNotCovered reports a verified receipt for our eb:MessageId whose

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/internal/testpki"
-	"gateway/trust"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/internal/testpki"
+	"github.com/edigateway/gateway/trust"
 )
 
 // The client refuses to encrypt to a receiver certificate that is expired

@@ -5,7 +5,7 @@ import (
 	"context"
 	"testing"
 
-	"gateway/as4"
+	"github.com/edigateway/gateway/as4"
 )
 
 // TestAttributeLineBreakInSignedHeader: XML 1.0 §3.3.3 turns a literal line

@@ -5,10 +5,10 @@ import (
 	"crypto/x509"
 	"fmt"
 
-	"gateway/as4"
-	"gateway/internal/brainpool"
-	"gateway/wssec"
-	"gateway/xmlenc"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/internal/brainpool"
+	"github.com/edigateway/gateway/wssec"
+	"github.com/edigateway/gateway/xmlenc"
 )
 
 // BDEWEncryptionAlgorithms are the only encryption algorithms a message of a

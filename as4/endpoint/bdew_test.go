@@ -27,17 +27,17 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/as4/endpoint"
-	"gateway/dedup"
-	"gateway/exchange"
-	"gateway/internal/brainpool"
-	"gateway/internal/brainpool/bptest"
-	"gateway/partners"
-	"gateway/receipt"
-	"gateway/wssec"
-	"gateway/xmlenc"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/as4/endpoint"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/brainpool/bptest"
+	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/receipt"
+	"github.com/edigateway/gateway/wssec"
+	"github.com/edigateway/gateway/xmlenc"
 )
 
 const utilmd = "UNA:+.? 'UNB+UNOC:3+9900000000002:500+9900000000001:500+250101:1200+ICR0001++TL'" +

@@ -18,13 +18,13 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as4/client"
-	"gateway/as4/endpoint"
-	"gateway/dedup"
-	"gateway/exchange"
-	"gateway/inbox"
-	"gateway/store/sqlitestore"
-	"gateway/xmlenc"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/as4/endpoint"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/inbox"
+	"github.com/edigateway/gateway/store/sqlitestore"
+	"github.com/edigateway/gateway/xmlenc"
 )
 
 // benchInterchange is an EDIFACT interchange of exactly size bytes (at

@@ -5,9 +5,9 @@ import (
 	"net/http"
 	"testing"
 
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/internal/testbomb"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/internal/testbomb"
 )
 
 // TestGzipBombRefused: a signed message whose attachment is a 1 GiB gzip

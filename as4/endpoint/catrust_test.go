@@ -13,11 +13,11 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/as4"
+	"github.com/edigateway/gateway/as4"
 
-	"gateway/audit"
-	"gateway/trust/trusttest"
-	"gateway/wssec"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/trust/trusttest"
+	"github.com/edigateway/gateway/wssec"
 )
 
 // trust: ca AS4 partners: the signer (BinarySecurityToken) chains to the

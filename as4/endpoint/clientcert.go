@@ -12,8 +12,8 @@ import (
 	"net/url"
 	"strings"
 
-	"gateway/as4"
-	"gateway/internal/brainpool"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/internal/brainpool"
 )
 
 // maxClientCertHeader bounds the forwarded certificate header.

@@ -86,16 +86,16 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/as4"
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/exchange"
-	"gateway/limits"
-	"gateway/partners"
-	"gateway/peppol"
-	"gateway/trust"
-	"gateway/wssec"
-	"gateway/xmlenc"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/limits"
+	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/peppol"
+	"github.com/edigateway/gateway/trust"
+	"github.com/edigateway/gateway/wssec"
+	"github.com/edigateway/gateway/xmlenc"
 )
 
 // Header names under which the endpoint passes ebMS values to the business

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as4"
-	"gateway/exchange"
-	"gateway/partners"
-	"gateway/xmlenc"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/xmlenc"
 )
 
 // TestEveryFailureKindHasAnEbMSError: every exchange.FailureKind gets a

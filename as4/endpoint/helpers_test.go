@@ -32,16 +32,16 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/as4/endpoint"
-	"gateway/dedup"
-	"gateway/exchange"
-	"gateway/partners"
-	"gateway/peppol"
-	"gateway/receipt"
-	"gateway/store/sqlitestore"
-	"gateway/xmlenc"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/as4/endpoint"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/peppol"
+	"github.com/edigateway/gateway/receipt"
+	"github.com/edigateway/gateway/store/sqlitestore"
+	"github.com/edigateway/gateway/xmlenc"
 )
 
 // Parties of the generated test agreement.

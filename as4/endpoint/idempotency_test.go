@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"gateway/exchange"
+	"github.com/edigateway/gateway/exchange"
 )
 
 // Through the real endpoint: a retransmission after a handler failure sees

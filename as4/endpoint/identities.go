@@ -4,8 +4,8 @@ import (
 	"crypto"
 	"fmt"
 
-	"gateway/as4"
-	"gateway/xmlenc"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/xmlenc"
 )
 
 // Identity is one more party of ours (config identities[]) with its own

@@ -3,7 +3,7 @@ package endpoint
 import (
 	"testing"
 
-	"gateway/as4"
+	"github.com/edigateway/gateway/as4"
 )
 
 // identityFor matches eb:To as P-Mode matching does: an identity without

@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/as4/endpoint"
-	"gateway/dedup"
-	"gateway/internal/interop"
-	"gateway/receipt"
-	"gateway/xmlenc"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/as4/endpoint"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/internal/interop"
+	"github.com/edigateway/gateway/receipt"
+	"github.com/edigateway/gateway/xmlenc"
 )
 
 const (

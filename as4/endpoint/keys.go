@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"os"
 
-	"gateway/internal/brainpool"
-	"gateway/xmlenc"
+	"github.com/edigateway/gateway/internal/brainpool"
+	"github.com/edigateway/gateway/xmlenc"
 )
 
 // LoadKeyPair reads one of our certificate/key pairs: the first CERTIFICATE

@@ -7,7 +7,7 @@ import (
 
 	"crypto/x509"
 
-	"gateway/as4/endpoint"
+	"github.com/edigateway/gateway/as4/endpoint"
 )
 
 func TestParseKeyPair(t *testing.T) {

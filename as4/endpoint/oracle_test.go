@@ -8,8 +8,8 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/as4"
-	"gateway/xmlenc"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/xmlenc"
 )
 
 // TestCBCIsNoPaddingOracle replays a captured encrypted message with one

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/dedup/deduptest"
 )
 
 // TestRetransmissionAfterStoreOutage: the store goes down while the handler

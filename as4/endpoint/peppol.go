@@ -5,10 +5,10 @@ import (
 	"io"
 	"time"
 
-	"gateway/as4"
-	"gateway/exchange"
-	"gateway/partners"
-	"gateway/peppol"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/peppol"
 )
 
 // PeppolPartnerID is the partner id of messages received in Peppol AP mode

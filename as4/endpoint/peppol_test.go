@@ -12,12 +12,12 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/peppol"
-	"gateway/trust"
-	"gateway/trust/trusttest"
-	"gateway/wssec"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/peppol"
+	"github.com/edigateway/gateway/trust"
+	"github.com/edigateway/gateway/trust/trusttest"
+	"github.com/edigateway/gateway/wssec"
 )
 
 const (

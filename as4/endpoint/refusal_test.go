@@ -13,10 +13,10 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/audit"
-	"gateway/wssec"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/wssec"
 )
 
 // goErrorMarkers are fragments of error texts of Go's standard library and

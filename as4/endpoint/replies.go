@@ -9,11 +9,11 @@ import (
 
 	"github.com/beevik/etree"
 
-	"gateway/as4"
-	"gateway/dedup"
-	"gateway/exchange"
-	"gateway/receipt"
-	"gateway/wssec"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/receipt"
+	"github.com/edigateway/gateway/wssec"
 )
 
 // replies builds the AS4 replies of one verified user message for the

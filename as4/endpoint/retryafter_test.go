@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as4/client"
+	"github.com/edigateway/gateway/as4/client"
 )
 
 // TestInFlightRetryAfterEstimate: a retransmission that finds its

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as4"
+	"github.com/edigateway/gateway/as4"
 )
 
 // A signer whose configured certificate is expired or not yet valid at the

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/audit"
+	"github.com/edigateway/gateway/audit"
 )
 
 // ReadableSink is a sink that can be queried.

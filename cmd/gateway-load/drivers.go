@@ -11,12 +11,12 @@ import (
 	"os"
 	"strings"
 
-	"gateway/as2client"
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/cms"
-	"gateway/mdn"
-	"gateway/xmlenc"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/mdn"
+	"github.com/edigateway/gateway/xmlenc"
 )
 
 // loadIdentity reads the partner's key pair and the gateway's certificate.

@@ -19,7 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"gateway/cms"
+	"github.com/edigateway/gateway/cms"
 )
 
 // answer is what the gateway replied to one transmission, once verified.

@@ -19,11 +19,11 @@ import (
 	"testing"
 	"time"
 
-	"gateway/config"
-	"gateway/dedup"
-	"gateway/envelope"
-	"gateway/inbox"
-	"gateway/server"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/envelope"
+	"github.com/edigateway/gateway/inbox"
+	"github.com/edigateway/gateway/server"
 )
 
 // demoDir is testdata/demo of the repository.

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"gateway/config"
+	"github.com/edigateway/gateway/config"
 )
 
 // TestSQLiteBackupWhileServing takes a VACUUM INTO copy of the SQLite

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 // certCheckFixture writes a gateway config whose identity key is key (its

@@ -15,9 +15,9 @@ import (
 
 	"crypto/x509"
 
-	"gateway/as2client"
-	"gateway/cms"
-	"gateway/inbox"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/inbox"
 )
 
 // TestMain lets the test binary act as the gateway binary: the crash test

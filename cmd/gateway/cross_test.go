@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as2client"
-	"gateway/audit"
-	"gateway/config"
-	"gateway/dedup"
-	"gateway/exchange"
-	"gateway/inbox"
-	"gateway/server"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/inbox"
+	"github.com/edigateway/gateway/server"
 )
 
 // TestSameInterchangeViaAS2AndAS4 sends one EDIFACT interchange through AS2

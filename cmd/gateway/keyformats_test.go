@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 func openssl(t *testing.T, args ...string) {

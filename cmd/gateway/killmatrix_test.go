@@ -22,8 +22,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite"
 
-	"gateway/as2client"
-	"gateway/inbox"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/inbox"
 )
 
 // killMatrixMessages is the number of messages per store and handler.

@@ -22,10 +22,10 @@ import (
 	"syscall"
 	"time"
 
-	"gateway/certcheck"
-	"gateway/config"
-	"gateway/partners"
-	"gateway/server"
+	"github.com/edigateway/gateway/certcheck"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/server"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".

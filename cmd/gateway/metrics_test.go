@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as2client"
-	"gateway/config"
-	"gateway/server"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/server"
 )
 
 // liveGateway is a gateway serving both listeners on loopback ports.

@@ -12,10 +12,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"gateway/audit"
-	"gateway/config"
-	"gateway/partners"
-	"gateway/server"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/server"
 )
 
 // partnersList prints every partner: protocols, ids, certificates with

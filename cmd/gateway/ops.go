@@ -12,12 +12,12 @@ import (
 	"strings"
 	"time"
 
-	"gateway/audit"
-	"gateway/config"
-	"gateway/dedup"
-	"gateway/partners"
-	"gateway/retention"
-	"gateway/store"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/retention"
+	"github.com/edigateway/gateway/store"
 )
 
 // openBackend opens the configured store for an operator command that

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/retention"
-	"gateway/store"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/retention"
+	"github.com/edigateway/gateway/store"
 )
 
 func TestAuditExportAndPurgeOnSQLite(t *testing.T) {

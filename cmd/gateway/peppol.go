@@ -7,8 +7,8 @@ import (
 	"io"
 	"time"
 
-	"gateway/config"
-	"gateway/peppol"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/peppol"
 )
 
 // peppolReport writes the month's OpenPeppol Transaction Statistics Report

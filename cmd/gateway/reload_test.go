@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as2client"
+	"github.com/edigateway/gateway/as2client"
 )
 
 // TestSIGHUPReloadsAndDoesNotExit runs the real binary: SIGHUP reloads the

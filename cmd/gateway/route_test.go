@@ -15,10 +15,10 @@ import (
 	"sync"
 	"testing"
 
-	"gateway/as2client"
-	"gateway/config"
-	"gateway/inbox"
-	"gateway/server"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/inbox"
+	"github.com/edigateway/gateway/server"
 )
 
 // TestRoutedHandlersThroughBothProtocols routes AS2 EDIFACT to the http

@@ -16,12 +16,12 @@ import (
 	"sync"
 	"time"
 
-	"gateway/as2client"
-	"gateway/cms"
-	"gateway/config"
-	"gateway/keyfile"
-	"gateway/partners"
-	"gateway/smime"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/keyfile"
+	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/smime"
 )
 
 const sendUsage = `usage: gateway send -file PATH [-url URL] [options]

@@ -15,14 +15,14 @@ import (
 	"strings"
 	"time"
 
-	"gateway/as4"
-	"gateway/as4/client"
-	"gateway/internal/brainpool"
-	"gateway/keyfile"
-	"gateway/partners"
-	"gateway/receipt"
-	"gateway/wssec"
-	"gateway/xmlenc"
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/internal/brainpool"
+	"github.com/edigateway/gateway/keyfile"
+	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/receipt"
+	"github.com/edigateway/gateway/wssec"
+	"github.com/edigateway/gateway/xmlenc"
 )
 
 const sendAS4Usage = `usage: gateway send-as4 -url URL -key FILE -cert FILE -receipt-cert FILE [-encrypt-cert FILE]

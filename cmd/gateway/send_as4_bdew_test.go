@@ -16,13 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as4/endpoint"
-	"gateway/dedup"
-	"gateway/exchange"
-	"gateway/internal/brainpool/bptest"
-	"gateway/partners"
-	"gateway/wssec"
-	"gateway/xmlenc"
+	"github.com/edigateway/gateway/as4/endpoint"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/brainpool/bptest"
+	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/wssec"
+	"github.com/edigateway/gateway/xmlenc"
 )
 
 // TestSendAS4BDEW sends an EDIFACT file with -profile bdew and brainpool keys

@@ -16,13 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"gateway/as2"
-	"gateway/audit"
-	"gateway/cms"
-	"gateway/dedup"
-	"gateway/exchange"
-	"gateway/outbox"
-	"gateway/partners"
+	"github.com/edigateway/gateway/as2"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/outbox"
+	"github.com/edigateway/gateway/partners"
 )
 
 // demoGateway runs the AS2 endpoint with the demo identity and partners

@@ -15,12 +15,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"gateway/as2client"
-	"gateway/config"
-	"gateway/inbox"
-	"gateway/server"
-	"gateway/store/pgstore"
-	"gateway/store/pgstore/pgtest"
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/inbox"
+	"github.com/edigateway/gateway/server"
+	"github.com/edigateway/gateway/store/pgstore"
+	"github.com/edigateway/gateway/store/pgstore/pgtest"
 )
 
 // pgStoreURL is a postgres:// store URL for a fresh test schema.

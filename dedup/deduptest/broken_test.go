@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"gateway/dedup"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // Deliberately broken stores. Each wraps a correct store (the memory store)

@@ -31,7 +31,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/dedup"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // T is the part of *testing.T the kit uses. Std adapts a *testing.T; tests of

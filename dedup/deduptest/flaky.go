@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"gateway/dedup"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // ErrDown is what a Flaky store answers while down.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/dedup"
-	"gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/dedup/deduptest"
 )
 
 // leaves are the checks of the kit; the recorder must see each of them.

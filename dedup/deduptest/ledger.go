@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/dedup"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // NewLedger returns the ledger a subtest of ExerciseLedger uses, with the

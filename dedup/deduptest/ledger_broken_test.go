@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"gateway/dedup"
-	"gateway/outbox"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/outbox"
 )
 
 // Deliberately broken ledgers and outboxes. Each wraps a correct one (the

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"gateway/dedup"
-	"gateway/dedup/deduptest"
-	"gateway/outbox"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/outbox"
 )
 
 // ledgerLeaves are the checks of the ledger kit.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/outbox"
+	"github.com/edigateway/gateway/outbox"
 )
 
 // NewOutbox returns an empty outbox for one subtest of ExerciseOutbox. Unlike

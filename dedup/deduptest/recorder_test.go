@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/dedup/deduptest"
 )
 
 // recorder is a deduptest.T that records which subtests fail instead of

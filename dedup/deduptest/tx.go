@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/dedup"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // ExerciseTx checks dedup.TxAcceptor against a store implementation

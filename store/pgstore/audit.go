@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"gateway/audit"
+	"github.com/edigateway/gateway/audit"
 )
 
 // AuditSink is a durable audit.Sink writing one row per record to the

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"gateway/audit"
+	"github.com/edigateway/gateway/audit"
 )
 
 // Query implements audit.Reader: the records selected by q in the order

@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"gateway/audit/audittest"
-	"gateway/dedup"
-	"gateway/store/pgstore/pgtest"
+	"github.com/edigateway/gateway/audit/audittest"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/store/pgstore/pgtest"
 )
 
 func TestAuditQuery(t *testing.T) {

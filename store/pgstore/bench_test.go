@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"gateway/dedup"
-	"gateway/dedup/deduptest"
-	"gateway/store/pgstore/pgtest"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/store/pgstore/pgtest"
 )
 
 func benchStore(b *testing.B) (*Store, []dedup.Key) {

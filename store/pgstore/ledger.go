@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"gateway/dedup"
+	"github.com/edigateway/gateway/dedup"
 )
 
 //go:embed migrations/ledger/*.sql

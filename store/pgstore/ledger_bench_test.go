@@ -12,10 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"gateway/dedup"
-	"gateway/dedup/deduptest"
-	"gateway/store/pgstore"
-	"gateway/store/pgstore/pgtest"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/store/pgstore"
+	"github.com/edigateway/gateway/store/pgstore/pgtest"
 )
 
 // benchWindow is the window of the loaded interchanges and of the claims:

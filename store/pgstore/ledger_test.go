@@ -11,11 +11,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"gateway/dedup"
-	"gateway/dedup/deduptest"
-	"gateway/outbox"
-	"gateway/store/pgstore"
-	"gateway/store/pgstore/pgtest"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/outbox"
+	"github.com/edigateway/gateway/store/pgstore"
+	"github.com/edigateway/gateway/store/pgstore/pgtest"
 )
 
 // sharedLedgers gives the ledger kit one schema for a whole top-level test,

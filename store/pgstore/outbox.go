@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"gateway/outbox"
+	"github.com/edigateway/gateway/outbox"
 )
 
 //go:embed migrations/outbox/*.sql

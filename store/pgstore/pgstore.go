@@ -36,9 +36,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/store/internal/migrate"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/store/internal/migrate"
 )
 
 //go:embed migrations/*.sql

@@ -12,11 +12,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/dedup/deduptest"
-	"gateway/store/pgstore"
-	"gateway/store/pgstore/pgtest"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/store/pgstore"
+	"github.com/edigateway/gateway/store/pgstore/pgtest"
 )
 
 func open(t testing.TB, dsn, schema string, opts dedup.Options) *pgstore.Store {

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"gateway/dedup"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // openTx is the transaction of AcceptTx as carried by the callback's ctx.

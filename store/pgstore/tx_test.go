@@ -3,9 +3,9 @@ package pgstore_test
 import (
 	"testing"
 
-	"gateway/dedup"
-	"gateway/dedup/deduptest"
-	"gateway/store/pgstore/pgtest"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/store/pgstore/pgtest"
 )
 
 func TestTxContract(t *testing.T) {

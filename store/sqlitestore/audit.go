@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"time"
 
-	"gateway/audit"
+	"github.com/edigateway/gateway/audit"
 )
 
 // AuditSink is a durable audit.Sink writing one row per record to the

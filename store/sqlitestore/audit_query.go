@@ -4,7 +4,7 @@ import (
 	"context"
 	"strings"
 
-	"gateway/audit"
+	"github.com/edigateway/gateway/audit"
 )
 
 // Query implements audit.Reader: the records selected by q in the order

@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"gateway/audit/audittest"
-	"gateway/dedup"
+	"github.com/edigateway/gateway/audit/audittest"
+	"github.com/edigateway/gateway/dedup"
 )
 
 func TestAuditQuery(t *testing.T) {

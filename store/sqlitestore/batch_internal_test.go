@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/audit"
-	"gateway/dedup"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
 )
 
 func openInternal(t *testing.T) *Store {

@@ -6,10 +6,10 @@ import (
 	"runtime"
 	"testing"
 
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/dedup/deduptest"
-	"gateway/store/sqlitestore"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/store/sqlitestore"
 )
 
 // BenchmarkClaimAccept measures one claim of a new key plus its accept

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"gateway/dedup"
+	"github.com/edigateway/gateway/dedup"
 )
 
 //go:embed migrations/ledger/*.sql

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"gateway/dedup"
-	"gateway/dedup/deduptest"
-	"gateway/outbox"
-	"gateway/store/sqlitestore"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/outbox"
+	"github.com/edigateway/gateway/store/sqlitestore"
 )
 
 // sharedLedgers opens one database file per lease setting for a whole

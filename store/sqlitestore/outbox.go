@@ -12,7 +12,7 @@ import (
 
 	"modernc.org/sqlite"
 
-	"gateway/outbox"
+	"github.com/edigateway/gateway/outbox"
 )
 
 //go:embed migrations/outbox/*.sql

@@ -33,9 +33,9 @@ import (
 
 	"modernc.org/sqlite"
 
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/store/internal/migrate"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/store/internal/migrate"
 )
 
 //go:embed migrations/*.sql

@@ -10,10 +10,10 @@ import (
 	"testing/fstest"
 	"time"
 
-	"gateway/audit"
-	"gateway/dedup"
-	"gateway/dedup/deduptest"
-	"gateway/store/sqlitestore"
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/store/sqlitestore"
 )
 
 func open(t testing.TB, path string, opts dedup.Options, o ...sqlitestore.Option) *sqlitestore.Store {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"gateway/dedup"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // openTx is the transaction of AcceptTx as carried by the callback's ctx.

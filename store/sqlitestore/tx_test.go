@@ -4,8 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"gateway/dedup"
-	"gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/dedup/deduptest"
 )
 
 func TestTxContract(t *testing.T) {

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/internal/testpki"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 // Validity of generated certificates unless a Leaf says otherwise.

@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/brainpool"
 )
 
 // KeyPair is a certificate with its key and the PEM files openssl wrote.
