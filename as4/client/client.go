@@ -182,7 +182,7 @@ func (c *Client) host() string {
 	if c.Host != "" {
 		return c.Host
 	}
-	return "github.com/edigateway/gateway"
+	return "gateway"
 }
 
 func (c *Client) newID() (string, error) {
