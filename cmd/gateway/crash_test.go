@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -58,6 +59,12 @@ func startGateway(t *testing.T, cfg, addr string, extraEnv ...string) *exec.Cmd 
 	for time.Now().Before(deadline) {
 		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
 			resp.Body.Close()
+			return cmd
+		}
+		// A gateway with a fault injected may come up and kill itself
+		// between two polls (the kill matrix's senders are waiting): its
+		// start-up line says it was up.
+		if b, _ := os.ReadFile(logf.Name()); bytes.Contains(b, []byte(`"msg":"gateway listening"`)) {
 			return cmd
 		}
 		time.Sleep(50 * time.Millisecond)
