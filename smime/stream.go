@@ -181,25 +181,7 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 	if opts.NewFile == nil {
 		return nil, errors.New("smime: UnwrapStream needs NewFile")
 	}
-	maxLayers := opts.MaxLayers
-	if maxLayers <= 0 {
-		maxLayers = DefaultMaxLayers
-	}
-	maxSize := opts.MaxSize
-	if maxSize <= 0 {
-		maxSize = DefaultMaxSize
-	}
-	maxRatio := opts.MaxRatio
-	switch {
-	case maxRatio == 0:
-		maxRatio = limits.DefaultMaxCompressionRatio
-	case maxRatio < 0:
-		maxRatio = 0
-	}
-	maxCompressed := opts.MaxCompressedLayers
-	if maxCompressed <= 0 {
-		maxCompressed = limits.DefaultMaxCompressedLayers
-	}
+	maxLayers, maxSize, maxRatio, maxCompressed := opts.layerLimits()
 	var inflated, compressedBase int64
 	compressedLayers := 0
 	res := &StreamResult{}

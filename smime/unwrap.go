@@ -138,6 +138,28 @@ func Unwrap(raw []byte, opts Options) (*Result, error) {
 	return UnwrapEntity(e, opts)
 }
 
+// layerLimits is the options' limits with their defaults: layers, bytes
+// per layer, compression ratio (0: none) and nested compressed layers.
+func (opts Options) layerLimits() (maxLayers int, maxSize int64, maxRatio float64, maxCompressed int) {
+	maxLayers, maxSize, maxRatio, maxCompressed = opts.MaxLayers, opts.MaxSize, opts.MaxRatio, opts.MaxCompressedLayers
+	if maxLayers <= 0 {
+		maxLayers = DefaultMaxLayers
+	}
+	if maxSize <= 0 {
+		maxSize = DefaultMaxSize
+	}
+	switch {
+	case maxRatio == 0:
+		maxRatio = limits.DefaultMaxCompressionRatio
+	case maxRatio < 0:
+		maxRatio = 0
+	}
+	if maxCompressed <= 0 {
+		maxCompressed = limits.DefaultMaxCompressedLayers
+	}
+	return maxLayers, maxSize, maxRatio, maxCompressed
+}
+
 // UnwrapEntity removes the S/MIME layers of an inbound AS2 entity in
 // whatever order they come: application/pkcs7-mime (or x-pkcs7-mime, or
 // octet-stream named *.p7m/*.p7z) holding EnvelopedData, AuthEnvelopedData,
@@ -155,25 +177,7 @@ func Unwrap(raw []byte, opts Options) (*Result, error) {
 // (integrity-check-failed), cms.ErrMalformed, cms.ErrUnsupportedAlgorithm,
 // cms.ErrTooLarge.
 func UnwrapEntity(e *Entity, opts Options) (*Result, error) {
-	maxLayers := opts.MaxLayers
-	if maxLayers <= 0 {
-		maxLayers = DefaultMaxLayers
-	}
-	maxSize := opts.MaxSize
-	if maxSize <= 0 {
-		maxSize = DefaultMaxSize
-	}
-	maxRatio := opts.MaxRatio
-	switch {
-	case maxRatio == 0:
-		maxRatio = limits.DefaultMaxCompressionRatio
-	case maxRatio < 0:
-		maxRatio = 0
-	}
-	maxCompressed := opts.MaxCompressedLayers
-	if maxCompressed <= 0 {
-		maxCompressed = limits.DefaultMaxCompressedLayers
-	}
+	maxLayers, maxSize, maxRatio, maxCompressed := opts.layerLimits()
 	// Across nested compressed layers: the output of all of them and the
 	// outermost layer's compressed size, for the total caps.
 	var inflated, compressedBase int64
