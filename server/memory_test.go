@@ -26,7 +26,6 @@ import (
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/as4/endpoint"
-	"github.com/edigateway/gateway/cms"
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/internal/testbomb"
 )
@@ -362,23 +361,7 @@ func measured(t *testing.T, rows *[]string, name string, run func() error, asser
 // per body byte on each protocol (the amplification the budget reserves).
 func legitimate(t *testing.T, rows *[]string) {
 	url := memoryServer(t, nil)
-	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
-	read := func(p string) []byte {
-		b, err := os.ReadFile(filepath.Join(demo, p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	partner, err := cms.ParseKeyPair(read("partners/demo-partner.pem"), read("keys/demo-partner.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := cms.ParseKeyPair(read("keys/gateway.pem"), read("keys/gateway.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	partner, gw := demoAS2KeyPairs(t)
 	payload := make([]byte, 16<<20)
 	for i := range payload {
 		payload[i] = "0123456789ABCDEF"[(i*7919+i/13)%16]

@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/edigateway/gateway/cms"
 	"github.com/edigateway/gateway/config"
 )
 
@@ -106,4 +108,28 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 			t.Errorf("%s: unexpected answer %q", name, b)
 		}
 	}
+}
+
+// demoAS2KeyPairs is the demo partner's key pair and the gateway's, from
+// testdata/demo, for tests that send AS2 as the demo partner.
+func demoAS2KeyPairs(t testing.TB) (partner, gw cms.KeyPair) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
+	read := func(p string) []byte {
+		b, err := os.ReadFile(filepath.Join(demo, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	partner, err := cms.ParseKeyPair(read("partners/demo-partner.pem"), read("keys/demo-partner.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err = cms.ParseKeyPair(read("keys/gateway.pem"), read("keys/gateway.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return partner, gw
 }

@@ -11,14 +11,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/edigateway/gateway/as2client"
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
-	"github.com/edigateway/gateway/cms"
 	"github.com/edigateway/gateway/exchange"
 )
 
@@ -79,23 +77,7 @@ func TestSpoolFilesLiveOnlyDuringTheExchange(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	url := "http://" + ln.Addr().String()
 
-	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
-	read := func(p string) []byte {
-		b, err := os.ReadFile(filepath.Join(demo, p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	partner, err := cms.ParseKeyPair(read("partners/demo-partner.pem"), read("keys/demo-partner.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := cms.ParseKeyPair(read("keys/gateway.pem"), read("keys/gateway.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	partner, gw := demoAS2KeyPairs(t)
 	payload := bytes.Repeat([]byte("price list line 0123456789\n"), (5<<20)/27)
 
 	c := &as2client.Client{URL: url + "/as2", From: "DEMO", To: "GATEWAY", SignCert: partner.Cert, SignKey: partner.Key, SignDigest: "sha256",

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -135,23 +134,7 @@ func rawRates(t *testing.T) (sha, gcm, inflate, ratio float64) {
 // MIC the MDN must carry.
 func writeAS2Body(t *testing.T, size int64, id string) (string, http.Header, string) {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
-	read := func(p string) []byte {
-		b, err := os.ReadFile(filepath.Join(demo, p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	partner, err := cms.ParseKeyPair(read("partners/demo-partner.pem"), read("keys/demo-partner.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := cms.ParseKeyPair(read("keys/gateway.pem"), read("keys/gateway.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	partner, gw := demoAS2KeyPairs(t)
 	const boundary = "----=_gateway_bench_5eed"
 	head := "Content-Type: application/edi-consent\r\nContent-Transfer-Encoding: binary\r\n\r\n"
 	h := sha256.New()

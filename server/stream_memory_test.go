@@ -66,23 +66,7 @@ func TestStreamedAS2BodyMemoryBounded(t *testing.T) {
 		seen.sum = m.Payloads[0].SHA256
 		return err
 	})
-	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
-	read := func(p string) []byte {
-		b, err := os.ReadFile(filepath.Join(demo, p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	partner, err := cms.ParseKeyPair(read("partners/demo-partner.pem"), read("keys/demo-partner.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := cms.ParseKeyPair(read("keys/gateway.pem"), read("keys/gateway.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	partner, gw := demoAS2KeyPairs(t)
 	c := &as2client.Client{URL: url + "/as2", From: "DEMO", To: "GATEWAY", SignCert: partner.Cert, SignKey: partner.Key, SignDigest: "sha256",
 		RecipientCerts: []*x509.Certificate{gw.Cert}, Cipher: "aes128-gcm", Compression: smime.CompressThenSign,
 		MDN: as2client.MDNSync, SignedMDN: true}
@@ -295,23 +279,7 @@ func TestStreamedAS2GiBSignedCompressedEncrypted(t *testing.T) {
 		got, err = io.Copy(io.Discard, rc)
 		return err
 	})
-	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
-	read := func(p string) []byte {
-		b, err := os.ReadFile(filepath.Join(demo, p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	partner, err := cms.ParseKeyPair(read("partners/demo-partner.pem"), read("keys/demo-partner.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := cms.ParseKeyPair(read("keys/gateway.pem"), read("keys/gateway.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	partner, gw := demoAS2KeyPairs(t)
 	const boundary = "----=_gateway_gib_c0ffee5eed"
 	head := "Content-Type: application/edi-consent\r\nContent-Transfer-Encoding: binary\r\nContent-Disposition: attachment; filename=catalogue.edi\r\n\r\n"
 	h := sha256.New()
