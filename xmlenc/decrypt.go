@@ -648,6 +648,12 @@ func (d *decryptor) unwrapAgreement(am *etree.Element, wrapAlg string, kp KeyPai
 	if err != nil {
 		return nil, fail(ErrDecrypt, "HKDF failed")
 	}
+	return unwrapKEK(kek, wrapped)
+}
+
+// unwrapKEK opens the wrapped content key with a key-encryption key that a
+// key agreement derived, and clears the KEK.
+func unwrapKEK(kek, wrapped []byte) ([]byte, error) {
 	cek, err := KeyUnwrap(kek, wrapped)
 	clear(kek)
 	if err != nil {

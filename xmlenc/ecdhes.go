@@ -116,12 +116,7 @@ func (d *decryptor) unwrapECDHES(am *etree.Element, wrapAlg string, kp KeyPair, 
 	if err != nil {
 		return nil, fail(ErrDecrypt, "ConcatKDF failed")
 	}
-	cek, err := KeyUnwrap(kek, wrapped)
-	clear(kek)
-	if err != nil {
-		return nil, fail(ErrDecrypt, "AES key unwrap failed")
-	}
-	return cek, nil
+	return unwrapKEK(kek, wrapped)
 }
 
 // brainpoolOriginatorKey extracts the sender's ephemeral public key from
