@@ -50,19 +50,24 @@ func OpenSpoolArea(parent string, log *slog.Logger) (*SpoolArea, error) {
 	if removed > 0 {
 		log.Info("spool_dir: removed the spool files an earlier run left behind", "dir", parent, "areas", removed)
 	}
-	dir, err := os.MkdirTemp(parent, spoolAreaPrefix+"*")
+	// The lock is taken before the area exists: another gateway's sweep,
+	// starting at the same moment, looks only at areas (directories) and
+	// finds this one's lock held. Creating the area first let such a sweep
+	// take the fresh lock for its check, and this start failed.
+	lock, err := os.CreateTemp(parent, spoolAreaPrefix+"*.lock")
 	if err != nil {
 		return nil, fmt.Errorf("limits: spool_dir: %w", err)
 	}
-	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
-	if err == nil {
-		if err = holdLock(lock); err != nil {
-			lock.Close()
-		}
-	}
-	if err != nil {
-		os.RemoveAll(dir)
+	if err := holdLock(lock); err != nil {
+		lock.Close()
+		os.Remove(lock.Name())
 		return nil, fmt.Errorf("limits: spool_dir lock: %w", err)
+	}
+	dir := strings.TrimSuffix(lock.Name(), ".lock")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		lock.Close()
+		os.Remove(lock.Name())
+		return nil, fmt.Errorf("limits: spool_dir: %w", err)
 	}
 	return &SpoolArea{Dir: dir, lock: lock}, nil
 }

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -80,5 +82,33 @@ func TestSpoolBodyHashesAndLimits(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Fatalf("files left: %v", left)
+	}
+}
+
+// Gateways starting together on one spool_dir each get their own area:
+// one's sweep never takes another's fresh lock or removes its area.
+func TestOpenSpoolAreaConcurrentStarts(t *testing.T) {
+	parent := t.TempDir()
+	const n = 16
+	areas := make([]*SpoolArea, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for round := 0; round < 20; round++ {
+		for i := range n {
+			wg.Add(1)
+			go func() { defer wg.Done(); areas[i], errs[i] = OpenSpoolArea(parent, slog.New(slog.DiscardHandler)) }()
+		}
+		wg.Wait()
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("round %d: start %d: %v", round, i, errs[i])
+			}
+			if fi, err := os.Stat(areas[i].Dir); err != nil || !fi.IsDir() {
+				t.Fatalf("round %d: area %s of a running gateway is gone: %v", round, areas[i].Dir, err)
+			}
+		}
+		for i := range n {
+			areas[i].Close()
+		}
 	}
 }
