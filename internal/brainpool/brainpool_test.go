@@ -7,6 +7,9 @@ import (
 	"encoding/hex"
 	"math/big"
 	"testing"
+
+	"golang.org/x/crypto/cryptobyte"
+	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
 )
 
 // refAdd is textbook affine addition with math/big (nil is the identity).
@@ -203,5 +206,40 @@ func BenchmarkECDH(b *testing.B) {
 	o, _ := GenerateKey(rand.Reader)
 	for b.Loop() {
 		k.ECDH(o.PublicKey())
+	}
+}
+
+// TestParsePKIXPublicKeyStrictDER: a SubjectPublicKeyInfo is read as DER
+// with nothing extra. encoding/asn1, used before, skipped elements appended
+// inside a SEQUENCE (Wycheproof ECDH tcIds 343, 349, 410, 412, 418 and
+// others, "acceptable" there, refused here). IsPKIXPublicKey still says
+// such a key names brainpoolP256r1, so callers report it as malformed.
+func TestParsePKIXPublicKeyStrictDER(t *testing.T) {
+	der, _ := hex.DecodeString(wycheproofECDH[0].public)
+	if _, err := ParsePKIXPublicKey(der); err != nil {
+		t.Fatal(err)
+	}
+	alg, bits := der[2:2+22], der[2+22:] // SEQUENCE { 2 OIDs }, BIT STRING
+	seq := func(parts ...[]byte) []byte {
+		var b cryptobyte.Builder
+		b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) { b.AddBytes(bytes.Join(parts, nil)) })
+		return b.BytesOrPanic()
+	}
+	unused := bytes.Clone(bits)
+	unused[2] = 1 // one unused bit (the last bit of the point is 0)
+	for name, b := range map[string][]byte{
+		"NULL appended to the SEQUENCE":            seq(alg, bits, []byte{5, 0}),
+		"NULL appended to the AlgorithmIdentifier": seq(seq(alg[2:], []byte{5, 0}), bits),
+		"element repeated":                         seq(alg, bits, bits),
+		"byte after the SEQUENCE":                  append(bytes.Clone(der), 0),
+		"unused bits in the BIT STRING":            seq(alg, unused),
+		"long-form length":                         append([]byte{0x30, 0x81, byte(len(der) - 2)}, der[2:]...),
+	} {
+		if _, err := ParsePKIXPublicKey(b); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+		if name != "long-form length" && !IsPKIXPublicKey(b) {
+			t.Errorf("%s: IsPKIXPublicKey false", name)
+		}
 	}
 }

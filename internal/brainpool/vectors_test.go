@@ -8,7 +8,8 @@ import (
 )
 
 // A subset of Wycheproof ecdsa_brainpoolP256r1_sha256_p1363_test.json
-// (C2SP/wycheproof testvectors_v1, first test group), transcribed.
+// (C2SP/wycheproof testvectors_v1, first test group), transcribed: it runs
+// offline. TestWycheproofECDSA runs every case of the files.
 func TestWycheproofECDSASubset(t *testing.T) {
 	pubRaw, _ := hex.DecodeString("04019a2d9637743a63ddaefdbca0ee229a163b809b9b145e5313bbeb8defeab9d6548caf89bf5ba49499404145651234336401b9b2843a579ed152e090f11b9e59")
 	pub, err := NewPublicKey(pubRaw)

@@ -29,33 +29,49 @@ type spki struct {
 	PublicKey asn1.BitString
 }
 
-// ParsePKIXPublicKey parses a SubjectPublicKeyInfo holding a
-// brainpoolP256r1 key (id-ecPublicKey with the named curve OID).
-func ParsePKIXPublicKey(der []byte) (*PublicKey, error) {
-	var s spki
-	rest, err := asn1.Unmarshal(der, &s)
-	if err != nil || len(rest) > 0 {
-		return nil, errors.New("brainpool: malformed SubjectPublicKeyInfo")
+// readSPKI reads a SubjectPublicKeyInfo in DER: SEQUENCE { SEQUENCE {
+// id-ecPublicKey, namedCurve OID }, BIT STRING } and nothing else, no
+// element more, no byte after (encoding/asn1 skips extra elements at the
+// end of a SEQUENCE; Wycheproof ECDH cases append them). named reports
+// whether the algorithm identifier, read first, names brainpoolP256r1;
+// point is the BIT STRING, a whole number of bytes.
+func readSPKI(der []byte) (named bool, point []byte, err error) {
+	in := cryptobyte.String(der)
+	var s, alg cryptobyte.String
+	var algo, curve asn1.ObjectIdentifier
+	if !in.ReadASN1(&s, cbasn1.SEQUENCE) || !s.ReadASN1(&alg, cbasn1.SEQUENCE) || !alg.ReadASN1ObjectIdentifier(&algo) {
+		return false, nil, errors.New("brainpool: malformed SubjectPublicKeyInfo")
 	}
-	if !s.Algorithm.Algorithm.Equal(oidECPublicKey) {
-		return nil, errors.New("brainpool: not an EC public key")
+	if !algo.Equal(oidECPublicKey) {
+		return false, nil, errors.New("brainpool: not an EC public key")
 	}
-	var curve asn1.ObjectIdentifier
-	if rest, err := asn1.Unmarshal(s.Algorithm.Parameters.FullBytes, &curve); err != nil || len(rest) > 0 || !curve.Equal(oidBrainpoolP256) {
-		return nil, errors.New("brainpool: EC key is not on brainpoolP256r1")
+	if !alg.ReadASN1ObjectIdentifier(&curve) || !curve.Equal(oidBrainpoolP256) {
+		return false, nil, errors.New("brainpool: EC key is not on brainpoolP256r1 (named curve OID 1.3.36.3.3.2.8.1.1.7)")
 	}
-	return NewPublicKey(s.PublicKey.RightAlign())
+	var bits asn1.BitString
+	if !alg.Empty() || !s.ReadASN1BitString(&bits) || !s.Empty() || !in.Empty() || bits.BitLength%8 != 0 {
+		return true, nil, errors.New("brainpool: malformed SubjectPublicKeyInfo")
+	}
+	return true, bits.Bytes, nil
 }
 
-// IsPKIXPublicKey reports whether der is a SubjectPublicKeyInfo naming brainpoolP256r1.
-func IsPKIXPublicKey(der []byte) bool {
-	var s spki
-	if _, err := asn1.Unmarshal(der, &s); err != nil || !s.Algorithm.Algorithm.Equal(oidECPublicKey) {
-		return false
+// ParsePKIXPublicKey parses a SubjectPublicKeyInfo in DER holding a
+// brainpoolP256r1 key: id-ecPublicKey with the named curve OID (explicit
+// curve parameters are refused) and an uncompressed point on the curve.
+func ParsePKIXPublicKey(der []byte) (*PublicKey, error) {
+	_, point, err := readSPKI(der)
+	if err != nil {
+		return nil, err
 	}
-	var curve asn1.ObjectIdentifier
-	_, err := asn1.Unmarshal(s.Algorithm.Parameters.FullBytes, &curve)
-	return err == nil && curve.Equal(oidBrainpoolP256)
+	return NewPublicKey(point)
+}
+
+// IsPKIXPublicKey reports whether der is a SubjectPublicKeyInfo whose
+// algorithm identifier names brainpoolP256r1 (the rest may still be
+// malformed: ParsePKIXPublicKey says).
+func IsPKIXPublicKey(der []byte) bool {
+	named, _, _ := readSPKI(der)
+	return named
 }
 
 // MarshalPKIXPublicKey returns the SubjectPublicKeyInfo DER of k.
