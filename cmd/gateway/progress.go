@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -73,6 +74,33 @@ func (p *progressBar) reader(r io.Reader, total int64) io.Reader {
 		return r
 	}
 	return &countingReader{r: r, fn: func(n int64) { p.update(n, total) }}
+}
+
+// progressTransport shows the request body's progress on bar ("sending").
+type progressTransport struct {
+	bar  *progressBar
+	next http.RoundTripper
+}
+
+func (p progressTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	next := p.next
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	if req.Body == nil || req.ContentLength <= 0 {
+		return next.RoundTrip(req)
+	}
+	p.bar.phase("sending")
+	r := req.Clone(req.Context())
+	r.Body = readCloser{p.bar.reader(req.Body, req.ContentLength), req.Body}
+	resp, err := next.RoundTrip(r)
+	p.bar.end()
+	return resp, err
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 type countingReader struct {

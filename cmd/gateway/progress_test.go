@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -112,5 +114,34 @@ func TestSendProgressOnTerminalOnly(t *testing.T) {
 	defer w.Close()
 	if e := sendTo(r, w); e != "" {
 		t.Errorf("a pipe got %q", e)
+	}
+}
+
+// TestProgressTransport: send-as4's bar follows the request body through
+// the HTTP client and the server receives the body unchanged.
+func TestProgressTransport(t *testing.T) {
+	master, tty := openPTY(t)
+	body := bytes.Repeat([]byte("0123456789abcdef"), 1<<17) // 2 MiB
+	var got []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got, _ = io.ReadAll(r.Body) }))
+	defer srv.Close()
+	hc := &http.Client{Transport: progressTransport{newProgress(tty, false), nil}}
+	resp, err := hc.Post(srv.URL, "application/octet-stream", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	tty.Write([]byte("\x00end"))
+	var b bytes.Buffer
+	buf := make([]byte, 4096)
+	for !strings.Contains(b.String(), "\x00end") {
+		n, err := master.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	if !bytes.Equal(got, body) || !strings.Contains(b.String(), "\rsending   [####################] 100%  2.0 MiB / 2.0 MiB") {
+		t.Fatalf("server got %d bytes; terminal %q", len(got), b.String())
 	}
 }
