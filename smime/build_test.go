@@ -82,7 +82,11 @@ func TestBuildUnwrapMatrix(t *testing.T) {
 						}
 						var res *Result
 						if builder.name == "BuildStream" {
-							res, _ = streamBoth(t, httpEntity(b), opts)
+							var sres *StreamResult
+							res, sres = streamBoth(t, httpEntity(b), opts)
+							if sign != "" && comp != CompressThenSign && sres.BodySHA256() == nil {
+								t.Fatal("the signed payload's SHA-256 was not taken on the way")
+							}
 						} else if res, err = UnwrapEntity(httpEntity(b), opts); err != nil {
 							t.Fatal(err)
 						}
