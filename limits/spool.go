@@ -155,35 +155,7 @@ func SpoolBody(r io.Reader, dir string, max int64) (*BodyFile, error) {
 	return b, nil
 }
 
-// asyncSpoolAfter: past this many body bytes (a body that will be
-// streamed, with its fixed reservation) the file is written by a
-// FileWriter; smaller bodies, the most, cost no more than ChunkSize.
-const asyncSpoolAfter = DefaultStreamReserve
-
-// fill reads the body and hashes it; past asyncSpoolAfter bytes a
-// FileWriter writes it to the file on another goroutine meanwhile.
 func (b *BodyFile) fill(r io.Reader, h hash.Hash, max int64) error {
-	var fw *FileWriter
-	err := b.read(r, h, max, func(p []byte) error {
-		if fw == nil && b.Size > asyncSpoolAfter {
-			fw = NewFileWriter(b.f)
-		}
-		if fw != nil {
-			fw.Write(p) // its error comes from Finish
-			return nil
-		}
-		_, err := b.f.Write(p)
-		return err
-	})
-	if fw != nil {
-		if ferr := fw.Finish(); err == nil && ferr != nil {
-			err = fmt.Errorf("limits: spool body: %w: %w", ErrSpool, ferr)
-		}
-	}
-	return err
-}
-
-func (b *BodyFile) read(r io.Reader, h hash.Hash, max int64, write func([]byte) error) error {
 	buf := make([]byte, ChunkSize)
 	for {
 		k, rerr := r.Read(buf)
@@ -193,7 +165,7 @@ func (b *BodyFile) read(r io.Reader, h hash.Hash, max int64, write func([]byte) 
 				return fmt.Errorf("more than %d bytes: %w", max, ErrTooLarge)
 			}
 			h.Write(buf[:k])
-			if err := write(buf[:k]); err != nil {
+			if _, err := b.f.Write(buf[:k]); err != nil {
 				return fmt.Errorf("limits: spool body: %w: %w", ErrSpool, err)
 			}
 		}

@@ -297,8 +297,8 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 		}
 		// The layer's output is written from another goroutine, while
 		// this one decrypts or inflates on.
-		fw := limits.NewFileWriter(f)
-		defer fw.Finish()
+		fw := newFileWriter(f)
+		defer fw.finish()
 		var n int64
 		switch kind {
 		case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
@@ -343,7 +343,7 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 				return res, fmt.Errorf("smime: %s: %w", mt, err)
 			}
 			if err == nil {
-				err = fw.Finish()
+				err = fw.finish()
 			}
 			if err != nil {
 				return res, fmt.Errorf("smime: %w", err)

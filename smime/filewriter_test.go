@@ -1,4 +1,4 @@
-package limits
+package smime
 
 import (
 	"bytes"
@@ -13,16 +13,16 @@ import (
 // reported by finish.
 func TestFileWriter(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
-	data := make([]byte, 3*FileWriterBuffer+12345)
+	data := make([]byte, 3*fileWriterBuffer+12345)
 	for i := range data {
 		data[i] = byte(rng.Uint32())
 	}
-	for _, piece := range []int{1 << 10, 32 << 10, FileWriterBuffer, FileWriterBuffer + 1, len(data)} {
+	for _, piece := range []int{1 << 10, 32 << 10, fileWriterBuffer, fileWriterBuffer + 1, len(data)} {
 		f, err := os.CreateTemp(t.TempDir(), "fw")
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := NewFileWriter(f)
+		w := newFileWriter(f)
 		for p := data; len(p) > 0; {
 			k := min(piece, len(p))
 			if n, err := w.Write(p[:k]); n != k || err != nil {
@@ -45,9 +45,9 @@ func TestFileWriter(t *testing.T) {
 	}
 	f, _ := os.CreateTemp(t.TempDir(), "fw")
 	f.Close()
-	w := NewFileWriter(f)
+	w := newFileWriter(f)
 	w.Write(data)
-	if err := w.Finish(); err == nil {
+	if err := w.finish(); err == nil {
 		t.Fatal("a write to a closed file is not reported")
 	}
 }
