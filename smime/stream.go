@@ -295,15 +295,11 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 		if err != nil {
 			return res, fmt.Errorf("smime: %w", err)
 		}
-		// The layer's output is written from another goroutine, while
-		// this one decrypts or inflates on.
-		fw := newFileWriter(f)
-		defer fw.finish()
 		var n int64
 		switch kind {
 		case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
 			res.Layers = append(res.Layers, LayerEncrypted)
-			info, err := cms.DecryptStream(der.readerAt(), der.N, opts.Keys, fw)
+			info, err := cms.DecryptStream(der.readerAt(), der.N, opts.Keys, f)
 			if errors.Is(err, cms.ErrInvalidBER) {
 				// A broken encoding: in memory this is found before the
 				// layer is known; report it the same way.
@@ -317,7 +313,7 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 				return res, fmt.Errorf("smime: %w", err)
 			}
 			res.Encrypted = true
-			if n, err = fw.Seek(0, io.SeekCurrent); err != nil {
+			if n, err = f.Seek(0, io.SeekCurrent); err != nil {
 				return res, fmt.Errorf("smime: %w", err)
 			}
 		case cms.TypeCompressedData:
@@ -329,7 +325,7 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 				compressedBase = der.N
 			}
 			lim := limits.Inflation{MaxBytes: maxSize, MaxRatio: maxRatio}
-			n, err = cms.DecompressStream(der.readerAt(), der.N, fw, lim, func(total int64) error {
+			n, err = cms.DecompressStream(der.readerAt(), der.N, f, lim, func(total int64) error {
 				if inflated+total > maxSize {
 					return fmt.Errorf("compressed layers inflate beyond %d bytes in total: %w", maxSize, limits.ErrTooLarge)
 				}
@@ -341,9 +337,6 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 			if errors.Is(err, cms.ErrInvalidBER) {
 				res.Layers = res.Layers[:len(res.Layers)-1]
 				return res, fmt.Errorf("smime: %s: %w", mt, err)
-			}
-			if err == nil {
-				err = fw.finish()
 			}
 			if err != nil {
 				return res, fmt.Errorf("smime: %w", err)
