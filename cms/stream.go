@@ -1,6 +1,7 @@
 package cms
 
 import (
+	"bufio"
 	"bytes"
 	"compress/zlib"
 	"crypto"
@@ -241,7 +242,10 @@ func decompressStream(src io.ReaderAt, size int64, dst io.Writer, lim limits.Inf
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	n, ierr := inflateTo(pr, size, dst, lim, check)
+	// A large buffer between the pipe and zlib (which reads it byte by
+	// byte through io.ByteReader): a pipe hand-over per 256 KiB, not per
+	// 4 KiB of flate's own buffer.
+	n, ierr := inflateTo(bufio.NewReaderSize(pr, 256<<10), size, dst, lim, check)
 	if ierr == nil {
 		// Bytes after the zlib stream inside the OCTET STRING are ignored,
 		// as Decompress ignores them.
