@@ -66,9 +66,10 @@ func TestSendProgressOnTerminalOnly(t *testing.T) {
 		big[i] = byte(rng.Uint32())
 	}
 	file := writePayload(t, "big.bin", big)
+	spool := t.TempDir()
 	args := []string{"send", "-as2-from", "DEMO", "-as2-to", "GATEWAY",
 		"-key", demoPath(t, "keys/demo-partner.key"), "-cert", demoPath(t, "partners/demo-partner.pem"),
-		"-recipient-cert", demoPath(t, "keys/gateway.pem"), "-url", g.url, "-file", file}
+		"-recipient-cert", demoPath(t, "keys/gateway.pem"), "-url", g.url, "-file", file, "-spool-dir", spool}
 	// sendTo runs the command with stderr w and returns what came out of
 	// the other end, r.
 	sendTo := func(r io.Reader, w *os.File, extra ...string) string {
@@ -114,6 +115,9 @@ func TestSendProgressOnTerminalOnly(t *testing.T) {
 	defer w.Close()
 	if e := sendTo(r, w); e != "" {
 		t.Errorf("a pipe got %q", e)
+	}
+	if left, _ := os.ReadDir(spool); len(left) != 0 {
+		t.Errorf("-spool-dir keeps %d files after the sends", len(left))
 	}
 }
 

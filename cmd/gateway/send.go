@@ -80,6 +80,7 @@ func sendAS2(args []string, stdout, stderr io.Writer) error {
 	timeout := fs.Duration("timeout", 5*time.Minute, "HTTP timeout per send")
 	retryFor := fs.Duration("retry-for", 0, "on HTTP 503 (message in flight, store unavailable) resend after Retry-After for up to this long")
 	quiet := fs.Bool("quiet", false, "no progress bar (it is shown only when stderr is a terminal)")
+	spoolDir := fs.String("spool-dir", "", "where the message is built before it is sent: room for about its size (default: the system's temporary directory)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -94,7 +95,7 @@ func sendAS2(args []string, stdout, stderr io.Writer) error {
 	}
 
 	c := &as2client.Client{URL: *url, From: *from, To: *to, SignPSS: *pss, OAEP: *oaep, Subject: *subject,
-		TransferEncoding: *cte, HTTP: &http.Client{Timeout: *timeout}, SignedMDN: !*mdnUnsigned}
+		TransferEncoding: *cte, HTTP: &http.Client{Timeout: *timeout}, SignedMDN: !*mdnUnsigned, SpoolDir: *spoolDir}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var partner *partners.Partner
