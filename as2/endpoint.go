@@ -540,7 +540,7 @@ func (e *Endpoint) message(x *inbound, res *smime.Result, sres *smime.StreamResu
 	if sres != nil {
 		// The payload stays where the stream left it: a section of the
 		// last layer's file (or of the body's spool file).
-		body, size, sum, err := sectionBody(sres.Body)
+		body, size, sum, err := sectionBody(sres.Body, sres.BodySHA256())
 		if err != nil {
 			return nil, err
 		}

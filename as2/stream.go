@@ -60,8 +60,9 @@ func (s fileSection) Open() (io.ReadCloser, error) {
 }
 
 // sectionBody makes the payload body of a streamed result's section, with
-// its size and SHA-256 (read once more from the file).
-func sectionBody(sec smime.Section) (exchange.Body, int64, string, error) {
+// its size and SHA-256: known when the unwrap took it on the way (sum),
+// else read once more from the file.
+func sectionBody(sec smime.Section, sum []byte) (exchange.Body, int64, string, error) {
 	var path string
 	switch f := sec.R.(type) {
 	case *os.File:
@@ -71,9 +72,12 @@ func sectionBody(sec smime.Section) (exchange.Body, int64, string, error) {
 	default:
 		return nil, 0, "", fmt.Errorf("as2: payload section over %T", sec.R)
 	}
-	h := sha256.New()
-	if _, err := io.Copy(h, sec.Reader()); err != nil {
-		return nil, 0, "", fmt.Errorf("as2: payload: %w", err)
+	if sum == nil {
+		h := sha256.New()
+		if _, err := io.Copy(h, sec.Reader()); err != nil {
+			return nil, 0, "", fmt.Errorf("as2: payload: %w", err)
+		}
+		sum = h.Sum(nil)
 	}
-	return fileSection{path, sec.Off, sec.N}, sec.N, hex.EncodeToString(h.Sum(nil)), nil
+	return fileSection{path, sec.Off, sec.N}, sec.N, hex.EncodeToString(sum), nil
 }

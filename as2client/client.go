@@ -9,6 +9,7 @@
 package as2client
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto"
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -94,6 +96,9 @@ type Client struct {
 	HTTP *http.Client
 	// Progress, when set, is called as the body is sent.
 	Progress func(sent, total int64)
+	// SpoolDir is where PrepareStream writes the message (default
+	// os.TempDir()).
+	SpoolDir string
 	// Now is the clock for MDN certificate validity; nil means time.Now,
 	// a zero time disables the validity check.
 	Now func() time.Time
@@ -105,15 +110,107 @@ type Message struct {
 	ID string
 	// Header holds every HTTP request header.
 	Header http.Header
-	Body   []byte
+	// Body is the HTTP body of a message made by Prepare; a message made
+	// by PrepareStream has its body in a spool file (Body is nil).
+	Body []byte
 	// MIC and MICAlg are what the MDN's Received-Content-MIC must carry.
 	MIC, MICAlg string
+
+	spool     *os.File
+	spoolPath string // set when the spool file could not be unlinked while open
+	size      int64
 }
 
-// Prepare builds a message from a payload.
+// Size is the HTTP body's length.
+func (m *Message) Size() int64 {
+	if m.spool != nil {
+		return m.size
+	}
+	return int64(len(m.Body))
+}
+
+// body reads the HTTP body from its start.
+func (m *Message) body() io.Reader {
+	if m.spool != nil {
+		return io.NewSectionReader(m.spool, 0, m.size)
+	}
+	return bytes.NewReader(m.Body)
+}
+
+// Close releases the spool file of a message made by PrepareStream.
+func (m *Message) Close() error {
+	if m.spool == nil {
+		return nil
+	}
+	err := m.spool.Close()
+	if m.spoolPath != "" {
+		if rerr := os.Remove(m.spoolPath); err == nil {
+			err = rerr
+		}
+	}
+	m.spool = nil
+	return err
+}
+
+// Prepare builds a message from a payload in memory.
 func (c *Client) Prepare(payload []byte, contentType, filename string) (*Message, error) {
+	opts, err := c.buildOptions()
+	if err != nil {
+		return nil, err
+	}
+	built, err := smime.Build(payload, contentType, filename, opts)
+	if err != nil {
+		return nil, fmt.Errorf("as2client: %w", err)
+	}
+	m := &Message{Body: built.Body}
+	return m, c.describe(m, built)
+}
+
+// PrepareStream builds a message from the payload read from r, in one pass
+// and in memory that does not depend on the payload's size
+// (smime.BuildStream): the body goes to a spool file in SpoolDir, unlinked
+// at once where the system allows it (so that nothing is left behind,
+// whatever happens), read for every send and released by Message.Close.
+// The disk needs room for the message (about the payload's size; less
+// when compressed).
+func (c *Client) PrepareStream(r io.Reader, contentType, filename string) (m *Message, err error) {
+	opts, err := c.buildOptions()
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(c.SpoolDir, "gateway-send-*.as2")
+	if err != nil {
+		return nil, fmt.Errorf("as2client: spool: %w", err)
+	}
+	m = &Message{spool: f}
+	if os.Remove(f.Name()) != nil {
+		m.spoolPath = f.Name()
+	}
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+	bw := bufio.NewWriterSize(f, 256<<10)
+	built, err := smime.BuildStream(bw, r, contentType, filename, opts)
+	if err != nil {
+		return nil, fmt.Errorf("as2client: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return nil, fmt.Errorf("as2client: spool: %w", err)
+	}
+	if m.size, err = f.Seek(0, io.SeekCurrent); err != nil {
+		return nil, fmt.Errorf("as2client: spool: %w", err)
+	}
+	if err := c.describe(m, built); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (c *Client) buildOptions() (smime.BuildOptions, error) {
 	if c.From == "" || c.To == "" {
-		return nil, errors.New("as2client: From and To are required")
+		return smime.BuildOptions{}, errors.New("as2client: From and To are required")
 	}
 	opts := smime.BuildOptions{
 		SignDigest:       c.SignDigest,
@@ -126,23 +223,32 @@ func (c *Client) Prepare(payload []byte, contentType, filename string) (*Message
 	}
 	if c.SignDigest != "" {
 		if c.SignCert == nil || c.SignKey == nil {
-			return nil, errors.New("as2client: signing needs a certificate and its private key")
+			return opts, errors.New("as2client: signing needs a certificate and its private key")
 		}
 		opts.SignCert, opts.SignKey, opts.SignChain = c.SignCert, c.SignKey, c.SignChain
 	}
 	if c.Cipher != "" {
 		if len(c.RecipientCerts) == 0 {
-			return nil, errors.New("as2client: encryption needs the recipient's certificate")
+			return opts, errors.New("as2client: encryption needs the recipient's certificate")
 		}
 		opts.EncryptCerts = c.RecipientCerts[:1]
 	}
-	built, err := smime.Build(payload, contentType, filename, opts)
-	if err != nil {
-		return nil, fmt.Errorf("as2client: %w", err)
+	if c.mode() == MDNAsync && c.AsyncURL == "" {
+		return opts, errors.New("as2client: an async MDN needs AsyncURL")
 	}
+	switch c.mode() {
+	case MDNNone, MDNAsync, MDNSync:
+	default:
+		return opts, fmt.Errorf("as2client: unknown MDN mode %q", c.MDN)
+	}
+	return opts, nil
+}
+
+// describe sets m's id, headers and MIC from the built message.
+func (c *Client) describe(m *Message, built *smime.Built) error {
 	id, err := NewMessageID(c.From)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	h := http.Header{}
 	for k, v := range c.Header {
@@ -162,9 +268,7 @@ func (c *Client) Prepare(payload []byte, contentType, filename string) (*Message
 	for _, f := range built.Header {
 		h.Set(f.Name, f.Value)
 	}
-	switch c.mode() {
-	case MDNNone:
-	case MDNAsync, MDNSync:
+	if c.mode() != MDNNone {
 		to := c.NotificationTo
 		if to == "" {
 			to = c.From
@@ -174,15 +278,11 @@ func (c *Client) Prepare(payload []byte, contentType, filename string) (*Message
 			h.Set("Disposition-Notification-Options", "signed-receipt-protocol=optional, pkcs7-signature; signed-receipt-micalg=optional, "+built.MICAlg)
 		}
 		if c.mode() == MDNAsync {
-			if c.AsyncURL == "" {
-				return nil, errors.New("as2client: an async MDN needs AsyncURL")
-			}
 			h.Set("Receipt-Delivery-Option", c.AsyncURL)
 		}
-	default:
-		return nil, fmt.Errorf("as2client: unknown MDN mode %q", c.MDN)
 	}
-	return &Message{ID: id, Header: h, Body: built.Body, MIC: built.MIC, MICAlg: built.MICAlg}, nil
+	m.ID, m.Header, m.MIC, m.MICAlg = id, h, built.MIC, built.MICAlg
+	return nil
 }
 
 func (c *Client) mode() MDNMode {
@@ -231,13 +331,13 @@ func (c *Client) Send(ctx context.Context, m *Message) (*Result, error) {
 		hc = &http.Client{Timeout: 5 * time.Minute}
 	}
 	res := &Result{Message: m}
-	body := &progressReader{r: bytes.NewReader(m.Body), total: int64(len(m.Body)), fn: c.Progress}
+	body := &progressReader{r: m.body(), total: m.Size(), fn: c.Progress}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, body)
 	if err != nil {
 		return nil, fmt.Errorf("as2client: %w", err)
 	}
-	req.ContentLength = int64(len(m.Body))
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(m.Body)), nil }
+	req.ContentLength = m.Size()
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(m.body()), nil }
 	req.Header = m.Header.Clone()
 	start := time.Now()
 	resp, err := hc.Do(req)

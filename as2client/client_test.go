@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -121,6 +122,12 @@ func parseOptions(v string) (string, bool, []string, bool) {
 }
 
 func TestSendChecksTheMDN(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Prepare", true: "PrepareStream"}[stream], func(t *testing.T) { testSendChecksTheMDN(t, stream) })
+	}
+}
+
+func testSendChecksTheMDN(t *testing.T, stream bool) {
 	snd, rcv := keyPairs(t)
 	fp := &fakePartner{t: t, rcv: rcv, trusted: []*x509.Certificate{snd.Cert}}
 	srv := httptest.NewServer(fp)
@@ -128,8 +135,18 @@ func TestSendChecksTheMDN(t *testing.T) {
 	var progress []int64
 	c := &Client{URL: srv.URL, From: "Us Inc", To: "THEM", SignCert: snd.Cert, SignKey: snd.Key, SignDigest: "sha512",
 		RecipientCerts: []*x509.Certificate{rcv.Cert}, Cipher: "aes256-gcm", SignedMDN: true,
-		Progress: func(sent, total int64) { progress = append(progress, sent, total) }}
-	m, err := c.Prepare([]byte("UNB+1'\x00\xff"), "application/edifact", "o.edi")
+		Progress: func(sent, total int64) { progress = append(progress, sent, total) }, SpoolDir: t.TempDir()}
+	var m *Message
+	var err error
+	if stream {
+		m, err = c.PrepareStream(strings.NewReader("UNB+1'\x00\xff"), "application/edifact", "o.edi")
+		if left, _ := os.ReadDir(c.SpoolDir); len(left) != 0 || m.Body != nil {
+			t.Fatalf("the spool file is not unlinked at once (%v) or the body is in memory", left)
+		}
+		defer m.Close()
+	} else {
+		m, err = c.Prepare([]byte("UNB+1'\x00\xff"), "application/edifact", "o.edi")
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +178,7 @@ func TestSendChecksTheMDN(t *testing.T) {
 		} else if res.OK() || !strings.Contains(strings.Join(res.Problems, "|"), tc.problem) {
 			t.Fatalf("%s: problems %q", tc.name, res.Problems)
 		}
-		if res.BytesSent != int64(len(m.Body)) || len(progress) < 2 || progress[len(progress)-2] != int64(len(m.Body)) {
+		if res.BytesSent != m.Size() || m.Size() < 1000 || len(progress) < 2 || progress[len(progress)-2] != m.Size() {
 			t.Fatalf("%s: sent %d, progress %v", tc.name, res.BytesSent, progress)
 		}
 	}

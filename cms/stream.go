@@ -1,6 +1,7 @@
 package cms
 
 import (
+	"bufio"
 	"bytes"
 	"compress/zlib"
 	"crypto"
@@ -66,27 +67,64 @@ func VerifyDetachedStreamCheck(sig []byte, content io.Reader, trusted []*x509.Ce
 			return nil, n, fmt.Errorf("cms: verify: signature carries different content: %w", ErrBadSignature)
 		}
 	}
+	s, err := sd.verifyChecked(func(h crypto.Hash) []byte {
+		if d := hashes[h]; d != nil {
+			return d.Sum(nil)
+		}
+		return nil
+	}, trusted, now, check)
+	return s, n, err
+}
+
+// verifyChecked verifies sd against the content digests digestOf gives,
+// with check as in VerifyDetachedCheck.
+func (sd *signedData) verifyChecked(digestOf func(crypto.Hash) []byte, trusted []*x509.Certificate, now time.Time, check SignerCheck) (*Signer, error) {
 	candidates := trusted
 	var embedded []*x509.Certificate
 	if check != nil {
 		embedded, _ = sd.certificates()
 		candidates = append(append([]*x509.Certificate{}, trusted...), embedded...)
 	}
-	s, err := sd.verifyDigests(func(h crypto.Hash) []byte {
-		if d := hashes[h]; d != nil {
-			return d.Sum(nil)
-		}
-		return nil
-	}, candidates, now)
+	s, err := sd.verifyDigests(digestOf, candidates, now)
 	if err != nil {
-		return nil, n, fmt.Errorf("cms: verify: %w", err)
+		return nil, fmt.Errorf("cms: verify: %w", err)
 	}
 	if check != nil {
 		if err := check(s.Cert, embedded); err != nil {
-			return nil, n, fmt.Errorf("cms: verify: %w", err)
+			return nil, fmt.Errorf("cms: verify: %w", err)
 		}
 	}
-	return s, n, nil
+	return s, nil
+}
+
+// ErrDigestsMissing: VerifyDetachedDigestsCheck was not given a digest the
+// signature needs (or the signature carries its content); verify by
+// reading the content instead.
+var ErrDigestsMissing = errors.New("cms: verify: the content digests given are not those the signature needs")
+
+// VerifyDetachedDigestsCheck is VerifyDetachedStreamCheck for content
+// already hashed (while it was read for another purpose): digests holds
+// its digest under one or more hash functions. It fails with
+// ErrDigestsMissing, before any check, when a signer info names a digest
+// not given or the signature carries content of its own.
+func VerifyDetachedDigestsCheck(sig []byte, digests map[crypto.Hash][]byte, trusted []*x509.Certificate, now time.Time, check SignerCheck) (*Signer, error) {
+	sd, err := parseSignedData(sig)
+	if err != nil {
+		return nil, fmt.Errorf("cms: verify: %w", err)
+	}
+	if len(sd.EncapContentInfo.EContent.FullBytes) != 0 {
+		return nil, ErrDigestsMissing
+	}
+	for _, raw := range sd.SignerInfos {
+		var si signerInfo
+		if err := unmarshalAll(raw.FullBytes, &si); err != nil {
+			return nil, fmt.Errorf("cms: verify: SignerInfo: %w", err)
+		}
+		if d, ok := digestByOID(si.DigestAlgorithm.Algorithm); ok && digests[d.hash] == nil {
+			return nil, ErrDigestsMissing
+		}
+	}
+	return sd.verifyChecked(func(h crypto.Hash) []byte { return digests[h] }, trusted, now, check)
 }
 
 // DecompressStream inflates a CompressedData ContentInfo (DER or BER, the
@@ -204,7 +242,10 @@ func decompressStream(src io.ReaderAt, size int64, dst io.Writer, lim limits.Inf
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	n, ierr := inflateTo(pr, size, dst, lim, check)
+	// A large buffer between the pipe and zlib (which reads it byte by
+	// byte through io.ByteReader): a pipe hand-over per 256 KiB, not per
+	// 4 KiB of flate's own buffer.
+	n, ierr := inflateTo(bufio.NewReaderSize(pr, 256<<10), size, dst, lim, check)
 	if ierr == nil {
 		// Bytes after the zlib stream inside the OCTET STRING are ignored,
 		// as Decompress ignores them.

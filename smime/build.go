@@ -3,14 +3,10 @@ package smime
 import (
 	"bytes"
 	"crypto"
-	"crypto/rand"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"mime"
-	"strings"
 
 	"github.com/edigateway/gateway/cms"
 )
@@ -97,79 +93,46 @@ func (e entity) bytes() []byte {
 // payload is sent with Content-Transfer-Encoding binary (or base64), so
 // Unwrap of the result yields payload and MIC unchanged.
 func Build(payload []byte, contentType, filename string, opts BuildOptions) (*Built, error) {
-	if contentType == "" {
-		contentType = DefaultContentType
-	}
-	if _, _, err := mime.ParseMediaType(contentType); err != nil {
-		return nil, fmt.Errorf("smime: build: content type %q: %w", contentType, err)
-	}
-	cte := strings.ToLower(opts.TransferEncoding)
-	if cte == "" {
-		cte = "binary"
-	}
-	cur := entity{header: Header{{"Content-Type", contentType}, {"Content-Transfer-Encoding", cte}}}
-	switch cte {
-	case "binary":
-		cur.body = payload
-	case "base64":
-		cur.body = base64Lines(payload)
-	default:
-		return nil, fmt.Errorf("smime: build: transfer encoding %q: use binary or base64", opts.TransferEncoding)
-	}
-	if filename != "" {
-		cur.header = append(cur.header, Field{"Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": filename})})
-	}
-
-	signing := opts.SignDigest != ""
-	encrypting := opts.Cipher != ""
-	micAlg := opts.MICAlg
-	if signing {
-		micAlg = opts.SignDigest
-	}
-	if micAlg == "" {
-		micAlg = "sha-256"
-	}
-	micName, err := NormalizeMICAlg(micAlg)
+	plan, err := planBuild(contentType, filename, opts)
 	if err != nil {
-		return nil, fmt.Errorf("smime: build: %w", err)
+		return nil, err
+	}
+	cur := entity{header: plan.payloadHeader, body: payload}
+	if plan.base64 {
+		cur.body = base64Lines(payload)
 	}
 	micInput := payload // plain: content without headers
-	if (encrypting || opts.Compression != NoCompression) && !signing {
+	if (plan.encrypting || plan.compressBefore) && !plan.signing {
 		// Encrypted or compressed, unsigned: the uncompressed entity with
 		// its MIME headers (RFC 4130 §7.3.1, RFC 5402 §4).
 		micInput = cur.bytes()
 	}
-
-	if opts.Compression == CompressThenSign || (opts.Compression != NoCompression && !signing) {
+	if plan.compressBefore {
 		if cur, err = compressedEntity(cur); err != nil {
 			return nil, err
 		}
 	}
-	if signing {
+	if plan.signing {
 		signed := cur.bytes()
-		if cur, err = signedEntity(signed, opts); err != nil {
+		if cur, err = signedEntity(signed, plan.micName, opts); err != nil {
 			return nil, err
 		}
 		micInput = signed
 	}
-	if opts.Compression == SignThenCompress && signing {
+	if plan.compressAfter {
 		if cur, err = compressedEntity(cur); err != nil {
 			return nil, err
 		}
 	}
-	if encrypting {
+	if plan.encrypting {
 		der, err := cms.Encrypt(cur.bytes(), opts.EncryptCerts, opts.Cipher, opts.OAEP)
 		if err != nil {
 			return nil, fmt.Errorf("smime: build: %w", err)
 		}
-		cur = entity{header: Header{
-			{"Content-Type", "application/pkcs7-mime; smime-type=enveloped-data; name=smime.p7m"},
-			{"Content-Transfer-Encoding", "binary"},
-			{"Content-Disposition", "attachment; filename=smime.p7m"},
-		}, body: der}
+		cur = entity{header: envelopedHeader(), body: der}
 	}
 
-	h, _ := cms.DigestHash(micName)
+	h, _ := cms.DigestHash(plan.micName)
 	d := h.New()
 	d.Write(micInput)
 	return &Built{
@@ -177,7 +140,7 @@ func Build(payload []byte, contentType, filename string, opts BuildOptions) (*Bu
 		ContentType: cur.header.Get("Content-Type"),
 		Body:        cur.body,
 		MIC:         base64.StdEncoding.EncodeToString(d.Sum(nil)),
-		MICAlg:      micName,
+		MICAlg:      plan.micName,
 	}, nil
 }
 
@@ -186,20 +149,12 @@ func compressedEntity(e entity) (entity, error) {
 	if err != nil {
 		return entity{}, fmt.Errorf("smime: build: %w", err)
 	}
-	return entity{header: Header{
-		{"Content-Type", "application/pkcs7-mime; smime-type=compressed-data; name=smime.p7z"},
-		{"Content-Transfer-Encoding", "binary"},
-		{"Content-Disposition", "attachment; filename=smime.p7z"},
-	}, body: der}, nil
+	return entity{header: compressedHeader(), body: der}, nil
 }
 
-func signedEntity(signed []byte, opts BuildOptions) (entity, error) {
+func signedEntity(signed []byte, micalg string, opts BuildOptions) (entity, error) {
 	if opts.SignCert == nil || opts.SignKey == nil {
 		return entity{}, errors.New("smime: build: signing needs SignCert and SignKey")
-	}
-	micalg, err := NormalizeMICAlg(opts.SignDigest)
-	if err != nil {
-		return entity{}, fmt.Errorf("smime: build: %w", err)
 	}
 	sig, err := cms.Sign(signed, opts.SignCert, opts.SignKey, cms.SignOptions{Digest: opts.SignDigest, PSS: opts.SignPSS, Chain: opts.SignChain})
 	if err != nil {
@@ -212,24 +167,17 @@ func signedEntity(signed []byte, opts BuildOptions) (entity, error) {
 	var b bytes.Buffer
 	b.WriteString("--" + boundary + "\r\n")
 	b.Write(signed)
-	b.WriteString("\r\n--" + boundary + "\r\n")
-	b.WriteString("Content-Type: application/pkcs7-signature; name=smime.p7s\r\n")
-	b.WriteString("Content-Transfer-Encoding: base64\r\n")
-	b.WriteString("Content-Disposition: attachment; filename=smime.p7s\r\n\r\n")
-	b.Write(base64Lines(sig))
-	b.WriteString("\r\n--" + boundary + "--\r\n")
-	ct := fmt.Sprintf(`multipart/signed; protocol="application/pkcs7-signature"; micalg=%s; boundary="%s"`, micalg, boundary)
-	return entity{header: Header{{"Content-Type", ct}}, body: b.Bytes()}, nil
+	b.Write(signaturePart(boundary, sig))
+	return entity{header: signedHeader(micalg, boundary), body: b.Bytes()}, nil
 }
 
 // newBoundary returns a random boundary that does not occur in content.
 func newBoundary(content []byte) (string, error) {
 	for range 8 {
-		var r [18]byte
-		if _, err := rand.Read(r[:]); err != nil {
-			return "", fmt.Errorf("smime: build: %w", err)
+		b, err := randomBoundary()
+		if err != nil {
+			return "", err
 		}
-		b := "----=_Part_" + hex.EncodeToString(r[:])
 		if !bytes.Contains(content, []byte(b)) {
 			return b, nil
 		}

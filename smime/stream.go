@@ -3,9 +3,12 @@ package smime
 import (
 	"bufio"
 	"bytes"
+	"crypto"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"mime/quotedprintable"
 	"os"
@@ -65,6 +68,80 @@ type StreamResult struct {
 	Result
 	Body Section
 	mic  micSource
+	// bodySum is the SHA-256 of a section taken on a pass that read it
+	// anyway (the signed part's body while it was hashed).
+	bodySum sectionSum
+}
+
+type sectionSum struct {
+	sec Section
+	sum []byte
+}
+
+// BodySHA256 is the SHA-256 of Body when the unwrap took it on the way
+// (the payload was the body of the signed part), or nil: the caller hashes
+// Body itself then.
+func (r *StreamResult) BodySHA256() []byte {
+	if r.bodySum.sum != nil && r.bodySum.sec == r.Body {
+		return r.bodySum.sum
+	}
+	return nil
+}
+
+// signedPartSums hashes the first part of multipart/signed as
+// splitMultipartStream passes it on: whole, under the digest the micalg
+// parameter names (SHA-256 when it names none known), and its body, after
+// the header block, under SHA-256.
+type signedPartSums struct {
+	hash   crypto.Hash
+	whole  hash.Hash
+	body   hash.Hash
+	n      int64 // bytes passed
+	bodyAt int64 // offset of the body once the empty line is seen, else -1
+	line   int64 // bytes of the current header line so far
+	cr     bool  // the current header line is just "\r"
+}
+
+func newSignedPartSums(micalg string) *signedPartSums {
+	h, err := cms.DigestHash(strings.TrimSpace(micalg))
+	if err != nil || !h.Available() {
+		h = crypto.SHA256
+	}
+	return &signedPartSums{hash: h, whole: h.New(), body: sha256.New(), bodyAt: -1}
+}
+
+func (s *signedPartSums) Write(p []byte) (int, error) {
+	s.whole.Write(p)
+	if s.bodyAt < 0 {
+		for i, c := range p {
+			if s.n+int64(i) >= maxHeaderBytes {
+				s.bodyAt = -2 // no header block end within bounds: unused
+				break
+			}
+			switch {
+			case c == '\n' && (s.line == 0 || s.line == 1 && s.cr):
+				s.bodyAt = s.n + int64(i) + 1
+			case c == '\n':
+				s.line, s.cr = 0, false
+				continue
+			}
+			if s.bodyAt >= 0 {
+				s.body.Write(p[i+1:])
+				break
+			}
+			s.line++
+			s.cr = s.line == 1 && c == '\r'
+		}
+	} else {
+		s.body.Write(p)
+	}
+	s.n += int64(len(p))
+	return len(p), nil
+}
+
+// digests is the signed part's digest for the signature check.
+func (s *signedPartSums) digests() map[crypto.Hash][]byte {
+	return map[crypto.Hash][]byte{s.hash: s.whole.Sum(nil)}
 }
 
 // micSource is the MIC input: a section, optionally read with its header
@@ -436,7 +513,11 @@ func (r *StreamResult) verifySignedStream(e *streamEntity, params map[string]str
 	if b == "" || len(b) > 200 {
 		return nil, fmt.Errorf("multipart/signed: %w: multipart without a usable boundary", ErrMalformedMIME)
 	}
-	raws, err := splitMultipartStream(e.Body, b)
+	// The signed part is hashed while it is split off: under the digest
+	// micalg names for the signature, and its body for the payload's
+	// SHA-256 (the exchange records it).
+	sums := newSignedPartSums(params["micalg"])
+	raws, err := splitMultipartStream(e.Body, b, sums)
 	if err != nil {
 		return nil, fmt.Errorf("multipart/signed: %w", err)
 	}
@@ -500,12 +581,18 @@ func (r *StreamResult) verifySignedStream(e *streamEntity, params map[string]str
 	var errs []error
 	for i := 0; i < len(cands); i++ {
 		c := cands[i]
-		s, _, err := cms.VerifyDetachedStreamCheck(sig, c.reader(), opts.Trusted, now, opts.CheckSigner)
+		s, err := cms.VerifyDetachedDigestsCheck(sig, sums.digests(), opts.Trusted, now, opts.CheckSigner)
+		if i > 0 || errors.Is(err, cms.ErrDigestsMissing) {
+			s, _, err = cms.VerifyDetachedStreamCheck(sig, c.reader(), opts.Trusted, now, opts.CheckSigner)
+		}
 		if err == nil {
 			if !r.Signed {
 				r.Signed, r.Signer, r.mic = true, s, c
 				r.MICAlgParam = params["micalg"]
 				r.LineEndingsRepaired = i > 0
+				if sums.bodyAt == content.start {
+					r.bodySum = sectionSum{content.Body, sums.body.Sum(nil)}
+				}
 			}
 			return content, nil
 		}
@@ -520,6 +607,18 @@ func (r *StreamResult) verifySignedStream(e *streamEntity, params map[string]str
 		}
 	}
 	return nil, verificationError(errs)
+}
+
+// lineBreak is the length of line's line break: 2 for CRLF, 1 for LF, 0
+// for none (the last line).
+func lineBreak(line []byte) int64 {
+	switch {
+	case bytes.HasSuffix(line, []byte("\r\n")):
+		return 2
+	case bytes.HasSuffix(line, []byte("\n")):
+		return 1
+	}
+	return 0
 }
 
 // bareLFAfter reports whether the section has an LF not preceded by CR at
@@ -551,16 +650,30 @@ func bareLFAfter(s Section, off int64) (bool, error) {
 }
 
 // splitMultipartStream is splitMultipart over a section, reading it line by
-// line: the parts are sections of the same file.
-func splitMultipartStream(body Section, boundary string) ([]Section, error) {
+// line: the parts are sections of the same file. When first is set, it
+// receives the bytes of the first part, exactly, as they are read (the
+// line break before a line is passed on only once the line is known not
+// to be a delimiter line): hashing the signed part costs no other read.
+func splitMultipartStream(body Section, boundary string, first io.Writer) ([]Section, error) {
 	delim := []byte("--" + boundary)
-	br := bufio.NewReaderSize(body.Reader(), 64<<10)
+	br := bufio.NewReaderSize(body.Reader(), 256<<10)
 	var parts []Section
 	start := int64(-1)
 	var off int64 // offset of the current line
 	// prevEnd: bytes of the line break before the current line ("\n" or
 	// "\r\n"), to take off the previous part's end.
 	prevBreak := int64(0)
+	// feed: the first part is being passed to first; pendingBreak is the
+	// line break before the current line, passed on with it.
+	feed := false
+	var pendingBreak []byte
+	pass := func(b []byte) {
+		if len(pendingBreak) > 0 {
+			first.Write(pendingBreak)
+			pendingBreak = pendingBreak[:0]
+		}
+		first.Write(b)
+	}
 	for {
 		line, err := br.ReadSlice('\n')
 		// A line longer than the buffer is never taken for a delimiter
@@ -570,6 +683,9 @@ func splitMultipartStream(body Section, boundary string) ([]Section, error) {
 		for err == bufio.ErrBufferFull {
 			long = true
 			off += int64(len(line))
+			if feed {
+				pass(line)
+			}
 			line, err = br.ReadSlice('\n')
 		}
 		n := int64(len(line))
@@ -587,6 +703,11 @@ func splitMultipartStream(body Section, boundary string) ([]Section, error) {
 				rest = rest[2:]
 			}
 			if len(bytes.Trim(rest, " \t\r")) == 0 {
+				if feed {
+					feed = false // the pending break ends the part: not content
+					pendingBreak = nil
+					first = nil
+				}
 				if start >= 0 {
 					end := off - prevBreak
 					if end < start {
@@ -604,18 +725,23 @@ func splitMultipartStream(body Section, boundary string) ([]Section, error) {
 					break
 				}
 				start = off + n
+				if first != nil && len(parts) == 0 {
+					feed = true
+					if !long {
+						off += n
+					}
+					prevBreak = lineBreak(line)
+					continue
+				}
 			}
 		}
 		if !long {
 			off += n
 		}
-		switch {
-		case bytes.HasSuffix(line, []byte("\r\n")):
-			prevBreak = 2
-		case bytes.HasSuffix(line, []byte("\n")):
-			prevBreak = 1
-		default:
-			prevBreak = 0
+		prevBreak = lineBreak(line)
+		if feed {
+			pass(line[:int64(len(line))-prevBreak])
+			pendingBreak = append(pendingBreak, line[int64(len(line))-prevBreak:]...)
 		}
 		if err != nil {
 			break

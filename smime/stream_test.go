@@ -2,6 +2,7 @@ package smime
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -55,6 +56,11 @@ func streamBoth(t *testing.T, e *Entity, opts Options) (*Result, *StreamResult) 
 	got, err := io.ReadAll(sres.Body.Reader())
 	if err != nil || !bytes.Equal(got, mem.Payload) {
 		t.Fatalf("payload: %d bytes streamed, %d in memory (%v)", len(got), len(mem.Payload), err)
+	}
+	if sum := sres.BodySHA256(); sum != nil {
+		if want := sha256.Sum256(got); !bytes.Equal(sum, want[:]) {
+			t.Fatal("the payload's SHA-256 taken on the way is wrong")
+		}
 	}
 	for _, alg := range []string{"sha1", "sha256", "sha-512"} {
 		a, _ := mem.MIC(alg)

@@ -41,9 +41,6 @@ Without a configuration, everything is given on the command line:
 Resend with -message-id (or -repeat 2) to see the duplicate MDN.
 `
 
-// progressThreshold: bodies at least this large show progress on stderr.
-const progressThreshold = 1 << 20
-
 // sendAS2 is `gateway send`.
 func sendAS2(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("send", flag.ContinueOnError)
@@ -82,7 +79,8 @@ func sendAS2(args []string, stdout, stderr io.Writer) error {
 	repeat := fs.Int("repeat", 1, "send the identical bytes this many times (duplicates after the first)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "HTTP timeout per send")
 	retryFor := fs.Duration("retry-for", 0, "on HTTP 503 (message in flight, store unavailable) resend after Retry-After for up to this long")
-	quiet := fs.Bool("quiet", false, "no progress output")
+	quiet := fs.Bool("quiet", false, "no progress bar (it is shown only when stderr is a terminal)")
+	spoolDir := fs.String("spool-dir", "", "where the message is built before it is sent: room for about its size (default: the system's temporary directory)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -97,7 +95,7 @@ func sendAS2(args []string, stdout, stderr io.Writer) error {
 	}
 
 	c := &as2client.Client{URL: *url, From: *from, To: *to, SignPSS: *pss, OAEP: *oaep, Subject: *subject,
-		TransferEncoding: *cte, HTTP: &http.Client{Timeout: *timeout}, SignedMDN: !*mdnUnsigned}
+		TransferEncoding: *cte, HTTP: &http.Client{Timeout: *timeout}, SignedMDN: !*mdnUnsigned, SpoolDir: *spoolDir}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var partner *partners.Partner
@@ -170,7 +168,12 @@ func sendAS2(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: verifying a signed MDN needs -recipient-cert (or -mdn-unsigned)", errUsage)
 	}
 
-	payload, err := os.ReadFile(*file)
+	payload, err := os.Open(*file)
+	if err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	defer payload.Close()
+	st, err := payload.Stat()
 	if err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
@@ -203,10 +206,17 @@ func sendAS2(args []string, stdout, stderr io.Writer) error {
 		}
 		c.AsyncURL = *asyncURL
 	}
-	msg, err := c.Prepare(payload, ct, name)
+	// The message is built as a stream into a spool file (signing,
+	// compression and encryption in one pass, in fixed memory) and sent
+	// from there, with its length, as often as asked.
+	bar := newProgress(stderr, *quiet)
+	bar.phase("preparing")
+	msg, err := c.PrepareStream(bar.reader(payload, st.Size()), ct, name)
+	bar.end()
 	if err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
+	defer msg.Close()
 	if *messageID != "" {
 		id := strings.TrimSpace(*messageID)
 		if !strings.HasPrefix(id, "<") {
@@ -215,8 +225,8 @@ func sendAS2(args []string, stdout, stderr io.Writer) error {
 		msg.ID = id
 		msg.Header.Set("Message-Id", id)
 	}
-	if !*quiet && len(msg.Body) >= progressThreshold {
-		c.Progress = progressPrinter(stderr)
+	if bar != nil {
+		c.Progress = bar.update
 	}
 
 	failed := 0
@@ -225,12 +235,17 @@ func sendAS2(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "send %d of %d\n", i, *repeat)
 		}
 		deadline := time.Now().Add(*retryFor)
-		res, err := c.Send(ctx, msg)
+		send := func() (*as2client.Result, error) {
+			bar.phase("sending")
+			defer bar.end()
+			return c.Send(ctx, msg)
+		}
+		res, err := send()
 		for err == nil && res.Status == http.StatusServiceUnavailable && time.Now().Before(deadline) {
 			pause := min(max(res.RetryAfter, time.Second), time.Until(deadline))
 			fmt.Fprintf(stdout, "busy:         HTTP 503 (%s); resending in %s\n", strings.Join(res.Problems, "; "), pause.Round(time.Second))
 			time.Sleep(pause)
-			res, err = c.Send(ctx, msg)
+			res, err = send()
 		}
 		if err != nil {
 			return fmt.Errorf("send: %w", err)
@@ -454,22 +469,6 @@ func printMDN(w io.Writer, ch *as2client.MDNCheck, m *as2client.Message) {
 	}
 	if t := strings.TrimSpace(ch.MDN.Report.HumanText); t != "" && (ch.Disposition.IsError() || ch.Disposition.IsWarning()) {
 		fmt.Fprintf(w, "text:         %s\n", strings.Join(strings.Fields(t), " "))
-	}
-}
-
-// progressPrinter shows "sent N / M bytes" on w at most every 200ms and at
-// the end.
-func progressPrinter(w io.Writer) func(sent, total int64) {
-	var last time.Time
-	return func(sent, total int64) {
-		if sent < total && time.Since(last) < 200*time.Millisecond {
-			return
-		}
-		last = time.Now()
-		fmt.Fprintf(w, "\rsent %d / %d bytes (%d%%)", sent, total, sent*100/max(total, 1))
-		if sent >= total {
-			fmt.Fprintln(w)
-		}
 	}
 }
 

@@ -95,6 +95,7 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	allowWeak := fs.Bool("allow-weak-keys", false, "accept RSA keys of 1024 to 2047 bits for the receipt signer and the encryption certificate (legacy receivers)")
 	saveReceipt := fs.String("save-receipt", "", "write the answer (receipt or error signal) to this file")
 	profile := fs.String("profile", "", "bdew: send as the BDEW AS4 profile prescribes (see above)")
+	quiet := fs.Bool("quiet", false, "no progress bar (it is shown only when stderr is a terminal)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -201,6 +202,9 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	out, err := c.Build(msg)
 	if err != nil {
 		return err
+	}
+	if bar := newProgress(stderr, *quiet); bar != nil {
+		c.HTTP.Transport = progressTransport{bar, c.HTTP.Transport}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/exchange"
+)
+
+// senderPrepareGrowth bounds the heap and RSS growth of building a message
+// of any size (as2client.PrepareStream): its buffers, not the payload.
+const senderPrepareGrowth = 16 << 20
+
+// TestSendStreamedAS2Bounded: `gateway send`'s client builds a 256 MiB
+// file into a signed, AES-128-GCM encrypted message (as2client.
+// PrepareStream: one pass, spool file) with heap and RSS growth within 16
+// MiB, sends it through the real server over loopback with a sync signed
+// MDN that carries its MIC, sender and receiver together within the
+// receiver's 64 MiB, and the handler reads the very payload.
+func TestSendStreamedAS2Bounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("256 MiB through the server")
+	}
+	const size = 256 << 20
+	dir := t.TempDir()
+	file := filepath.Join(dir, "cad.bin")
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(f, want), newPRNG(9, size)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		n   int64
+		sum string
+	}
+	url := memoryServerWith(t, nil, func(m *exchange.Message) error {
+		rc, err := m.Payloads[0].Open()
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		h := sha256.New()
+		got.n, err = io.Copy(h, rc)
+		got.sum = hex.EncodeToString(h.Sum(nil))
+		return err
+	})
+	partner, gw := demoAS2KeyPairs(t)
+	c := &as2client.Client{URL: url + "/as2", From: "DEMO", To: "GATEWAY", SignCert: partner.Cert, SignKey: partner.Key,
+		SignDigest: "sha256", RecipientCerts: []*x509.Certificate{gw.Cert}, Cipher: "aes128-gcm", SignedMDN: true,
+		SpoolDir: dir, HTTP: &http.Client{Timeout: 5 * time.Minute}}
+
+	var msg *as2client.Message
+	p := startProbe()
+	func() {
+		in, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Close()
+		msg, err = c.PrepareStream(in, "application/octet-stream", "cad.bin")
+		if err != nil {
+			t.Fatal(err)
+		}
+	}()
+	heap, rss := p.end()
+	defer msg.Close()
+	t.Logf("prepared %d MiB body: heap +%d MiB, RSS +%d MiB", msg.Size()>>20, heap>>20, rss>>20)
+	if heap > senderPrepareGrowth || rss > senderPrepareGrowth {
+		t.Errorf("building a %d MiB message grew heap %d MiB, RSS %d MiB (bound %d MiB)", size>>20, heap>>20, rss>>20, senderPrepareGrowth>>20)
+	}
+	if msg.Size() < size {
+		t.Fatalf("body %d bytes", msg.Size())
+	}
+
+	p = startProbe()
+	start := time.Now()
+	res, err := c.Send(context.Background(), msg)
+	took := time.Since(start)
+	heap, rss = p.end()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sent in %s: heap +%d MiB, RSS +%d MiB (sender and receiver)", took.Round(time.Millisecond), heap>>20, rss>>20)
+	if !res.OK() || res.MDN == nil || !res.MDN.Verified || !res.MDN.MICMatched || res.BytesSent != msg.Size() {
+		t.Fatalf("result %+v problems %q", res, res.Problems)
+	}
+	if heap > maxGrowth || rss > maxGrowth {
+		t.Errorf("sending grew heap %d MiB, RSS %d MiB (bound %d MiB)", heap>>20, rss>>20, maxGrowth>>20)
+	}
+	if got.n != size || got.sum != hex.EncodeToString(want.Sum(nil)) {
+		t.Fatalf("handler read %d bytes, sha256 %s", got.n, got.sum)
+	}
+}
