@@ -136,6 +136,9 @@ func (s timedStore) observe(op string, start time.Time) { s.m.StoreOp(op, time.S
 func timeStore(be dedup.Store, m *metrics.Metrics) dedup.Store {
 	t := timedStore{Store: be, m: m}
 	if _, ok := be.(dedup.TxAcceptor); ok {
+		if _, ok := be.(dedup.Atomic); ok {
+			return timedAtomicStore{timedTxStore{t}}
+		}
 		return timedTxStore{t}
 	}
 	return t
@@ -143,6 +146,15 @@ func timeStore(be dedup.Store, m *metrics.Metrics) dedup.Store {
 
 // timedTxStore is a timedStore over a store with a transactional accept.
 type timedTxStore struct{ timedStore }
+
+// timedAtomicStore is a timedTxStore over a store that is also a
+// dedup.Atomic (both SQL stores).
+type timedAtomicStore struct{ timedTxStore }
+
+func (s timedAtomicStore) Atomically(ctx context.Context, fn func(ctx context.Context) error) error {
+	defer s.observe("atomic", time.Now())
+	return s.Store.(dedup.Atomic).Atomically(ctx, fn)
+}
 
 func (s timedTxStore) AcceptTx(ctx context.Context, key dedup.Key, token dedup.Token, reply []byte, fn func(ctx context.Context, tx dedup.Tx) error) error {
 	defer s.observe("accept_tx", time.Now())
