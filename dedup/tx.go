@@ -42,8 +42,8 @@ type TxAcceptor interface {
 // fsync) instead of one each. The memory store does not have it.
 type Atomic interface {
 	// Atomically runs fn with a ctx in which this store's Claim, Accept,
-	// Abandon, AcceptInterchange and AbandonInterchange and its audit
-	// sink's Write join one transaction, and commits it once fn returns
+	// Abandon, ClaimInterchange, AcceptInterchange and AbandonInterchange
+	// and its audit sink's Write join one transaction, and commits it once fn returns
 	// nil; when fn returns an error (returned as it is) or the commit
 	// fails, nothing fn wrote survives. fn must not make other store calls
 	// or wait for anything but these writes: on SQLite the transaction is

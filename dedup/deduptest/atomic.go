@@ -22,7 +22,8 @@ type AtomicStore interface {
 }
 
 // ExerciseAtomic checks dedup.Atomic against a store implementation:
-// a claim and audit records written in one Atomically commit together; a
+// a claim (or an interchange claim) and audit records written in one
+// Atomically commit together; a
 // failing callback (or a failing write in it) leaves none of them (the key
 // is claimable again, no record); an accept, the accept of an interchange
 // and audit records commit together or not at all (a stale token fails
@@ -107,6 +108,31 @@ func ExerciseAtomic(t *testing.T, newStore NewStore) {
 			t.Fatalf("records survived the rollback: %+v", got)
 		}
 		mustClaim(t, ctx, s, key) // the claim was rolled back too
+	})
+	t.Run("interchange claim and record commit together", func(t *testing.T) {
+		s, r := open(t)
+		ctx, key := c(t), NewKey(t)
+		ic := NewInterchange(t)
+		claim := dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: "h", TransportKey: key, MessageID: "m"}
+		err := s.Atomically(ctx, func(ctx context.Context) error {
+			if _, err := s.ClaimInterchange(ctx, claim); err != nil {
+				return err
+			}
+			if err := s.AuditSink().Write(ctx, rec(key, audit.StepDecision, "new-interchange")); err != nil {
+				return err
+			}
+			return boom
+		})
+		if err != boom {
+			t.Fatalf("Atomically: %v", err)
+		}
+		if got := records(t, r, key); len(got) != 0 {
+			t.Fatalf("records survived the rollback: %+v", got)
+		}
+		// The claim was rolled back with it: the interchange is free.
+		if d, err := s.ClaimInterchange(ctx, claim); err != nil || d.Outcome != dedup.Claimed {
+			t.Fatalf("interchange after the rollback: %+v %v, want claimed", d, err)
+		}
 	})
 	t.Run("accept, interchange and records commit together", func(t *testing.T) {
 		s, r := open(t)
