@@ -248,7 +248,10 @@ func (b *BestEffortSink) Failures() int64 { return b.failed.Load() }
 type Multi []Sink
 
 func (m Multi) Write(ctx context.Context, r Record) error {
-	if len(m) == 1 {
+	switch len(m) {
+	case 0:
+		return nil
+	case 1:
 		return m[0].Write(ctx, r)
 	}
 	errs := make([]error, len(m))
@@ -260,9 +263,7 @@ func (m Multi) Write(ctx context.Context, r Record) error {
 			errs[i+1] = s.Write(ctx, r)
 		}()
 	}
-	if len(m) > 0 {
-		errs[0] = m[0].Write(ctx, r)
-	}
+	errs[0] = m[0].Write(ctx, r)
 	wg.Wait()
 	return errors.Join(errs...)
 }
