@@ -129,16 +129,7 @@ func (p *Pipeline) acceptAtomic(ctx context.Context, m *Message, token dedup.Tok
 		return p.auditTo(ctx, parts.Store, rec, audit.StepReply, decision, reply.Disposition, nil)
 	})
 	if err == nil {
-		if rec.Reference != "" {
-			lg = lg.With("reference", rec.Reference)
-		}
-		msg := "message accepted"
-		if decision == "duplicate-interchange" {
-			msg = "duplicate interchange answered; not processed again"
-		}
-		lg.Info(msg, "decision", decision, "disposition", reply.Disposition)
-		p.auditBestEffortTo(ctx, parts.Other, rec, audit.StepReply, decision, reply.Disposition, nil)
-		return reply
+		return p.accepted(ctx, parts.Other, reply, rec, lg, decision)
 	}
 	// Nothing of the transaction is on disk. Step by step, as without an
 	// atomic store: a transport accept found stale then still leaves the

@@ -44,18 +44,8 @@ func atomicFixture(t *testing.T, open func(t *testing.T) *txFixture) (*txFixture
 }
 
 func memorySteps(m *audit.Memory, key dedup.Key) string {
-	var out []string
-	for _, r := range m.Records() {
-		if r.Key != string(key) {
-			continue
-		}
-		s := string(r.Step)
-		if r.Decision != "" {
-			s += ":" + r.Decision
-		}
-		out = append(out, s)
-	}
-	return strings.Join(out, ",")
+	recs, _ := m.Query(context.Background(), audit.Query{Key: string(key)})
+	return stepList(recs)
 }
 
 // TestAtomicRecordsCommitWithClaimAndAccept: on both SQL stores, with

@@ -454,6 +454,12 @@ func (p *Pipeline) accept(ctx context.Context, m *Message, token dedup.Token, he
 		}
 		return p.unavailable(ctx, rec, err)
 	}
+	return p.accepted(ctx, p.Audit, reply, rec, lg, decision)
+}
+
+// accepted logs an accepted message and records its reply in sink (best
+// effort: the accept is on disk).
+func (p *Pipeline) accepted(ctx context.Context, sink audit.Sink, reply Reply, rec audit.Record, lg *slog.Logger, decision string) Reply {
 	if rec.Reference != "" {
 		lg = lg.With("reference", rec.Reference)
 	}
@@ -462,7 +468,7 @@ func (p *Pipeline) accept(ctx context.Context, m *Message, token dedup.Token, he
 		msg = "duplicate interchange answered; not processed again"
 	}
 	lg.Info(msg, "decision", decision, "disposition", reply.Disposition)
-	p.auditBestEffort(ctx, rec, audit.StepReply, decision, reply.Disposition, nil)
+	p.auditBestEffortTo(ctx, sink, rec, audit.StepReply, decision, reply.Disposition, nil)
 	return reply
 }
 
