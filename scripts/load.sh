@@ -150,11 +150,7 @@ start_gateway() {
 		strace -f -c --seccomp-bpf -e trace=fsync,fdatasync -o "$trace" \
 			"$GATEWAY_BIN" serve -config "$tmp/demo/gateway.yaml" 2>"$log" &
 		server_pid=$!
-		gateway_pid=""
-		for _ in $(seq 1 100); do
-			gateway_pid=$(pgrep -P "$server_pid" | head -n 1) && [[ -n "$gateway_pid" ]] && break
-			sleep 0.05
-		done
+		gateway_pid="" # strace's child, once the gateway answers (strace may fork helpers first)
 	else
 		"$GATEWAY_BIN" serve -config "$tmp/demo/gateway.yaml" 2>"$log" &
 		server_pid=$!
@@ -171,6 +167,9 @@ start_gateway() {
 		addr=$(sed -n 's/.*"msg":"gateway listening","addr":"\([^"]*\)".*/\1/p' "$log" | head -n 1)
 		admin=$(sed -n 's/.*"msg":"gateway listening".*"admin":"\([^"]*\)".*/\1/p' "$log" | head -n 1)
 		if [[ -n "$addr" ]] && curl -fsS "http://$admin/readyz" >/dev/null 2>&1; then
+			if [[ -z "$gateway_pid" ]]; then
+				gateway_pid=$(pgrep -P "$server_pid" -f " serve -config $tmp/demo/gateway.yaml" | head -n 1 || true)
+			fi
 			break
 		fi
 		addr=""
@@ -188,6 +187,14 @@ start_gateway() {
 # (and for strace, which then writes its count).
 stop_gateway() {
 	kill -TERM "$gateway_pid" 2>/dev/null || true
+	for _ in $(seq 1 300); do
+		kill -0 "$gateway_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$gateway_pid" 2>/dev/null; then
+		echo "load.sh: the gateway did not stop in 30 s after SIGTERM; killed" >&2
+		kill -KILL "$gateway_pid" 2>/dev/null || true
+	fi
 	wait "$server_pid" || true
 	server_pid=""
 }
