@@ -2,7 +2,9 @@ package exchange
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/dedup"
@@ -17,8 +19,9 @@ import (
 // in fewer commits, every one of them all or nothing:
 //
 //   - the claim: the received record, the claim and (when claimed) the
-//     decision record in one transaction of the store, the received record
-//     of the other sinks beside it;
+//     decision record in one transaction of the store, then both records
+//     in the other sinks in one step (audit.WriteBatch: one sync of a
+//     JSON-lines file);
 //   - the accept: the handler's record, the accept of every interchange,
 //     the accept of the transport key with the stored reply and the reply
 //     record in one transaction; the other sinks' handler record is durable
@@ -63,12 +66,11 @@ func claimDecision(d dedup.Decision) string {
 func (p *Pipeline) claimAtomic(ctx context.Context, a dedup.Atomic, parts *AuditParts, m *Message, req dedup.ClaimRequest,
 	rec audit.Record, lg *slog.Logger) (dedup.Decision, *Reply) {
 	p.retryPendingAbandon(ctx, transportClaim, req.Key)
-	other := make(chan error, 1)
-	go func() { other <- p.auditTo(ctx, parts.Other, rec, audit.StepReceived, "", "", nil) }()
+	received := p.record(rec, audit.StepReceived, "", "", nil)
 	var d dedup.Decision
 	err := a.Atomically(ctx, func(ctx context.Context) error {
-		if err := p.auditTo(ctx, parts.Store, rec, audit.StepReceived, "", "", nil); err != nil {
-			return err
+		if err := parts.Store.Write(ctx, received); err != nil {
+			return fmt.Errorf("exchange: audit %s: %w", audit.StepReceived, err)
 		}
 		var err error
 		if d, err = p.Store.Claim(ctx, req); err != nil || d.Outcome != dedup.Claimed {
@@ -76,12 +78,24 @@ func (p *Pipeline) claimAtomic(ctx context.Context, a dedup.Atomic, parts *Audit
 		}
 		return p.auditTo(ctx, parts.Store, rec, audit.StepDecision, claimDecision(d), "", nil)
 	})
-	oerr := <-other
 	if err != nil {
 		// Nothing of the transaction is on disk: no claim is held.
 		lg.Error("dedup store or audit unavailable", "err", err)
+		p.auditBestEffortTo(ctx, parts.Other, rec, audit.StepReceived, "", "", nil)
 		reply := p.unavailable(ctx, rec, err)
 		return dedup.Decision{}, &reply
+	}
+	// The other sinks get the received record (and the decision of a
+	// claimed key) now, in one step (one sync of a JSON-lines file).
+	recs := []audit.Record{received}
+	if d.Outcome == dedup.Claimed {
+		recs = append(recs, p.record(rec, audit.StepDecision, claimDecision(d), "", nil))
+	}
+	var oerr error
+	if parts.Other != nil {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		oerr = audit.WriteBatch(actx, parts.Other, recs)
+		cancel()
 	}
 	if oerr != nil {
 		lg.Error("audit unavailable", "err", oerr)

@@ -249,7 +249,7 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 		if d, final = p.claimAtomic(ctx, a, parts, m, req, rec, lg); final != nil {
 			return *final
 		}
-		decisionSink = parts.Other
+		decisionSink = nil // claimAtomic wrote it everywhere
 	} else {
 		if err := p.audit(ctx, rec, audit.StepReceived, "", "", nil); err != nil {
 			lg.Error("audit unavailable", "err", err)
@@ -520,6 +520,16 @@ func (p *Pipeline) auditTo(ctx context.Context, sink audit.Sink, rec audit.Recor
 	if sink == nil {
 		return nil
 	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if werr := sink.Write(actx, p.record(rec, step, decision, disposition, err)); werr != nil {
+		return fmt.Errorf("exchange: audit %s: %w", step, werr)
+	}
+	return nil
+}
+
+// record is rec as the record of one step, stamped now.
+func (p *Pipeline) record(rec audit.Record, step audit.Step, decision, disposition string, err error) audit.Record {
 	rec.Time = p.now().UTC()
 	rec.Step = step
 	rec.Decision = decision
@@ -527,12 +537,7 @@ func (p *Pipeline) auditTo(ctx context.Context, sink audit.Sink, rec audit.Recor
 	if err != nil {
 		rec.Error = err.Error()
 	}
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if werr := sink.Write(actx, rec); werr != nil {
-		return fmt.Errorf("exchange: audit %s: %w", step, werr)
-	}
-	return nil
+	return rec
 }
 
 // auditBestEffort records steps after the decision is final; a failure is

@@ -34,6 +34,18 @@ func (s metricsSink) Write(ctx context.Context, r audit.Record) error {
 	return err
 }
 
+// WriteBatch implements audit.BatchWriter over the wrapped sink, counting
+// each record as Write does.
+func (s metricsSink) WriteBatch(ctx context.Context, rs []audit.Record) error {
+	err := audit.WriteBatch(ctx, s.Sink, rs)
+	for _, r := range rs {
+		if outcome, reason := outcomeOf(r); outcome != "" && (err == nil || outcome == metrics.Unavailable) {
+			s.m.Message(r.Protocol, r.Partner, outcome, reason)
+		}
+	}
+	return err
+}
+
 // outcomeOf maps an audit record to the message outcome it settles, if any.
 func outcomeOf(r audit.Record) (outcome, reason string) {
 	decision, ok := Settled(r)
