@@ -43,11 +43,7 @@ func ExerciseAtomic(t *testing.T, newStore NewStore) {
 		}
 		return as, r
 	}
-	c := func(t *testing.T) context.Context {
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		t.Cleanup(cancel)
-		return ctx
-	}
+	c := callContext
 	rec := func(key dedup.Key, step audit.Step, decision string) audit.Record {
 		return audit.Record{Time: time.Now().UTC(), Step: step, Partner: "kit", Protocol: "as2", MessageID: string(key) + "@kit",
 			Key: string(key), Decision: decision}
