@@ -70,7 +70,12 @@ done
 use_strace=0
 case "${STRACE:-auto}" in
 1) use_strace=1 ;;
-auto) command -v strace >/dev/null && use_strace=1 ;;
+auto)
+	# Only where it can trace (a container may forbid ptrace or seccomp).
+	if command -v strace >/dev/null && strace -f -c --seccomp-bpf -e trace=fsync,fdatasync -o /dev/null true 2>/dev/null; then
+		use_strace=1
+	fi
+	;;
 esac
 STORE=${STORE:-sqlite:../var/gateway.db}
 case "$STORE" in
