@@ -342,3 +342,38 @@ func TestJSONFileGroupSyncFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestJSONFileWriteBatch: a batch is appended in order and made durable by
+// one sync covering its last record; a failed sync fails the batch and
+// rolls all of it back; WriteBatch over a sink without batches writes one
+// by one.
+func TestJSONFileWriteBatch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	s, sf := openSlow(t, path, time.Millisecond)
+	batch := []Record{{Step: StepReceived, MessageID: "b1"}, {Step: StepDecision, Decision: "new", MessageID: "b2"}}
+	if err := WriteBatch(context.Background(), s, batch); err != nil {
+		t.Fatal(err)
+	}
+	if got := lines(t, path); len(got) != 2 || got[0] != "b1" || got[1] != "b2" {
+		t.Fatalf("file: %q", got)
+	}
+	sf.mu.Lock()
+	syncs, covered := len(sf.covered), sf.covered
+	sf.mu.Unlock()
+	if st, _ := os.Stat(path); syncs != 1 || covered[0] != st.Size() {
+		t.Fatalf("%d syncs covering %v for a batch of two (file %d bytes)", syncs, covered, st.Size())
+	}
+	sf.mu.Lock()
+	sf.fail = 1
+	sf.mu.Unlock()
+	if err := s.WriteBatch(context.Background(), batch); err == nil {
+		t.Fatal("a failed sync did not fail the batch")
+	}
+	if got := lines(t, path); len(got) != 2 {
+		t.Fatalf("after the failed batch the file holds %d records, want the 2 before it", len(got))
+	}
+	mem := &Memory{}
+	if err := WriteBatch(context.Background(), Multi{mem}, batch); err != nil || len(mem.Records()) != 2 {
+		t.Fatalf("one by one: %v, %d records", err, len(mem.Records()))
+	}
+}

@@ -119,17 +119,36 @@ func (s *JSONFile) rollback() error {
 	return nil
 }
 
-func (s *JSONFile) Write(_ context.Context, r Record) error {
-	line, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("audit: encode: %w", err)
+func (s *JSONFile) Write(ctx context.Context, r Record) error {
+	return s.WriteBatch(ctx, []Record{r})
+}
+
+// WriteBatch implements BatchWriter: the records are appended in order,
+// each all or nothing as for Write, and one sync covers them all.
+func (s *JSONFile) WriteBatch(_ context.Context, rs []Record) error {
+	lines := make([][]byte, len(rs))
+	for i, r := range rs {
+		line, err := json.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("audit: encode: %w", err)
+		}
+		lines[i] = append(line, '\n')
 	}
-	line = append(line, '\n')
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.f == nil {
 		return errors.New("audit: file sink closed")
 	}
+	for _, line := range lines {
+		if err := s.appendLine(line); err != nil {
+			return err
+		}
+	}
+	return s.waitSynced(s.off, s.epoch)
+}
+
+// appendLine appends one record's line (see Write). Called with s.mu held.
+func (s *JSONFile) appendLine(line []byte) error {
 	start := s.off
 	if s.dirty && s.rollback() != nil {
 		// The fragment of an earlier failed write is still there: begin on
@@ -154,7 +173,7 @@ func (s *JSONFile) Write(_ context.Context, r Record) error {
 		return err
 	}
 	s.off, s.dirty = start+int64(len(line)), false
-	return s.waitSynced(s.off, s.epoch)
+	return nil
 }
 
 // waitSynced returns once the file is synced up to end (nil), or once the
@@ -240,6 +259,27 @@ func (b *BestEffortSink) Write(ctx context.Context, r Record) error {
 // Failures is the number of writes that failed.
 func (b *BestEffortSink) Failures() int64 { return b.failed.Load() }
 
+// BatchWriter is implemented by durable sinks that make several records
+// durable in one step (JSONFile: one sync for all of them). WriteBatch
+// writes rs in order; nil means every one of them is durable.
+type BatchWriter interface {
+	WriteBatch(ctx context.Context, rs []Record) error
+}
+
+// WriteBatch writes rs to s in one step when s is a BatchWriter, else one
+// by one, stopping at the first error.
+func WriteBatch(ctx context.Context, s Sink, rs []Record) error {
+	if b, ok := s.(BatchWriter); ok {
+		return b.WriteBatch(ctx, rs)
+	}
+	for _, r := range rs {
+		if err := s.Write(ctx, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Multi writes to every sink and returns the errors joined (in the sinks'
 // order). The sinks are written at the same time, so that durable sinks
 // (the store's table, a synced file) wait for their commits together
@@ -248,7 +288,10 @@ func (b *BestEffortSink) Failures() int64 { return b.failed.Load() }
 type Multi []Sink
 
 func (m Multi) Write(ctx context.Context, r Record) error {
-	if len(m) == 1 {
+	switch len(m) {
+	case 0:
+		return nil
+	case 1:
 		return m[0].Write(ctx, r)
 	}
 	errs := make([]error, len(m))
@@ -260,8 +303,22 @@ func (m Multi) Write(ctx context.Context, r Record) error {
 			errs[i+1] = s.Write(ctx, r)
 		}()
 	}
-	if len(m) > 0 {
-		errs[0] = m[0].Write(ctx, r)
+	errs[0] = m[0].Write(ctx, r)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// WriteBatch implements BatchWriter: every sink gets the whole batch (in
+// one step where it can), at the same time.
+func (m Multi) WriteBatch(ctx context.Context, rs []Record) error {
+	errs := make([]error, len(m))
+	var wg sync.WaitGroup
+	for i, s := range m {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = WriteBatch(ctx, s, rs)
+		}()
 	}
 	wg.Wait()
 	return errors.Join(errs...)

@@ -59,6 +59,9 @@ func TestMultiAndBestEffort(t *testing.T) {
 	if len(mem.Records()) != 1 {
 		t.Error("multi skipped a sink")
 	}
+	if err := (audit.Multi{}).Write(context.Background(), audit.Record{}); err != nil {
+		t.Errorf("no sinks: %v", err)
+	}
 	be := audit.BestEffort(audit.Multi{broken{}}, slog.New(slog.DiscardHandler))
 	if err := be.Write(context.Background(), audit.Record{}); err != nil || be.Failures() != 1 {
 		t.Errorf("best effort: %v, failures %d", err, be.Failures())

@@ -34,3 +34,21 @@ type TxAcceptor interface {
 	// (SQLite has one connection, held by the transaction).
 	AcceptTx(ctx context.Context, key Key, token Token, reply []byte, fn func(ctx context.Context, tx Tx) error) error
 }
+
+// Atomic is the capability of a SQL store to make several of its writes
+// one transaction, so that a crash leaves all of them or none: the
+// pipeline claims a key together with its audit records, and accepts it
+// together with its interchanges and audit records, in one commit (one
+// fsync) instead of one each. The memory store does not have it.
+type Atomic interface {
+	// Atomically runs fn with a ctx in which this store's Claim, Accept,
+	// Abandon, ClaimInterchange, AcceptInterchange and AbandonInterchange
+	// and its audit sink's Write join one transaction, and commits it once fn returns
+	// nil; when fn returns an error (returned as it is) or the commit
+	// fails, nothing fn wrote survives. fn must not make other store calls
+	// or wait for anything but these writes: on SQLite the transaction is
+	// one request of the group commit, run by the database's only writer.
+	// Called with a ctx already inside such a transaction (or AcceptTx's)
+	// of the same store, fn simply joins it.
+	Atomically(ctx context.Context, fn func(ctx context.Context) error) error
+}

@@ -133,7 +133,7 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 		}
 		claim := dedup.InterchangeClaim{Interchange: pic.ic, PayloadSHA256: pic.hash, TransportKey: m.TransportKey, MessageID: m.MessageID, Window: window}
 		p.retryPendingAbandon(ctx, interchangeClaim, pic.ic.Key)
-		d, err := p.Ledger.ClaimInterchange(ctx, claim)
+		d, decided, err := p.claimInterchange(ctx, claim, r)
 		if err != nil {
 			release()
 			reply := p.unavailable(ctx, r, err)
@@ -141,13 +141,12 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 		}
 		switch d.Outcome {
 		case dedup.Claimed:
-			decision := "new-interchange"
+			decision := interchangeDecision(d)
 			if d.Reused {
-				decision = "reused-interchange"
 				lg.Warn("interchange reference reused after its dedup window; processed as new", "reference", pic.ic.Reference, "standard", pic.ic.Standard)
 			}
 			held = append(held, heldInterchange{pic.ic.Key, d.Token})
-			p.auditBestEffort(ctx, r, audit.StepDecision, decision, "", nil)
+			p.auditBestEffortTo(ctx, decided, r, audit.StepDecision, decision, "", nil)
 		case dedup.InFlight:
 			release()
 			p.Stats.InFlight.Add(1)
@@ -394,4 +393,32 @@ func payloadBytes(pl Payload, limit int64) ([]byte, error) {
 		n = int(limit)
 	}
 	return buf[:n:n], nil
+}
+
+// claimInterchange claims an interchange in the ledger. With an atomic
+// store (AuditParts) the store's decision record of a claimed interchange
+// is written in the claim's transaction; sink is then where the decision is
+// still to be recorded (the other sinks), else it is the whole Audit.
+func (p *Pipeline) claimInterchange(ctx context.Context, claim dedup.InterchangeClaim, r audit.Record) (dedup.Decision, audit.Sink, error) {
+	a, parts := p.atomicStore()
+	if a == nil {
+		d, err := p.Ledger.ClaimInterchange(ctx, claim)
+		return d, p.Audit, err
+	}
+	var d dedup.Decision
+	err := a.Atomically(ctx, func(ctx context.Context) error {
+		var err error
+		if d, err = p.Ledger.ClaimInterchange(ctx, claim); err != nil || d.Outcome != dedup.Claimed {
+			return err
+		}
+		return p.auditTo(ctx, parts.Store, r, audit.StepDecision, interchangeDecision(d), "", nil)
+	})
+	return d, parts.Other, err
+}
+
+func interchangeDecision(d dedup.Decision) string {
+	if d.Reused {
+		return "reused-interchange"
+	}
+	return "new-interchange"
 }

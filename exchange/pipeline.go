@@ -178,6 +178,12 @@ type Pipeline struct {
 	// accept transaction (see TxHandler); the store must be a
 	// dedup.TxAcceptor (CheckTxHandler).
 	TxHandler TxHandler
+
+	// AuditParts, when set, splits Audit into the store's own table and
+	// the rest; with a store that is a dedup.Atomic, the store's records
+	// are then written inside the claim's and the accept's transactions
+	// (see atomic.go).
+	AuditParts *AuditParts
 }
 
 // PayloadSHA256 is the hash of a message's payloads used for drift
@@ -233,22 +239,35 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 		}
 	}
 	setIdempotencyKeys(m, ics)
-	if err := p.audit(ctx, rec, audit.StepReceived, "", "", nil); err != nil {
-		lg.Error("audit unavailable", "err", err)
-		return p.unavailable(ctx, rec, err)
-	}
-	if damaged != nil {
-		var d *damagedEnvelope
-		if !errors.As(damaged, &d) {
-			return p.internalError(ctx, rec, lg, damaged)
+	req := dedup.ClaimRequest{Key: m.TransportKey, PayloadSHA256: hash, Window: in.Window}
+	// decisionSink is where the decision of a claim is still to be
+	// recorded: the atomic claim wrote it to the store's table already.
+	decisionSink := p.Audit
+	var d dedup.Decision
+	if a, parts := p.atomicStore(); a != nil && damaged == nil {
+		var final *Reply
+		if d, final = p.claimAtomic(ctx, a, parts, m, req, rec, lg); final != nil {
+			return *final
 		}
-		return p.refuseDamaged(ctx, in, rec, lg, damaged, "")
-	}
-	p.retryPendingAbandon(ctx, transportClaim, m.TransportKey)
-	d, err := p.Store.Claim(ctx, dedup.ClaimRequest{Key: m.TransportKey, PayloadSHA256: hash, Window: in.Window})
-	if err != nil {
-		lg.Error("dedup store unavailable", "err", err)
-		return p.unavailable(ctx, rec, err)
+		decisionSink = nil // claimAtomic wrote it everywhere
+	} else {
+		if err := p.audit(ctx, rec, audit.StepReceived, "", "", nil); err != nil {
+			lg.Error("audit unavailable", "err", err)
+			return p.unavailable(ctx, rec, err)
+		}
+		if damaged != nil {
+			var d *damagedEnvelope
+			if !errors.As(damaged, &d) {
+				return p.internalError(ctx, rec, lg, damaged)
+			}
+			return p.refuseDamaged(ctx, in, rec, lg, damaged, "")
+		}
+		p.retryPendingAbandon(ctx, transportClaim, m.TransportKey)
+		var err error
+		if d, err = p.Store.Claim(ctx, req); err != nil {
+			lg.Error("dedup store unavailable", "err", err)
+			return p.unavailable(ctx, rec, err)
+		}
 	}
 	switch d.Outcome {
 	case dedup.InFlight:
@@ -262,18 +281,14 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 	case dedup.Duplicate:
 		return p.duplicate(ctx, in, ics, d, hash, rec, lg)
 	case dedup.Claimed:
-		decision := "new"
-		if d.Reused {
-			decision = "reused"
-		}
 		p.Stats.Claimed.Add(1)
-		if err := p.audit(ctx, rec, audit.StepDecision, decision, "", nil); err != nil {
+		if err := p.auditTo(ctx, decisionSink, rec, audit.StepDecision, claimDecision(d), "", nil); err != nil {
 			p.abandon(ctx, m, d.Token, lg)
 			return p.unavailable(ctx, rec, err)
 		}
 		return p.claimed(ctx, in, ics, d.Token, rec, lg)
 	}
-	err = fmt.Errorf("exchange: store returned outcome %v", d.Outcome)
+	err := fmt.Errorf("exchange: store returned outcome %v", d.Outcome)
 	lg.Error("dedup store misbehaved", "err", err)
 	return p.unavailable(ctx, rec, err)
 }
@@ -347,7 +362,7 @@ func (p *Pipeline) claimed(ctx context.Context, in Inbound, ics []payloadInterch
 			p.abandon(ctx, m, token, lg)
 			return p.internalError(ctx, rec, lg, err)
 		}
-		return p.accept(ctx, m, token, nil, reply, rec, lg, "duplicate-interchange")
+		return p.acceptAtomic(ctx, m, token, nil, reply, rec, lg, "duplicate-interchange", false)
 	}
 	if p.TxHandler != nil {
 		return p.claimedTx(ctx, in, token, held, releaseInterchanges, rec, lg)
@@ -370,6 +385,25 @@ func (p *Pipeline) claimed(ctx context.Context, in Inbound, ics []payloadInterch
 	// retransmission would run the handler a second time.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
+	if _, parts := p.atomicStore(); parts != nil {
+		// The store's record of the handler goes into the accept's
+		// transaction; the other sinks' is written while the reply is
+		// built (a signature), and must be durable before the accept.
+		other := make(chan error, 1)
+		go func() { other <- p.auditTo(ctx, parts.Other, rec, audit.StepHandler, "ok", "", nil) }()
+		reply, err := in.Replies.Accepted(ctx)
+		if oerr := <-other; oerr != nil {
+			releaseInterchanges()
+			p.abandon(ctx, m, token, lg)
+			return p.unavailable(ctx, rec, oerr)
+		}
+		if err != nil {
+			releaseInterchanges()
+			p.abandon(ctx, m, token, lg)
+			return p.internalError(ctx, rec, lg, err)
+		}
+		return p.acceptAtomic(ctx, m, token, held, reply, rec, lg, "accepted", true)
+	}
 	if err := p.audit(ctx, rec, audit.StepHandler, "ok", "", nil); err != nil {
 		releaseInterchanges()
 		p.abandon(ctx, m, token, lg)
@@ -420,6 +454,12 @@ func (p *Pipeline) accept(ctx context.Context, m *Message, token dedup.Token, he
 		}
 		return p.unavailable(ctx, rec, err)
 	}
+	return p.accepted(ctx, p.Audit, reply, rec, lg, decision)
+}
+
+// accepted logs an accepted message and records its reply in sink (best
+// effort: the accept is on disk).
+func (p *Pipeline) accepted(ctx context.Context, sink audit.Sink, reply Reply, rec audit.Record, lg *slog.Logger, decision string) Reply {
 	if rec.Reference != "" {
 		lg = lg.With("reference", rec.Reference)
 	}
@@ -428,7 +468,7 @@ func (p *Pipeline) accept(ctx context.Context, m *Message, token dedup.Token, he
 		msg = "duplicate interchange answered; not processed again"
 	}
 	lg.Info(msg, "decision", decision, "disposition", reply.Disposition)
-	p.auditBestEffort(ctx, rec, audit.StepReply, decision, reply.Disposition, nil)
+	p.auditBestEffortTo(ctx, sink, rec, audit.StepReply, decision, reply.Disposition, nil)
 	return reply
 }
 
@@ -472,9 +512,24 @@ func (p *Pipeline) abandon(ctx context.Context, m *Message, token dedup.Token, l
 }
 
 func (p *Pipeline) audit(ctx context.Context, rec audit.Record, step audit.Step, decision, disposition string, err error) error {
-	if p.Audit == nil {
+	return p.auditTo(ctx, p.Audit, rec, step, decision, disposition, err)
+}
+
+// auditTo writes the record of one step to sink (nil: nowhere).
+func (p *Pipeline) auditTo(ctx context.Context, sink audit.Sink, rec audit.Record, step audit.Step, decision, disposition string, err error) error {
+	if sink == nil {
 		return nil
 	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if werr := sink.Write(actx, p.record(rec, step, decision, disposition, err)); werr != nil {
+		return fmt.Errorf("exchange: audit %s: %w", step, werr)
+	}
+	return nil
+}
+
+// record is rec as the record of one step, stamped now.
+func (p *Pipeline) record(rec audit.Record, step audit.Step, decision, disposition string, err error) audit.Record {
 	rec.Time = p.now().UTC()
 	rec.Step = step
 	rec.Decision = decision
@@ -482,18 +537,17 @@ func (p *Pipeline) audit(ctx context.Context, rec audit.Record, step audit.Step,
 	if err != nil {
 		rec.Error = err.Error()
 	}
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if werr := p.Audit.Write(actx, rec); werr != nil {
-		return fmt.Errorf("exchange: audit %s: %w", step, werr)
-	}
-	return nil
+	return rec
 }
 
 // auditBestEffort records steps after the decision is final; a failure is
 // logged, since the outcome can no longer be changed.
 func (p *Pipeline) auditBestEffort(ctx context.Context, rec audit.Record, step audit.Step, decision, disposition string, err error) {
-	if aerr := p.audit(ctx, rec, step, decision, disposition, err); aerr != nil {
+	p.auditBestEffortTo(ctx, p.Audit, rec, step, decision, disposition, err)
+}
+
+func (p *Pipeline) auditBestEffortTo(ctx context.Context, sink audit.Sink, rec audit.Record, step audit.Step, decision, disposition string, err error) {
+	if aerr := p.auditTo(ctx, sink, rec, step, decision, disposition, err); aerr != nil {
 		p.log().Error("audit write failed", "partner", rec.Partner, "protocol", rec.Protocol, "message_id", rec.MessageID, "err", aerr)
 	}
 }

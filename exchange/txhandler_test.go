@@ -150,6 +150,11 @@ func (f *txFixture) steps(key dedup.Key) string {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	return stepList(recs)
+}
+
+// stepList is "step[:decision]" of each record, comma-separated.
+func stepList(recs []audit.Record) string {
 	var out []string
 	for _, r := range recs {
 		s := string(r.Step)

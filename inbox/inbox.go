@@ -343,15 +343,3 @@ func sameContent(path, sum string) (bool, error) {
 	}
 	return bytes.Equal([]byte(hex.EncodeToString(h.Sum(nil))), []byte(sum)), nil
 }
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("inbox: %w", err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("inbox: sync %s: %w", dir, err)
-	}
-	return nil
-}

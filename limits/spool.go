@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // spoolAreaPrefix names the per-process directories OpenSpoolArea makes in
@@ -130,7 +131,8 @@ var ErrSpool = errors.New("spool file")
 // BodyFile is a request body spooled to a file as it arrived, with its
 // size and SHA-256 computed on the way.
 type BodyFile struct {
-	f *os.File
+	f   *os.File
+	dir string
 	// Size is the number of body bytes; SHA256 their lowercase hex SHA-256.
 	Size   int64
 	SHA256 string
@@ -140,12 +142,18 @@ type BodyFile struct {
 // and fails with an error wrapping ErrTooLarge as soon as more than max
 // bytes (max > 0) arrived; the partial file is removed then. The caller
 // must Remove the returned file.
+//
+// The file is one that an earlier body's Remove left empty for reuse, when
+// there is one (see spareBodies), else a new one.
 func SpoolBody(r io.Reader, dir string, max int64) (*BodyFile, error) {
-	f, err := os.CreateTemp(dir, "gateway-body-*")
+	f, err := spareBodies.take(dir)
+	if f == nil && err == nil {
+		f, err = os.CreateTemp(dir, "gateway-body-*")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("limits: spool body: %w: %w", ErrSpool, err)
 	}
-	b := &BodyFile{f: f}
+	b := &BodyFile{f: f, dir: dir}
 	h := sha256.New()
 	if err := b.fill(r, h, max); err != nil {
 		b.Remove()
@@ -196,16 +204,75 @@ func (b *BodyFile) Bytes() ([]byte, error) {
 	return out, nil
 }
 
-// Remove closes and deletes the file.
+// Remove closes the file and deletes it, or keeps it emptied for the next
+// body (spareBodies). Either way the body's bytes are gone, and this
+// BodyFile (and every reader it gave out) fails from now on.
 func (b *BodyFile) Remove() error {
 	if b == nil || b.f == nil {
 		return nil
 	}
-	name := b.f.Name()
-	b.f.Close()
+	f := b.f
 	b.f = nil
+	name := f.Name()
+	if f.Truncate(0) == nil && f.Close() == nil && spareBodies.put(b.dir, name) {
+		return nil
+	}
+	f.Close()
 	if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("limits: spool body: %w: %w", ErrSpool, err)
 	}
 	return nil
+}
+
+// spareBodies keeps the names of up to maxSpareBodies emptied body files
+// per spool directory for SpoolBody to reuse. Creating a file costs far
+// more than opening one: ext4 without a journal skips every inode deleted
+// in the last minutes when it allocates one, so a file created and
+// deleted per message made each later creation (the inbox's too) slower
+// as the load went on. A reused file is truncated to nothing when its body
+// is removed and opened anew (a fresh descriptor: whoever still holds the
+// old BodyFile reads nothing of the next body). The files stay in the
+// process's spool area, which is removed at shutdown or, after a crash, at
+// the next start.
+var spareBodies = &spareFiles{byDir: map[string][]string{}}
+
+const maxSpareBodies = 64
+
+type spareFiles struct {
+	mu    sync.Mutex
+	byDir map[string][]string
+}
+
+// take opens a spare file of dir for writing, emptied; nil when there is none.
+func (s *spareFiles) take(dir string) (*os.File, error) {
+	for {
+		s.mu.Lock()
+		names := s.byDir[dir]
+		if len(names) == 0 {
+			s.mu.Unlock()
+			return nil, nil
+		}
+		name := names[len(names)-1]
+		s.byDir[dir] = names[:len(names)-1]
+		s.mu.Unlock()
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_TRUNC, 0)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		// The area was removed (shutdown) or the file swept: try the next.
+	}
+}
+
+// put keeps name (emptied) for reuse; false when dir has enough spares.
+func (s *spareFiles) put(dir, name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.byDir[dir]) >= maxSpareBodies {
+		return false
+	}
+	s.byDir[dir] = append(s.byDir[dir], name)
+	return true
 }

@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -80,9 +82,80 @@ func TestSpoolBodyHashesAndLimits(t *testing.T) {
 	if _, err := SpoolBody(bytes.NewReader(data), dir, int64(len(data))-1); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("over the limit: %v", err)
 	}
-	if left, _ := os.ReadDir(dir); len(left) != 0 {
+	// What is left is one emptied file, kept for the next body.
+	left, _ := os.ReadDir(dir)
+	if len(left) != 1 {
 		t.Fatalf("files left: %v", left)
 	}
+	if st, err := os.Stat(filepath.Join(dir, left[0].Name())); err != nil || st.Size() != 0 {
+		t.Fatalf("the spare file holds bytes: %v %v", st, err)
+	}
+}
+
+// TestSpoolBodyReusesEmptiedFiles: a removed body's file is emptied and
+// taken by the next body (no new file, no deletion), the next body never
+// reads the earlier one's bytes, and the removed BodyFile fails instead of
+// reading the next body. Beyond maxSpareBodies removed files are deleted.
+func TestSpoolBodyReusesEmptiedFiles(t *testing.T) {
+	dir := t.TempDir()
+	long := bytes.Repeat([]byte("first partner's body "), 1000)
+	a, err := SpoolBody(bytes.NewReader(long), dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := a.Path()
+	stale := a.Reader()
+	if err := a.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := SpoolBody(strings.NewReader("short"), dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Path() != name {
+		t.Errorf("the second body went to %s, not the emptied %s", b.Path(), name)
+	}
+	if got, err := b.Bytes(); err != nil || string(got) != "short" {
+		t.Fatalf("second body reads %.40q, %v", got, err)
+	}
+	if st, err := os.Stat(name); err != nil || st.Size() != 5 {
+		t.Fatalf("the reused file: %v %v", st, err)
+	}
+	if n, err := io.ReadAll(stale); err == nil || len(n) != 0 {
+		t.Errorf("the removed body's reader read %d bytes, err %v", len(n), err)
+	}
+	if _, err := a.ReadAt(make([]byte, 1), 0); err == nil {
+		t.Error("the removed body can still be read")
+	}
+	b.Remove()
+
+	var bodies []*BodyFile
+	for range maxSpareBodies + 3 {
+		f, err := SpoolBody(strings.NewReader("x"), dir, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, f)
+	}
+	for _, f := range bodies {
+		if err := f.Remove(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left, _ := os.ReadDir(dir); len(left) != maxSpareBodies {
+		t.Errorf("%d files left, want the %d spares", len(left), maxSpareBodies)
+	}
+	// The area removed underneath (shutdown): a new file is made.
+	os.RemoveAll(dir)
+	os.Mkdir(dir, 0o700)
+	c, err := SpoolBody(strings.NewReader("after"), dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.Bytes(); string(got) != "after" {
+		t.Errorf("after the area was removed: %q", got)
+	}
+	c.Remove()
 }
 
 // Gateways starting together on one spool_dir each get their own area:

@@ -34,6 +34,18 @@ func (s metricsSink) Write(ctx context.Context, r audit.Record) error {
 	return err
 }
 
+// WriteBatch implements audit.BatchWriter over the wrapped sink, counting
+// each record as Write does.
+func (s metricsSink) WriteBatch(ctx context.Context, rs []audit.Record) error {
+	err := audit.WriteBatch(ctx, s.Sink, rs)
+	for _, r := range rs {
+		if outcome, reason := outcomeOf(r); outcome != "" && (err == nil || outcome == metrics.Unavailable) {
+			s.m.Message(r.Protocol, r.Partner, outcome, reason)
+		}
+	}
+	return err
+}
+
 // outcomeOf maps an audit record to the message outcome it settles, if any.
 func outcomeOf(r audit.Record) (outcome, reason string) {
 	decision, ok := Settled(r)
@@ -136,6 +148,9 @@ func (s timedStore) observe(op string, start time.Time) { s.m.StoreOp(op, time.S
 func timeStore(be dedup.Store, m *metrics.Metrics) dedup.Store {
 	t := timedStore{Store: be, m: m}
 	if _, ok := be.(dedup.TxAcceptor); ok {
+		if _, ok := be.(dedup.Atomic); ok {
+			return timedAtomicStore{timedTxStore{t}}
+		}
 		return timedTxStore{t}
 	}
 	return t
@@ -143,6 +158,15 @@ func timeStore(be dedup.Store, m *metrics.Metrics) dedup.Store {
 
 // timedTxStore is a timedStore over a store with a transactional accept.
 type timedTxStore struct{ timedStore }
+
+// timedAtomicStore is a timedTxStore over a store that is also a
+// dedup.Atomic (both SQL stores).
+type timedAtomicStore struct{ timedTxStore }
+
+func (s timedAtomicStore) Atomically(ctx context.Context, fn func(ctx context.Context) error) error {
+	defer s.observe("atomic", time.Now())
+	return s.Store.(dedup.Atomic).Atomically(ctx, fn)
+}
 
 func (s timedTxStore) AcceptTx(ctx context.Context, key dedup.Key, token dedup.Token, reply []byte, fn func(ctx context.Context, tx dedup.Tx) error) error {
 	defer s.observe("accept_tx", time.Now())

@@ -100,6 +100,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 	s.closers = append(s.closers, area.Close)
 
 	var sink audit.Sink = be.AuditSink()
+	var other audit.Sink = audit.Multi{} // what the sink writes beside the store's table
 	if cfg.Audit.File != "" {
 		f, err := audit.OpenJSONFile(cfg.Audit.File)
 		if err != nil {
@@ -108,9 +109,16 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 		}
 		s.closers = append(s.closers, f.Close)
 		sink = audit.Multi{sink, f}
+		other = f
 	}
+	var parts *exchange.AuditParts
 	if cfg.Audit.BestEffort {
 		sink = audit.BestEffort(sink, log)
+	} else {
+		// The store writes its records inside its own transactions when
+		// it can (exchange.AuditParts); outcomes are counted once, from
+		// the other part.
+		parts = &exchange.AuditParts{Store: be.AuditSink(), Other: metricsSink{Sink: other, m: s.Metrics}}
 	}
 	sink = metricsSink{Sink: sink, m: s.Metrics}
 	var handler exchange.Handler
@@ -164,7 +172,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 		txHandler = s.fault.wrapTxHandler(txHandler)
 	}
 	s.Pipeline = &exchange.Pipeline{Store: timeStore(be, s.Metrics), Audit: sink, Handler: handler, Log: log, Lease: cfg.Lease, Quarantine: cfg.QuarantineDir,
-		TxHandler: txHandler}
+		TxHandler: txHandler, AuditParts: parts}
 	s.Pipeline.InFlightRetryAfter, _ = cfg.InFlightRetryAfterFixed() // validated by config.Load
 	s.background = append(s.background, s.Pipeline.RetryAbandons)
 	if err := s.Pipeline.CheckTxHandler(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -71,6 +72,20 @@ type summary struct {
 	// before the first message was sent at sendStart.
 	opWorkers                       int
 	boundStart, boundEnd, sendStart time.Time
+	// rsaCPU is this process's CPU time per private-key operation while
+	// measuring the bound (0: not measured on this system).
+	rsaCPU time.Duration
+	// gatewayCPU is the gateway's CPU time during the load (-metrics; 0:
+	// not read).
+	gatewayCPU time.Duration
+}
+
+// cpuPerMessage is the gateway's CPU time per transmission.
+func (s *summary) cpuPerMessage() time.Duration {
+	if s.messages == 0 {
+		return 0
+	}
+	return s.gatewayCPU / time.Duration(s.messages)
 }
 
 // bound is the messages per second the RSA work alone allows: two private
@@ -89,8 +104,27 @@ func (s *summary) ratio() float64 {
 func (s *summary) String() string {
 	return fmt.Sprintf("gateway-load %s: messages=%d unique=%d duplicates=%d elapsed=%.3fs msgs/s=%.1f p50=%s p95=%s p99=%s failures=%d duplicates_answered=%d/%d rsa%d_ops/s=%.1f sign_goroutines=%d bound_msgs/s=%.1f ratio=%.3f",
 		s.protocol, s.messages, s.unique, s.duplicates, s.elapsed.Seconds(), s.msgsPerSec,
-		ms(s.p50), ms(s.p95), ms(s.p99), s.failures, s.duplicatesAnswered, s.duplicates, s.opBits, s.opsPerSec, s.opWorkers, s.bound(), s.ratio())
+		ms(s.p50), ms(s.p95), ms(s.p99), s.failures, s.duplicatesAnswered, s.duplicates, s.opBits, s.opsPerSec, s.opWorkers, s.bound(), s.ratio()) +
+		s.cpuFields()
 }
+
+// cpuFields are the CPU figures of the summary line (see the package
+// comment), those that were measured.
+func (s *summary) cpuFields() string {
+	var b strings.Builder
+	if s.rsaCPU > 0 {
+		fmt.Fprintf(&b, " rsa_cpu_ms/op=%.3f", msf(s.rsaCPU))
+	}
+	if s.gatewayCPU > 0 {
+		fmt.Fprintf(&b, " gateway_cpu_ms/msg=%.3f", msf(s.cpuPerMessage()))
+		if s.rsaCPU > 0 {
+			fmt.Fprintf(&b, " non_rsa_cpu_ms/msg=%.3f", msf(s.cpuPerMessage()-2*s.rsaCPU))
+		}
+	}
+	return b.String()
+}
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond)) }
 
@@ -135,20 +169,39 @@ func load(ctx context.Context, o *options, progress io.Writer) (*summary, error)
 	// The bound, measured now: the gateway is idle (nothing sent yet) and
 	// the messages are built, so nothing else of this process runs.
 	boundStart := time.Now()
+	cpu0, cpuOK := processCPU()
 	ops, workers, err := privateOpRate(ctx, opKey, o.opTime)
 	if err != nil {
 		return nil, err
 	}
+	cpu1, _ := processCPU()
 	boundEnd := time.Now()
+	var rsaCPU time.Duration
+	if n := ops * boundEnd.Sub(boundStart).Seconds(); cpuOK && n >= 1 {
+		rsaCPU = time.Duration(float64(cpu1-cpu0) / n)
+	}
 	fmt.Fprintf(progress, "gateway-load: RSA-%d PKCS#1 v1.5 signatures: %.1f/s on %d goroutines over %.1fs (bound %.1f msgs/s)\n",
 		opKey.N.BitLen(), ops, workers, boundEnd.Sub(boundStart).Seconds(), ops/2)
 	jobs := schedule(o.n, o.duplicates, o.c)
+	var gw0 time.Duration
+	if o.metricsURL != "" {
+		if gw0, err = gatewayCPU(ctx, hc, o.metricsURL); err != nil {
+			return nil, err
+		}
+	}
 	sendStart := time.Now()
 	outcomes, elapsed := send(ctx, d, msgs, jobs, o.c)
 
 	s := &summary{protocol: o.protocol, messages: len(jobs), unique: o.n, duplicates: len(jobs) - o.n,
 		elapsed: elapsed, opBits: opKey.N.BitLen(), opsPerSec: ops, opWorkers: workers,
-		boundStart: boundStart, boundEnd: boundEnd, sendStart: sendStart}
+		boundStart: boundStart, boundEnd: boundEnd, sendStart: sendStart, rsaCPU: rsaCPU}
+	if o.metricsURL != "" {
+		gw1, err := gatewayCPU(ctx, hc, o.metricsURL)
+		if err != nil {
+			return nil, err
+		}
+		s.gatewayCPU = gw1 - gw0
+	}
 	lat := make([]time.Duration, 0, len(outcomes))
 	reported := 0
 	for i, oc := range outcomes {
@@ -386,6 +439,37 @@ func measureRate(ctx context.Context, d time.Duration, workers int, op func() er
 		return 0, first
 	}
 	return float64(total) / elapsed.Seconds(), nil
+}
+
+// gatewayCPU reads the gateway's CPU time (user + system) from its admin
+// /metrics: the Prometheus process collector's process_cpu_seconds_total.
+func gatewayCPU(ctx context.Context, hc *http.Client, metricsURL string) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
+	if err != nil {
+		return 0, fmt.Errorf("gateway-load: -metrics: %w", err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("gateway-load: -metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("gateway-load: -metrics %s: HTTP %s", metricsURL, resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return 0, fmt.Errorf("gateway-load: -metrics: %w", err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "process_cpu_seconds_total "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return 0, fmt.Errorf("gateway-load: -metrics: process_cpu_seconds_total %q: %w", v, err)
+			}
+			return time.Duration(f * float64(time.Second)), nil
+		}
+	}
+	return 0, fmt.Errorf("gateway-load: -metrics %s has no process_cpu_seconds_total", metricsURL)
 }
 
 func readRSAKey(path string) (*rsa.PrivateKey, error) {

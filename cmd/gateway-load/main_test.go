@@ -37,6 +37,12 @@ func demoDir(t *testing.T) string {
 // configuration, on a temporary SQLite store and inbox, behind an HTTP
 // test server. It returns the server's base URL, the inbox and the server.
 func demoGateway(t *testing.T) (string, string, *server.Server) {
+	base, inboxDir, s, _ := demoGatewayAdmin(t)
+	return base, inboxDir, s
+}
+
+// demoGatewayAdmin is demoGateway with its admin listener's base URL.
+func demoGatewayAdmin(t *testing.T) (string, string, *server.Server, string) {
 	t.Helper()
 	cfg, err := config.Load(filepath.Join(demoDir(t), "gateway.yaml"))
 	if err != nil {
@@ -54,7 +60,9 @@ func demoGateway(t *testing.T) (string, string, *server.Server) {
 	t.Cleanup(func() { s.Close() })
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
-	return srv.URL, cfg.Handler.Inbox, s
+	admin := httptest.NewServer(s.AdminHandler())
+	t.Cleanup(admin.Close)
+	return srv.URL, cfg.Handler.Inbox, s, admin.URL
 }
 
 func demoFlags(t *testing.T) []string {
@@ -68,7 +76,8 @@ func demoFlags(t *testing.T) []string {
 
 var summaryLine = regexp.MustCompile(`^gateway-load (as2|as4): messages=(\d+) unique=(\d+) duplicates=(\d+) elapsed=\d+\.\d{3}s ` +
 	`msgs/s=(\d+\.\d) p50=\d+\.\dms p95=\d+\.\dms p99=\d+\.\dms failures=(\d+) duplicates_answered=(\d+)/(\d+) ` +
-	`rsa2048_ops/s=(\d+\.\d) sign_goroutines=(\d+) bound_msgs/s=(\d+\.\d) ratio=(\d+\.\d{3})\n$`)
+	`rsa2048_ops/s=(\d+\.\d) sign_goroutines=(\d+) bound_msgs/s=(\d+\.\d) ratio=(\d+\.\d{3})` +
+	` rsa_cpu_ms/op=(\d+\.\d{3}) gateway_cpu_ms/msg=(\d+\.\d{3}) non_rsa_cpu_ms/msg=(-?\d+\.\d{3})\n$`)
 
 // TestLoadAgainstDemoGateway runs the tool against the demo gateway for
 // both protocols, with a quarter of the messages resent: every message and
@@ -78,10 +87,10 @@ var summaryLine = regexp.MustCompile(`^gateway-load (as2|as4): messages=(\d+) un
 func TestLoadAgainstDemoGateway(t *testing.T) {
 	for _, protocol := range []string{"as2", "as4"} {
 		t.Run(protocol, func(t *testing.T) {
-			base, inboxDir, s := demoGateway(t)
+			base, inboxDir, s, admin := demoGatewayAdmin(t)
 			audit := filepath.Join(filepath.Dir(inboxDir), "audit.jsonl")
 			var out, errb bytes.Buffer
-			args := append(demoFlags(t), "-protocol", protocol, "-url", base+"/"+protocol,
+			args := append(demoFlags(t), "-protocol", protocol, "-url", base+"/"+protocol, "-metrics", admin+"/metrics",
 				"-n", "16", "-c", "4", "-size", "2048", "-duplicates", "0.25")
 			if code := run(args, &out, &errb); code != 0 {
 				t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
@@ -103,6 +112,17 @@ func TestLoadAgainstDemoGateway(t *testing.T) {
 			// msgs/s and ops/s are printed rounded: allow for it.
 			if msgs <= 0 || ops <= 0 || abs(ratio-msgs/(ops/2)) > 0.001+0.01*ratio || abs(bound-ops/2) > 0.1 {
 				t.Errorf("ratio %s is not msgs/s ÷ (ops/s ÷ 2) = %s ÷ (%s ÷ 2), or bound %s is not ops/s ÷ 2", m[12], m[5], m[9], m[11])
+			}
+			// The CPU figures: an RSA-2048 signature costs this tool
+			// some CPU; the gateway spends at least its two private-key
+			// operations' worth per message (it runs in this process, so
+			// its counter also holds the tool's own work); the rest is
+			// the difference.
+			rsaCPU, _ := strconv.ParseFloat(m[13], 64)
+			gwCPU, _ := strconv.ParseFloat(m[14], 64)
+			nonRSA, _ := strconv.ParseFloat(m[15], 64)
+			if rsaCPU <= 0 || gwCPU < rsaCPU || abs(nonRSA-(gwCPU-2*rsaCPU)) > 0.002 {
+				t.Errorf("CPU figures rsa %s, gateway %s, non-RSA %s", m[13], m[14], m[15])
 			}
 			if m[10] != strconv.Itoa(runtime.GOMAXPROCS(0)) {
 				t.Errorf("the bound was measured on %s goroutines, want GOMAXPROCS = %d", m[10], runtime.GOMAXPROCS(0))
@@ -171,10 +191,10 @@ func abs(f float64) float64 {
 // certificate: the gateway cannot decrypt, its MDNs do not verify, every
 // message is a failure and the exit status is 1 after the summary.
 func TestLoadCountsFailures(t *testing.T) {
-	base, _, _ := demoGateway(t)
+	base, _, _, admin := demoGatewayAdmin(t)
 	d := demoDir(t)
 	var out, errb bytes.Buffer
-	args := append(demoFlags(t), "-url", base+"/as2", "-n", "3", "-c", "2", "-size", "500",
+	args := append(demoFlags(t), "-url", base+"/as2", "-metrics", admin+"/metrics", "-n", "3", "-c", "2", "-size", "500",
 		"-gateway-cert", filepath.Join(d, "partners", "demo-partner.pem"))
 	if code := run(args, &out, &errb); code != 1 {
 		t.Fatalf("exit %d, want 1\n%s%s", code, out.String(), errb.String())
@@ -193,6 +213,7 @@ func TestUsageErrors(t *testing.T) {
 		{"-url", "http://192.0.2.1:8080/as2"},
 		{"-url", "http://gateway.example/as2"},
 		{"-url", "ftp://127.0.0.1/as2"},
+		{"-metrics", "http://192.0.2.1:9090/metrics"},
 		{"-protocol", "as3"},
 		{"-n", "0"},
 		{"-n", "2000000"},

@@ -26,11 +26,7 @@ func ExerciseTx(t *testing.T, newStore NewStore) {
 		}
 		return s, acc
 	}
-	c := func(t *testing.T) context.Context {
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		t.Cleanup(cancel)
-		return ctx
-	}
+	c := callContext
 	t.Run("commit", func(t *testing.T) {
 		s, acc := open(t, time.Minute)
 		ctx, key := c(t), NewKey(t)
@@ -119,6 +115,13 @@ func ExerciseTx(t *testing.T, newStore NewStore) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// callContext is a context bounded by callTimeout, cancelled when t ends.
+func callContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 func mustClaim(t *testing.T, ctx context.Context, s dedup.Store, key dedup.Key) dedup.Decision {

@@ -91,6 +91,7 @@ WHERE l.key = d.key AND l.first_seen = d.first_seen AND l.state <> 'claimed'`,
 func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) (dedup.Decision, error) {
 	leaseUS, windowUS := ceilUS(s.lease), ceilUS(c.Window)
 	ids := dedup.FirstMessageIDs(c.MessageID)
+	db := execerFor(ctx, s.pool) // inside Atomically: its transaction
 	for range claimAttempts {
 		token, err := dedup.NewToken()
 		if err != nil {
@@ -101,7 +102,7 @@ func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) 
 			takenFrom *string
 			firstSeen time.Time
 		)
-		err = s.pool.QueryRow(ctx, s.lq.claim, string(c.Key), c.Partner, c.Standard, c.Sender, c.Recipient,
+		err = db.QueryRow(ctx, s.lq.claim, string(c.Key), c.Partner, c.Standard, c.Sender, c.Recipient,
 			c.Reference, c.Date, c.Type, string(token), c.PayloadSHA256, leaseUS, windowUS, ids, c.Supersede).
 			Scan(&got, &takenFrom, &firstSeen)
 		if err == nil {
@@ -119,7 +120,7 @@ func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) 
 			hash    string
 			retries int
 		)
-		err = s.pool.QueryRow(ctx, s.lq.duplicate, string(c.Key), c.MessageID, windowUS, dedup.MaxLedgerMessageIDs, c.Supersede).
+		err = db.QueryRow(ctx, s.lq.duplicate, string(c.Key), c.MessageID, windowUS, dedup.MaxLedgerMessageIDs, c.Supersede).
 			Scan(&firstSeen, &hash, &retries)
 		if err == nil {
 			return dedup.Decision{Outcome: dedup.Duplicate, FirstSeen: firstSeen.UTC(), PayloadSHA256: hash, Retries: retries}, nil
@@ -131,7 +132,7 @@ func (s *Store) ClaimInterchange(ctx context.Context, c dedup.InterchangeClaim) 
 			state             string
 			leaseUntil, dbNow time.Time
 		)
-		err = s.pool.QueryRow(ctx, s.lq.read, string(c.Key)).Scan(&state, &firstSeen, &leaseUntil, &dbNow)
+		err = db.QueryRow(ctx, s.lq.read, string(c.Key)).Scan(&state, &firstSeen, &leaseUntil, &dbNow)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // deleted in between: claim again
 		}

@@ -275,6 +275,7 @@ func (s *Store) Audit() *AuditSink { return s.audit }
 // is InFlight with a one-second retry.
 func (s *Store) Claim(ctx context.Context, req dedup.ClaimRequest) (dedup.Decision, error) {
 	leaseUS, windowUS := ceilUS(s.lease), ceilUS(req.Window)
+	db := execerFor(ctx, s.pool) // inside Atomically: its transaction
 	for range claimAttempts {
 		token, err := dedup.NewToken()
 		if err != nil {
@@ -285,7 +286,7 @@ func (s *Store) Claim(ctx context.Context, req dedup.ClaimRequest) (dedup.Decisi
 			takenFrom *string
 			firstSeen time.Time
 		)
-		err = s.pool.QueryRow(ctx, s.q.claim, string(req.Key), string(token), req.PayloadSHA256, leaseUS, windowUS).
+		err = db.QueryRow(ctx, s.q.claim, string(req.Key), string(token), req.PayloadSHA256, leaseUS, windowUS).
 			Scan(&got, &takenFrom, &firstSeen)
 		if err == nil {
 			return dedup.Decision{
@@ -303,7 +304,7 @@ func (s *Store) Claim(ctx context.Context, req dedup.ClaimRequest) (dedup.Decisi
 			first, leaseUntil, dbNow time.Time
 			reply                    []byte
 		)
-		err = s.pool.QueryRow(ctx, s.q.read, string(req.Key)).Scan(&state, &hash, &first, &leaseUntil, &reply, &dbNow)
+		err = db.QueryRow(ctx, s.q.read, string(req.Key)).Scan(&state, &hash, &first, &leaseUntil, &reply, &dbNow)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // expired in between: claim again
 		}

@@ -28,6 +28,7 @@ type txCtxKey struct{}
 // execer is what the store's writes need of a pool or a transaction.
 type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // execerFor returns the transaction of AcceptTx carried by ctx when it
@@ -80,3 +81,30 @@ func (s *Store) AcceptTx(ctx context.Context, key dedup.Key, token dedup.Token, 
 }
 
 var _ dedup.TxAcceptor = (*Store)(nil)
+
+// Atomically implements dedup.Atomic: fn runs inside one transaction of a
+// pooled connection; the writes of concurrent exchanges still commit on
+// their own connections and share PostgreSQL's WAL flushes.
+func (s *Store) Atomically(ctx context.Context, fn func(ctx context.Context) error) error {
+	if t, ok := ctx.Value(txCtxKey{}).(*openTx); ok && t.pool == s.pool {
+		return fn(ctx)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return wrap("atomic", err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx) // no-op after a commit
+	}()
+	if err := fn(context.WithValue(ctx, txCtxKey{}, &openTx{pool: s.pool, tx: tx})); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return wrap("atomic: commit", err)
+	}
+	return nil
+}
+
+var _ dedup.Atomic = (*Store)(nil)

@@ -15,3 +15,11 @@ func TestTxContract(t *testing.T) {
 		return open(t, dsn, schema, opts)
 	})
 }
+
+func TestAtomicContract(t *testing.T) {
+	t.Parallel()
+	deduptest.ExerciseAtomic(t, func(t testing.TB, opts dedup.Options) dedup.Store {
+		dsn, schema := pgtest.Schema(t)
+		return open(t, dsn, schema, opts)
+	})
+}

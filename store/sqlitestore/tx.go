@@ -62,3 +62,18 @@ func (s *Store) AcceptTx(ctx context.Context, key dedup.Key, token dedup.Token, 
 }
 
 var _ dedup.TxAcceptor = (*Store)(nil)
+
+// Atomically implements dedup.Atomic as one request of the group commit
+// (batch.go): fn's writes run in its savepoint of the batch transaction,
+// are rolled back together when fn fails, and become durable with the
+// batch's commit, sharing its fsync with concurrent requests.
+func (s *Store) Atomically(ctx context.Context, fn func(ctx context.Context) error) error {
+	if t, ok := ctx.Value(txCtxKey{}).(*openTx); ok && t.db == s.db {
+		return fn(ctx)
+	}
+	return s.w.do(ctx, "atomic", func(ctx context.Context, tx *sql.Tx) error {
+		return fn(context.WithValue(ctx, txCtxKey{}, &openTx{db: s.db, tx: tx}))
+	})
+}
+
+var _ dedup.Atomic = (*Store)(nil)

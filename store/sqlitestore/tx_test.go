@@ -14,3 +14,10 @@ func TestTxContract(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "dedup.db"), opts)
 	})
 }
+
+func TestAtomicContract(t *testing.T) {
+	t.Parallel()
+	deduptest.ExerciseAtomic(t, func(t testing.TB, opts dedup.Options) dedup.Store {
+		return open(t, filepath.Join(t.TempDir(), "dedup.db"), opts)
+	})
+}

@@ -1,0 +1,229 @@
+package deduptest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
+)
+
+// AtomicStore is what ExerciseAtomic needs: a store with dedup.Atomic, its
+// business ledger, and its own audit sink, readable back.
+type AtomicStore interface {
+	dedup.Store
+	dedup.Ledger
+	dedup.Atomic
+	AuditSink() audit.Sink
+}
+
+// ExerciseAtomic checks dedup.Atomic against a store implementation:
+// a claim (or an interchange claim) and audit records written in one
+// Atomically commit together; a
+// failing callback (or a failing write in it) leaves none of them (the key
+// is claimable again, no record); an accept, the accept of an interchange
+// and audit records commit together or not at all (a stale token fails
+// the whole transaction, which leaves the interchange held by its claim);
+// and concurrent transactions each get their own outcome.
+func ExerciseAtomic(t *testing.T, newStore NewStore) {
+	open := func(t *testing.T) (AtomicStore, audit.Reader) {
+		s := newStore(t, dedup.Options{Lease: time.Minute})
+		t.Cleanup(func() { s.Close() })
+		as, ok := s.(AtomicStore)
+		if !ok {
+			t.Fatalf("%T lacks dedup.Atomic, dedup.Ledger or AuditSink", s)
+		}
+		r, ok := as.AuditSink().(audit.Reader)
+		if !ok {
+			t.Fatalf("%T's audit sink cannot be read back", s)
+		}
+		return as, r
+	}
+	c := callContext
+	rec := func(key dedup.Key, step audit.Step, decision string) audit.Record {
+		return audit.Record{Time: time.Now().UTC(), Step: step, Partner: "kit", Protocol: "as2", MessageID: string(key) + "@kit",
+			Key: string(key), Decision: decision}
+	}
+	records := func(t *testing.T, r audit.Reader, key dedup.Key) []audit.Record {
+		t.Helper()
+		got, err := r.Query(c(t), audit.Query{Key: string(key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	boom := errors.New("boom")
+
+	t.Run("claim and records commit together", func(t *testing.T) {
+		s, r := open(t)
+		ctx, key := c(t), NewKey(t)
+		var d dedup.Decision
+		err := s.Atomically(ctx, func(ctx context.Context) error {
+			if err := s.AuditSink().Write(ctx, rec(key, audit.StepReceived, "")); err != nil {
+				return err
+			}
+			var err error
+			if d, err = s.Claim(ctx, dedup.ClaimRequest{Key: key, PayloadSHA256: "h"}); err != nil {
+				return err
+			}
+			return s.AuditSink().Write(ctx, rec(key, audit.StepDecision, "new"))
+		})
+		if err != nil || d.Outcome != dedup.Claimed {
+			t.Fatalf("Atomically: %v, %+v", err, d)
+		}
+		if got := records(t, r, key); len(got) != 2 || got[0].Step != audit.StepReceived || got[1].Decision != "new" {
+			t.Fatalf("records after the commit: %+v", got)
+		}
+		if d2, err := s.Claim(ctx, dedup.ClaimRequest{Key: key}); err != nil || d2.Outcome != dedup.InFlight {
+			t.Fatalf("claim after the commit: %+v %v, want in-flight", d2, err)
+		}
+		if err := s.Accept(ctx, key, d.Token, []byte("r")); err != nil {
+			t.Fatalf("the holder accepts: %v", err)
+		}
+	})
+	t.Run("callback error leaves nothing", func(t *testing.T) {
+		s, r := open(t)
+		ctx, key := c(t), NewKey(t)
+		err := s.Atomically(ctx, func(ctx context.Context) error {
+			if err := s.AuditSink().Write(ctx, rec(key, audit.StepReceived, "")); err != nil {
+				return err
+			}
+			if _, err := s.Claim(ctx, dedup.ClaimRequest{Key: key}); err != nil {
+				return err
+			}
+			return boom
+		})
+		if err != boom {
+			t.Fatalf("Atomically returned %v, want the callback's error as it is", err)
+		}
+		if got := records(t, r, key); len(got) != 0 {
+			t.Fatalf("records survived the rollback: %+v", got)
+		}
+		mustClaim(t, ctx, s, key) // the claim was rolled back too
+	})
+	t.Run("interchange claim and record commit together", func(t *testing.T) {
+		s, r := open(t)
+		ctx, key := c(t), NewKey(t)
+		ic := NewInterchange(t)
+		claim := dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: "h", TransportKey: key, MessageID: "m"}
+		err := s.Atomically(ctx, func(ctx context.Context) error {
+			if _, err := s.ClaimInterchange(ctx, claim); err != nil {
+				return err
+			}
+			if err := s.AuditSink().Write(ctx, rec(key, audit.StepDecision, "new-interchange")); err != nil {
+				return err
+			}
+			return boom
+		})
+		if err != boom {
+			t.Fatalf("Atomically: %v", err)
+		}
+		if got := records(t, r, key); len(got) != 0 {
+			t.Fatalf("records survived the rollback: %+v", got)
+		}
+		// The claim was rolled back with it: the interchange is free.
+		if d, err := s.ClaimInterchange(ctx, claim); err != nil || d.Outcome != dedup.Claimed {
+			t.Fatalf("interchange after the rollback: %+v %v, want claimed", d, err)
+		}
+	})
+	t.Run("accept, interchange and records commit together", func(t *testing.T) {
+		s, r := open(t)
+		ctx, key := c(t), NewKey(t)
+		d := mustClaim(t, ctx, s, key)
+		ic := NewInterchange(t)
+		di, err := s.ClaimInterchange(ctx, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: "h", TransportKey: key, MessageID: "m"})
+		if err != nil || di.Outcome != dedup.Claimed {
+			t.Fatalf("claim interchange: %+v %v", di, err)
+		}
+		accept := func(ctx context.Context, token dedup.Token, fail error) error {
+			return s.Atomically(ctx, func(ctx context.Context) error {
+				if err := s.AuditSink().Write(ctx, rec(key, audit.StepHandler, "ok")); err != nil {
+					return err
+				}
+				if err := s.AcceptInterchange(ctx, ic.Key, di.Token); err != nil {
+					return err
+				}
+				if err := s.Accept(ctx, key, token, []byte("reply")); err != nil {
+					return err
+				}
+				if err := s.AuditSink().Write(ctx, rec(key, audit.StepReply, "accepted")); err != nil {
+					return err
+				}
+				return fail
+			})
+		}
+		if err := accept(ctx, d.Token, boom); err != boom {
+			t.Fatalf("failing accept: %v", err)
+		}
+		if err := accept(ctx, dedup.Token("stale"), nil); !errors.Is(err, dedup.ErrStaleClaim) {
+			t.Fatalf("accept with a stale token: %v, want ErrStaleClaim", err)
+		}
+		if got := records(t, r, key); len(got) != 0 {
+			t.Fatalf("records of rolled back accepts: %+v", got)
+		}
+		// Both rolled back: the interchange is still held by its claim.
+		if d2, err := s.ClaimInterchange(ctx, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: "h", TransportKey: NewKey(t)}); err != nil || d2.Outcome != dedup.InFlight {
+			t.Fatalf("interchange after the rollbacks: %+v %v, want in-flight", d2, err)
+		}
+		if err := accept(ctx, d.Token, nil); err != nil {
+			t.Fatalf("accept: %v", err)
+		}
+		if got := records(t, r, key); len(got) != 2 || got[1].Decision != "accepted" {
+			t.Fatalf("records after the accept: %+v", got)
+		}
+		if d2, err := s.Claim(ctx, dedup.ClaimRequest{Key: key}); err != nil || d2.Outcome != dedup.Duplicate || string(d2.Reply) != "reply" {
+			t.Fatalf("claim after the accept: %+v %v", d2, err)
+		}
+		if d2, err := s.ClaimInterchange(ctx, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: "h", TransportKey: NewKey(t)}); err != nil || d2.Outcome != dedup.Duplicate {
+			t.Fatalf("interchange after the accept: %+v %v, want duplicate", d2, err)
+		}
+	})
+	t.Run("concurrent transactions", func(t *testing.T) {
+		s, r := open(t)
+		ctx := c(t)
+		const n = 24
+		keys := make([]dedup.Key, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			keys[i] = NewKey(t)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = s.Atomically(ctx, func(ctx context.Context) error {
+					if _, err := s.Claim(ctx, dedup.ClaimRequest{Key: keys[i]}); err != nil {
+						return err
+					}
+					if err := s.AuditSink().Write(ctx, rec(keys[i], audit.StepDecision, "new")); err != nil {
+						return err
+					}
+					if i%3 == 0 {
+						return fmt.Errorf("fail %d", i)
+					}
+					return nil
+				})
+			}()
+		}
+		wg.Wait()
+		for i, key := range keys {
+			failed := i%3 == 0
+			if (errs[i] != nil) != failed {
+				t.Errorf("transaction %d: %v", i, errs[i])
+			}
+			want := dedup.InFlight
+			if failed {
+				want = dedup.Claimed
+			}
+			if d, err := s.Claim(ctx, dedup.ClaimRequest{Key: key}); err != nil || d.Outcome != want {
+				t.Errorf("key %d after its transaction: %+v %v, want %v", i, d, err, want)
+			}
+			if got := records(t, r, key); len(got) != map[bool]int{true: 0, false: 1}[failed] {
+				t.Errorf("key %d: %d records", i, len(got))
+			}
+		}
+	})
+}
