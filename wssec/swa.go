@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/textproto"
 	"net/url"
@@ -24,6 +25,18 @@ type Attachment struct {
 	Header textproto.MIMEHeader
 	// Body is the decoded (no transfer encoding), decrypted content.
 	Body []byte
+	// Open, when set, reads the content instead of Body: a part spooled to
+	// a file, digested as a stream (XML content excepted: it is read, up
+	// to the attachment limits, to be canonicalised).
+	Open func() (io.ReadCloser, error)
+}
+
+// content reads the attachment's content.
+func (a Attachment) content() (io.ReadCloser, error) {
+	if a.Open != nil {
+		return a.Open()
+	}
+	return io.NopCloser(bytes.NewReader(a.Body)), nil
 }
 
 var xmlMediaType = regexp.MustCompile(`^(?:text/xml|application/xml|(?:application|image)/[^;]*\+xml)$`)
@@ -39,53 +52,116 @@ var xmlMediaType = regexp.MustCompile(`^(?:text/xml|application/xml|(?:applicati
 //   - the Complete transform prefixes the canonical MIME headers.
 func attachmentOctets(att Attachment, complete bool, limits Limits) ([]byte, error) {
 	var out bytes.Buffer
+	if err := writeAttachmentOctets(&out, att, complete, limits); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// errReadAttachment wraps a failure to read an attachment's content (a
+// spool file), which says nothing about the message.
+var errReadAttachment = errors.New("attachment content could not be read")
+
+// writeAttachmentOctets writes the output of attachmentOctets to w (a
+// hash) as it reads the content: only XML content is held, up to
+// limits.MaxBytes, to be canonicalised.
+func writeAttachmentOctets(w io.Writer, att Attachment, complete bool, limits Limits) error {
 	if complete {
 		h, err := canonicalMIMEHeaders(att.Header)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		out.WriteString(h)
+		io.WriteString(w, h)
 	}
 	mt := strings.ToLower(strings.TrimSpace(att.Header.Get("Content-Type")))
 	if i := strings.IndexByte(mt, ';'); i >= 0 {
 		mt = strings.TrimSpace(mt[:i])
 	}
+	rc, err := att.content()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errReadAttachment, err)
+	}
+	defer rc.Close()
 	switch {
 	case xmlMediaType.MatchString(mt):
-		doc, err := parseXML(att.Body, limits)
+		limits = limits.withDefaults()
+		b, err := io.ReadAll(io.LimitReader(rc, limits.MaxBytes+1))
 		if err != nil {
-			return nil, fmt.Errorf("XML attachment: %w", err)
+			return fmt.Errorf("%w: %w", errReadAttachment, err)
+		}
+		doc, err := parseXML(b, limits)
+		if err != nil {
+			return fmt.Errorf("XML attachment: %w", err)
 		}
 		c, err := canonicalizeDocument(doc, c14nMethod{exclusive: true})
 		if err != nil {
-			return nil, fmt.Errorf("XML attachment: %w", err)
+			return fmt.Errorf("XML attachment: %w", err)
 		}
-		out.Write(c)
+		w.Write(c)
+		return nil
 	case strings.HasPrefix(mt, "text/"):
-		out.Write(crlf(att.Body))
-	default:
-		out.Write(att.Body)
+		w = &crlfWriter{w: w}
 	}
-	return out.Bytes(), nil
+	buf := make([]byte, 64<<10)
+	if _, err := io.CopyBuffer(w, struct{ io.Reader }{rc}, buf); err != nil {
+		return fmt.Errorf("%w: %w", errReadAttachment, err)
+	}
+	if cw, ok := w.(*crlfWriter); ok {
+		cw.flush()
+	}
+	return nil
 }
 
 // crlf normalises bare LF and bare CR to CRLF.
 func crlf(b []byte) []byte {
-	out := make([]byte, 0, len(b)+len(b)/32)
-	for i := 0; i < len(b); i++ {
-		switch b[i] {
-		case '\r':
+	var out bytes.Buffer
+	cw := &crlfWriter{w: &out}
+	cw.Write(b)
+	cw.flush()
+	return out.Bytes()
+}
+
+// crlfWriter normalises bare LF and bare CR to CRLF as it writes; a CR at
+// the end of one write waits for the next (flush ends the stream).
+type crlfWriter struct {
+	w    io.Writer
+	cr   bool // the last byte written was a CR
+	out  []byte
+	werr error
+}
+
+func (c *crlfWriter) Write(b []byte) (int, error) {
+	out := c.out[:0]
+	for _, ch := range b {
+		switch {
+		case ch == '\n':
 			out = append(out, '\r', '\n')
-			if i+1 < len(b) && b[i+1] == '\n' {
-				i++
+			c.cr = false
+		case c.cr:
+			out = append(out, '\r', '\n')
+			c.cr = ch == '\r'
+			if !c.cr {
+				out = append(out, ch)
 			}
-		case '\n':
-			out = append(out, '\r', '\n')
+		case ch == '\r':
+			c.cr = true
 		default:
-			out = append(out, b[i])
+			out = append(out, ch)
 		}
 	}
-	return out
+	c.out = out
+	if _, err := c.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// flush ends the stream: a last bare CR becomes CRLF.
+func (c *crlfWriter) flush() {
+	if c.cr {
+		c.w.Write([]byte("\r\n"))
+		c.cr = false
+	}
 }
 
 // Headers of the Attachment-Complete-Signature-Transform, in output order.

@@ -1,8 +1,10 @@
 package wssec
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/x509"
+	"io"
 	"net/textproto"
 	"testing"
 )
@@ -97,5 +99,42 @@ func TestAttachmentCompleteTransform(t *testing.T) {
 func TestCRLF(t *testing.T) {
 	if got := string(crlf([]byte("a\nb\r\nc\rd\r"))); got != "a\r\nb\r\nc\r\nd\r\n" {
 		t.Fatalf("%q", got)
+	}
+}
+
+// The streaming CRLF normaliser gives crlf's output however the input is
+// cut (a CR at the end of one write, its LF at the start of the next).
+func TestCRLFWriterAnySplit(t *testing.T) {
+	in := []byte("a\r\nb\rc\n\r\r\nd\r")
+	want := string(crlf(in))
+	for cut := 0; cut <= len(in); cut++ {
+		var out bytes.Buffer
+		w := &crlfWriter{w: &out}
+		w.Write(in[:cut])
+		w.Write(in[cut:])
+		w.flush()
+		if out.String() != want {
+			t.Fatalf("cut %d: %q, want %q", cut, out.String(), want)
+		}
+	}
+}
+
+// An attachment read through Open digests as its Body does.
+func TestAttachmentOpenDigestsAsBody(t *testing.T) {
+	for _, ct := range []string{"application/octet-stream", "text/plain", "application/xml"} {
+		body := []byte("<a  b='1'>x\ny\r</a>")
+		h := textproto.MIMEHeader{"Content-Type": {ct}, "Content-Id": {"<p1>"}}
+		for _, complete := range []bool{false, true} {
+			want, err := attachmentOctets(Attachment{Header: h, Body: body}, complete, Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := attachmentOctets(Attachment{Header: h, Open: func() (io.ReadCloser, error) {
+				return io.NopCloser(bytes.NewReader(body)), nil
+			}}, complete, Limits{})
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("%s complete=%v: %q %v, want %q", ct, complete, got, err, want)
+			}
+		}
 	}
 }
