@@ -53,6 +53,7 @@ func FuzzReadMessage(f *testing.F) {
 	limits := Limits{MaxMessageSize: 1 << 20, MaxParts: 8, MaxXMLDepth: 32}
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
 		env, err := ReadMessage(contentType, bytes.NewReader(body), limits)
+		defer env.Close()
 		if err != nil {
 			if CodeOf(err) == "" {
 				t.Fatalf("error without ebMS code: %v", err)
