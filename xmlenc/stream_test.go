@@ -107,3 +107,50 @@ func TestDecryptStoreStreams(t *testing.T) {
 		t.Fatalf("store failure: %v", err)
 	}
 }
+
+// An attachment given by Open is encrypted as it is read, once: the
+// ciphertext decrypts to the content, and a second read is refused (its IV
+// must not serve twice).
+func TestEncryptStreamsOnce(t *testing.T) {
+	me := newRSAKeyPair(t, "Receiver AP", 4712)
+	atts := testAttachments()
+	src := make([]Attachment, len(atts))
+	for i, a := range atts {
+		body := a.Body
+		src[i] = Attachment{ContentID: a.ContentID, Header: a.Header, Open: func() (io.ReadCloser, error) {
+			return io.NopCloser(iotest.OneByteReader(bytes.NewReader(body))), nil
+		}}
+	}
+	doc := parseDoc(t, testEnvelope)
+	enc, err := Encrypt(doc, src, Recipient{Cert: me.Cert}, EncryptOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire, _ := doc.WriteToString()
+	for i := range enc {
+		rc, err := enc[i].Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc[i].Body, _ = io.ReadAll(rc)
+		enc[i].Open = nil
+		if _, err := src[i].Open(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := Decrypt(parseDoc(t, wire), enc, []KeyPair{me}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range res.Attachments {
+		if !bytes.Equal(a.Body, atts[i].Body) {
+			t.Fatalf("attachment %d differs", i)
+		}
+	}
+	enc2, _ := Encrypt(parseDoc(t, testEnvelope), src[:1], Recipient{Cert: me.Cert}, EncryptOptions{})
+	rc, _ := enc2[0].Open()
+	rc.Close()
+	if _, err := enc2[0].Open(); err == nil {
+		t.Fatal("a stream-encrypted attachment was read twice")
+	}
+}
