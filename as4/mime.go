@@ -1,6 +1,7 @@
 package as4
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/base64"
 	"errors"
@@ -18,6 +19,9 @@ import (
 
 	"github.com/edigateway/gateway/internal/base64body"
 )
+
+// readAhead is the piece in which a multipart body is read.
+const readAhead = 256 << 10
 
 // Default limits, used for every zero field of Limits.
 const (
@@ -216,9 +220,12 @@ func ReadMessage(contentType string, body io.Reader, limits Limits) (*Envelope, 
 	}
 	r := &capReader{r: body, n: limits.MaxMessageSize}
 	env := &Envelope{}
+	// The MIME reader asks for a few KiB at a time: read the body in
+	// larger pieces (fewer system calls for a message of any size).
+	br := bufio.NewReaderSize(r, readAhead)
 	switch {
 	case mt == "multipart/related":
-		if err := env.readMultipart(r, params, limits); err != nil {
+		if err := env.readMultipart(br, r, params, limits); err != nil {
 			env.Close()
 			return nil, err
 		}
@@ -272,7 +279,7 @@ func readErr(what string, err error) *Error {
 // readMultipart reads the parts of a multipart/related body: the SOAP
 // envelope part into memory (parsed as soon as it is complete, then
 // Limits.AfterEnvelope runs), every other part to a spool file.
-func (env *Envelope) readMultipart(r *capReader, params map[string]string, limits Limits) error {
+func (env *Envelope) readMultipart(body io.Reader, r *capReader, params map[string]string, limits Limits) error {
 	boundary := params["boundary"]
 	if boundary == "" {
 		return MimeInconsistency("multipart/related without boundary", nil)
@@ -283,7 +290,7 @@ func (env *Envelope) readMultipart(r *capReader, params map[string]string, limit
 		}
 	}
 	start := stripAngles(params["start"])
-	mr := multipart.NewReader(r, boundary)
+	mr := multipart.NewReader(body, boundary)
 	seen := map[string]bool{}
 	parts, haveRoot := 0, false
 	for {

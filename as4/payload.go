@@ -1,6 +1,7 @@
 package as4
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"errors"
@@ -178,7 +179,8 @@ func DecompressReader(src io.Reader, props map[string]string, lim limits.Inflati
 		return nil, DecompressionFailure(fmt.Sprintf("unsupported CompressionType %q", ct), nil)
 	}
 	cs := &sourceReader{r: src}
-	zr, err := gzip.NewReader(cs)
+	// gzip reads a byte at a time from what is not an io.ByteReader.
+	zr, err := gzip.NewReader(bufio.NewReaderSize(cs, 256<<10))
 	if err != nil {
 		if cs.err != nil {
 			return nil, cs.err

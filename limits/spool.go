@@ -155,10 +155,18 @@ func SpoolBody(r io.Reader, dir string, max int64) (*BodyFile, error) {
 	return b, nil
 }
 
+// spoolChunk is the piece SpoolBody reads before it writes: large enough
+// that a body arriving in small reads (a MIME part reader hands out a few
+// KiB at a time) costs few write calls.
+const spoolChunk = 256 << 10
+
 func (b *BodyFile) fill(r io.Reader, h hash.Hash, max int64) error {
-	buf := make([]byte, ChunkSize)
+	buf := make([]byte, spoolChunk)
 	for {
-		k, rerr := r.Read(buf)
+		k, rerr := io.ReadFull(r, buf)
+		if rerr == io.ErrUnexpectedEOF {
+			rerr = io.EOF
+		}
 		if k > 0 {
 			b.Size += int64(k)
 			if max > 0 && b.Size > max {
