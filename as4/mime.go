@@ -424,7 +424,7 @@ func readPart[T any](p *multipart.Part, cid string, read func(io.Reader) (T, err
 func (env *Envelope) spoolPart(p *multipart.Part, limits Limits) (Part, error) {
 	cid := stripAngles(p.Header.Get("Content-ID"))
 	f, err := readPart(p, cid, func(r io.Reader) (*glimits.BodyFile, error) {
-		f, err := glimits.SpoolBody(r, limits.SpoolDir, limits.MaxPartSize)
+		f, err := glimits.SpoolLayer(r, limits.SpoolDir, limits.MaxPartSize)
 		if errors.Is(err, glimits.ErrTooLarge) {
 			return nil, fmt.Errorf("part <%s> over %d bytes: %w", cid, limits.MaxPartSize, ErrLimit)
 		}

@@ -532,7 +532,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		}
 	}()
 	store := func(r io.Reader) (func() (io.ReadCloser, error), error) {
-		f, err := limits.SpoolBody(r, e.cfg.SpoolDir, 0)
+		f, err := limits.SpoolLayer(r, e.cfg.SpoolDir, 0)
 		if err != nil {
 			return nil, err
 		}
