@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -23,21 +20,7 @@ import (
 // and encrypted message whose attachment passes the limit is answered 413
 // while it is read, one within it gets its receipt.
 func TestPartnerBodyLimit(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo", "partners")
-	pdir := t.TempDir()
-	for _, f := range []string{"demo.yaml", "demo-partner.pem"} {
-		b, err := os.ReadFile(filepath.Join(demo, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if f == "demo.yaml" {
-			b = append(b, "max_body_bytes: 1048576\n"...)
-		}
-		if err := os.WriteFile(filepath.Join(pdir, f), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pdir := demoPartners(t, func(y string) string { return y + "max_body_bytes: 1048576\n" })
 	handled := 0
 	url := memoryServerWith(t, func(c *config.Config) { c.Partners = pdir }, func(m *exchange.Message) error {
 		handled++

@@ -46,20 +46,11 @@ type as4Streamed struct {
 // newAS4Streamed builds the message; body is to be read once.
 func newAS4Streamed(t testing.TB, size int64, seed uint64, id string) *as4Streamed {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
-	kp, err := endpoint.LoadKeyPair(filepath.Join(demo, "partners", "demo-partner.pem"), filepath.Join(demo, "keys", "demo-partner.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := partners.ReadCertificates(filepath.Join(demo, "keys", "gateway.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	kp, gw := demoAS4Keys(t)
 	const unregistered = "urn:oasis:names:tc:ebcore:partyid-type:unregistered"
 	cid := "catalogue-" + id
 	doc := etree.NewDocument()
-	err = doc.ReadFromString(`<S12:Envelope xmlns:S12="http://www.w3.org/2003/05/soap-envelope"><S12:Header>` +
+	err := doc.ReadFromString(`<S12:Envelope xmlns:S12="http://www.w3.org/2003/05/soap-envelope"><S12:Header>` +
 		`<eb:Messaging xmlns:eb="http://docs.oasis-open.org/ebxml-msg/ebms/v3.0/ns/core/200704/" S12:mustUnderstand="true"><eb:UserMessage>` +
 		`<eb:MessageInfo><eb:Timestamp>` + time.Now().UTC().Format("2006-01-02T15:04:05.000Z") + `</eb:Timestamp><eb:MessageId>` + id + `</eb:MessageId></eb:MessageInfo>` +
 		`<eb:PartyInfo><eb:From><eb:PartyId type="` + unregistered + `">urn:demo:partner</eb:PartyId><eb:Role>` + client.RoleInitiator + `</eb:Role></eb:From>` +
@@ -169,25 +160,75 @@ func TestStreamedAS4GiBMemoryBounded(t *testing.T) {
 	}
 	var got int64
 	var sum string
-	url := memoryServerWith(t, func(c *config.Config) { c.Limits.MaxDecompressedBytes = 2 << 30 }, func(m *exchange.Message) error {
-		rc, err := m.Payloads[0].Open()
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		got, err = io.Copy(io.Discard, rc)
-		sum = m.Payloads[0].SHA256
-		return err
-	})
+	url := memoryServerWith(t, func(c *config.Config) { c.Limits.MaxDecompressedBytes = 2 << 30 }, drainPayload(&got, &sum))
 	msg := newAS4Streamed(t, size, 11, "gib-as4-1@demo")
 	var rows []string
 	measured(t, &rows, "AS4 gzip+signed+GCM, 1 GiB payload generated on the fly", func() error {
 		start := time.Now()
-		err := msg.post(url, msg.body, -1)
-		t.Logf("1 GiB AS4 payload in %s (%.0f MB/s of payload)", time.Since(start).Round(time.Millisecond), float64(size)/time.Since(start).Seconds()/1e6)
+		body := &countingBody{ReadCloser: io.NopCloser(msg.body)}
+		err := msg.post(url, body, -1)
+		t.Logf("%d MiB AS4 payload (%d MB on the wire) in %s (%.0f MB/s of payload)", size>>20, body.n/1e6,
+			time.Since(start).Round(time.Millisecond), float64(size)/time.Since(start).Seconds()/1e6)
 		return err
 	}, true)
 	if got != size || len(sum) != 64 {
 		t.Fatalf("handler read %d payload bytes (sha256 %q), want %d", got, sum, size)
 	}
+}
+
+// demoAS4Keys are the demo partner's AS4 key pair and the gateway's
+// certificates.
+func demoAS4Keys(t testing.TB) (xmlenc.KeyPair, []*x509.Certificate) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
+	kp, err := endpoint.LoadKeyPair(filepath.Join(demo, "partners", "demo-partner.pem"), filepath.Join(demo, "keys", "demo-partner.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := partners.ReadCertificates(filepath.Join(demo, "keys", "gateway.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp, gw
+}
+
+// drainPayload is a business handler that reads the first payload to its
+// end from Payload.Open, recording how many bytes it read and, when sum is
+// set, the payload's SHA-256.
+func drainPayload(n *int64, sum *string) func(m *exchange.Message) error {
+	return func(m *exchange.Message) error {
+		rc, err := m.Payloads[0].Open()
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		*n, err = io.Copy(io.Discard, rc)
+		if sum != nil {
+			*sum = m.Payloads[0].SHA256
+		}
+		return err
+	}
+}
+
+// demoPartners copies the demo partner directory to a new one, its
+// demo.yaml changed by edit, and returns it.
+func demoPartners(t testing.TB, edit func(yaml string) string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo", "partners")
+	dir := t.TempDir()
+	for _, f := range []string{"demo.yaml", "demo-partner.pem"} {
+		b, err := os.ReadFile(filepath.Join(demo, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == "demo.yaml" {
+			b = []byte(edit(string(b)))
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

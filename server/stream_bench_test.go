@@ -59,34 +59,21 @@ func TestStreamThroughputReport(t *testing.T) {
 	for i, size := range []int64{10e6, 100e6, 1e9} {
 		body, header, mic := writeAS2Body(t, size, fmt.Sprintf("bench-%d@demo", i))
 		st, _ := os.Stat(body)
-		var took time.Duration
-		var rows []string
-		heap, rss := measuredGrowth(t, &rows, func() error {
-			f, err := os.Open(body)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
+		raw := float64(size) / (float64(size)/shaRate + float64(st.Size())/aesRate + float64(size)/inflRate)
+		benchRow(t, "AS2", body, size, st.Size(), raw, func(f *os.File) error {
 			req, _ := http.NewRequest(http.MethodPost, url+"/as2", f)
 			req.Header, req.ContentLength = header, st.Size()
-			start := time.Now()
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				return err
 			}
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			took = time.Since(start)
 			if resp.StatusCode != 200 || !strings.Contains(string(b), mic) || strings.Contains(string(b), "processed/error") {
 				return fmt.Errorf("HTTP %d %.300q", resp.StatusCode, b)
 			}
 			return nil
 		})
-		os.Remove(body)
-		rate := float64(size) / took.Seconds()
-		raw := float64(size) / (float64(size)/shaRate + float64(st.Size())/aesRate + float64(size)/inflRate)
-		fmt.Printf("| AS2 | %d MB | %d MB | %s | %.0f | +%d MiB | +%d MiB | %.0f | %.0f %% |\n",
-			size/1e6, st.Size()/1e6, took.Round(10*time.Millisecond), rate/1e6, heap>>20, rss>>20, raw/1e6, 100*rate/raw)
 	}
 	// AS4: the payload gzipped (level 1), signed, AES-128-GCM encrypted;
 	// the gateway decrypts, digests (SHA-256 of the compressed attachment)
@@ -105,25 +92,32 @@ func TestStreamThroughputReport(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var took time.Duration
-		var rows []string
-		heap, rss := measuredGrowth(t, &rows, func() error {
-			f, err := os.Open(body)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			start := time.Now()
-			err = m.post(url, f, n)
-			took = time.Since(start)
-			return err
-		})
-		os.Remove(body)
-		rate := float64(size) / took.Seconds()
 		raw := float64(size) / (float64(n)/shaRate + float64(n)/aesRate + float64(size)/inflRate)
-		fmt.Printf("| AS4 | %d MB | %d MB | %s | %.0f | +%d MiB | +%d MiB | %.0f | %.0f %% |\n",
-			size/1e6, n/1e6, took.Round(10*time.Millisecond), rate/1e6, heap>>20, rss>>20, raw/1e6, 100*rate/raw)
+		benchRow(t, "AS4", body, size, n, raw, func(f *os.File) error { return m.post(url, f, n) })
 	}
+}
+
+// benchRow times post of the body file under the memory probe, removes the
+// file and prints the table row.
+func benchRow(t *testing.T, protocol, body string, size, bodyLen int64, raw float64, post func(f *os.File) error) {
+	t.Helper()
+	var took time.Duration
+	var rows []string
+	heap, rss := measuredGrowth(t, &rows, func() error {
+		f, err := os.Open(body)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		start := time.Now()
+		err = post(f)
+		took = time.Since(start)
+		return err
+	})
+	os.Remove(body)
+	rate := float64(size) / took.Seconds()
+	fmt.Printf("| %s | %d MB | %d MB | %s | %.0f | +%d MiB | +%d MiB | %.0f | %.0f %% |\n",
+		protocol, size/1e6, bodyLen/1e6, took.Round(10*time.Millisecond), rate/1e6, heap>>20, rss>>20, raw/1e6, 100*rate/raw)
 }
 
 // measuredGrowth runs f under the memory probe and returns the peak growth.
