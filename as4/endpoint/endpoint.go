@@ -9,22 +9,29 @@
 //
 //  1. Read the MIME/SOAP message (EBMS:0007, EBMS:0009; a body over the
 //     limit is answered 413, a body refused by the server's memory budget
-//     503 and one below its minimum rate 408, without an ebMS signal).
+//     503 and one below its minimum rate 408, without an ebMS signal). The
+//     envelope part is held (up to Limits.MaxEnvelopeSize); attachments go
+//     to spool files as they arrive. Once the envelope is parsed, its
+//     unverified eb:From picks the partner whose max_body_bytes limits the
+//     rest of the message (413 as soon as it is passed).
 //  2. Refuse unknown mustUnderstand header blocks addressed to us (EBMS:0008).
 //     Read the unverified eb:From to choose the partner whose certificates
 //     the signature must verify against. Nothing else of the unverified
 //     header is used. No partner → EBMS:0010 (see below).
 //  3. Decrypt with our keys (EBMS:0102 FailedDecryption, EBMS:0103 when the
-//     partner requires encryption and the message is not encrypted). AS4
-//     senders sign, then encrypt: the signature is verified over the
-//     decrypted, still compressed attachments.
+//     partner requires encryption and the message is not encrypted), each
+//     attachment as a stream into a spool file (the GCM tag is checked at
+//     its end, before anything of the message is used). AS4 senders sign,
+//     then encrypt: the signature is verified over the decrypted, still
+//     compressed attachments, digested from those files.
 //  4. Verify the signature: signer among the partner's certificates,
 //     eb:Messaging, soap:Body and every attachment covered, wsu:Timestamp
 //     within the partner's clock skew (EBMS:0101, EBMS:0103). Only the
 //     eb:Messaging element the signature digested is parsed from here on
 //     (signature-wrapping defence).
 //  5. Match a P-Mode of the partner (EBMS:0010), resolve the payloads
-//     (EBMS:0011, EBMS:0003) and gunzip them (EBMS:0303).
+//     (EBMS:0011, EBMS:0003) and gunzip them as streams into the
+//     exchange's spool (EBMS:0303); Payload.Open reads that final file.
 //  6. Run the pipeline: a new message gets a signed receipt whose
 //     ebbp:NonRepudiationInformation lists every ds:Reference of the
 //     message; a duplicate gets the stored receipt byte for byte; a message
