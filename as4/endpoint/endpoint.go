@@ -262,6 +262,9 @@ func New(cfg Config) (*Endpoint, error) {
 	if cfg.Limits.MaxMessageSize <= 0 {
 		cfg.Limits.MaxMessageSize = as4.DefaultMaxMessageSize
 	}
+	if cfg.Limits.SpoolDir == "" {
+		cfg.Limits.SpoolDir = cfg.SpoolDir // attachments as they arrive
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
@@ -645,6 +648,10 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		tr.err = as4.Other("memory budget exhausted", err)
 		return retryLater("the gateway is busy with other messages")
 	}
+	if errors.Is(err, limits.ErrSpool) {
+		tr.err = as4.Other("a payload could not be spooled", err)
+		return retryLater("the message could not be stored temporarily")
+	}
 	if err != nil {
 		return e.reject(tr, as4.AsError(err).WithRef(msgID), msgID)
 	}
@@ -889,7 +896,8 @@ func (e *Endpoint) payloads(ctx context.Context, spool *exchange.Spool, resolved
 			return nil, ae
 		}
 		if err != nil {
-			return nil, as4.Other("the payload could not be stored", err)
+			// Our disk, not the message: the sender should retry.
+			return nil, fmt.Errorf("payload %d could not be stored: %w: %w", i+1, limits.ErrSpool, err)
 		}
 		if p.PartInfo.MimeType != "" {
 			ct = p.PartInfo.MimeType
