@@ -326,14 +326,21 @@ func (s *Signature) VerifyReference(i int, atts []Attachment) (*etree.Element, e
 		default:
 			return nil, policyErr("reference %q: transform %q not supported for attachments", r.URI, r.Transforms[0].Algorithm)
 		}
-		d := h.New()
-		if err := writeAttachmentOctets(d, att, complete, s.limits); err != nil {
-			if errors.Is(err, errReadAttachment) {
-				return nil, err // our spool, not the message
+		sum, ok := att.Digests[DigestKey{r.Transforms[0].Algorithm, r.DigestMethod}]
+		if !ok {
+			d := h.New()
+			if err := writeAttachmentOctets(d, att, complete, s.limits); err != nil {
+				if errors.Is(err, errReadAttachment) {
+					return nil, err // our spool, not the message
+				}
+				return nil, authErrCause(err, "reference %q could not be digested", r.URI)
 			}
-			return nil, authErrCause(err, "reference %q could not be digested", r.URI)
+			sum = d.Sum(nil)
+		} else if sum == nil {
+			// Computed ahead, and the content could not be digested.
+			return nil, authErr("reference %q could not be digested", r.URI)
 		}
-		if !equalBytes(d.Sum(nil), r.digest) {
+		if !equalBytes(sum, r.digest) {
 			return nil, authErr("reference %q: digest mismatch", r.URI)
 		}
 		return nil, nil

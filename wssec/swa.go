@@ -29,6 +29,11 @@ type Attachment struct {
 	// a file, digested as a stream (XML content excepted: it is read, up
 	// to the attachment limits, to be canonicalised).
 	Open func() (io.ReadCloser, error)
+	// Digests, when set, hold digests computed while the content streamed
+	// elsewhere (AttachmentDigester); a reference whose transform and
+	// digest method are among them is checked against it without reading
+	// the content again.
+	Digests map[DigestKey][]byte
 }
 
 // content reads the attachment's content.
@@ -66,50 +71,132 @@ var errReadAttachment = errors.New("attachment content could not be read")
 // hash) as it reads the content: only XML content is held, up to
 // limits.MaxBytes, to be canonicalised.
 func writeAttachmentOctets(w io.Writer, att Attachment, complete bool, limits Limits) error {
-	if complete {
-		h, err := canonicalMIMEHeaders(att.Header)
-		if err != nil {
-			return err
-		}
-		io.WriteString(w, h)
-	}
-	mt := strings.ToLower(strings.TrimSpace(att.Header.Get("Content-Type")))
-	if i := strings.IndexByte(mt, ';'); i >= 0 {
-		mt = strings.TrimSpace(mt[:i])
+	ow, finish, err := octetWriter(w, att.Header, complete, limits)
+	if err != nil {
+		return err
 	}
 	rc, err := att.content()
 	if err != nil {
 		return fmt.Errorf("%w: %w", errReadAttachment, err)
 	}
 	defer rc.Close()
+	if _, err := io.CopyBuffer(ow, struct{ io.Reader }{rc}, make([]byte, 64<<10)); err != nil {
+		if errors.Is(err, errXMLTooLarge) {
+			return finish()
+		}
+		return fmt.Errorf("%w: %w", errReadAttachment, err)
+	}
+	return finish()
+}
+
+// errXMLTooLarge stops the copy of XML content past the attachment limit.
+var errXMLTooLarge = errors.New("XML attachment over the limit")
+
+// octetWriter returns a writer for an attachment's content that writes the
+// transform output to w, and finish, which ends it (canonicalises XML
+// content, which is held up to limits.MaxBytes).
+func octetWriter(w io.Writer, h textproto.MIMEHeader, complete bool, limits Limits) (io.Writer, func() error, error) {
+	if complete {
+		ch, err := canonicalMIMEHeaders(h)
+		if err != nil {
+			return nil, nil, err
+		}
+		io.WriteString(w, ch)
+	}
+	mt := strings.ToLower(strings.TrimSpace(h.Get("Content-Type")))
+	if i := strings.IndexByte(mt, ';'); i >= 0 {
+		mt = strings.TrimSpace(mt[:i])
+	}
 	switch {
 	case xmlMediaType.MatchString(mt):
 		limits = limits.withDefaults()
-		b, err := io.ReadAll(io.LimitReader(rc, limits.MaxBytes+1))
-		if err != nil {
-			return fmt.Errorf("%w: %w", errReadAttachment, err)
-		}
-		doc, err := parseXML(b, limits)
-		if err != nil {
-			return fmt.Errorf("XML attachment: %w", err)
-		}
-		c, err := canonicalizeDocument(doc, c14nMethod{exclusive: true})
-		if err != nil {
-			return fmt.Errorf("XML attachment: %w", err)
-		}
-		w.Write(c)
-		return nil
+		x := &xmlBuffer{max: limits.MaxBytes}
+		return x, func() error {
+			if x.over {
+				return xmlErr("document larger than %d bytes", limits.MaxBytes)
+			}
+			doc, err := parseXML(x.b.Bytes(), limits)
+			if err != nil {
+				return fmt.Errorf("XML attachment: %w", err)
+			}
+			c, err := canonicalizeDocument(doc, c14nMethod{exclusive: true})
+			if err != nil {
+				return fmt.Errorf("XML attachment: %w", err)
+			}
+			w.Write(c)
+			return nil
+		}, nil
 	case strings.HasPrefix(mt, "text/"):
-		w = &crlfWriter{w: w}
+		cw := &crlfWriter{w: w}
+		return cw, func() error { cw.flush(); return nil }, nil
 	}
-	buf := make([]byte, 64<<10)
-	if _, err := io.CopyBuffer(w, struct{ io.Reader }{rc}, buf); err != nil {
-		return fmt.Errorf("%w: %w", errReadAttachment, err)
+	return w, func() error { return nil }, nil
+}
+
+// xmlBuffer holds XML content up to max bytes.
+type xmlBuffer struct {
+	b    bytes.Buffer
+	max  int64
+	over bool
+}
+
+func (x *xmlBuffer) Write(p []byte) (int, error) {
+	if x.over || int64(x.b.Len()+len(p)) > x.max {
+		x.over = true
+		return 0, errXMLTooLarge
 	}
-	if cw, ok := w.(*crlfWriter); ok {
-		cw.flush()
+	return x.b.Write(p)
+}
+
+// DigestKey names a digest of an attachment computed ahead: the SwA
+// transform and the digest method of the reference that needs it.
+type DigestKey struct{ Transform, DigestMethod string }
+
+// AttachmentDigester returns a writer for the content of an attachment
+// with MIME headers h and a function that, once the content is written,
+// returns the digest a cid: reference with this SwA transform and digest
+// method compares (for Attachment.Digests): so that the content is
+// digested while it streams elsewhere (decrypted into a spool file).
+func AttachmentDigester(h textproto.MIMEHeader, key DigestKey, limits Limits) (io.Writer, func() ([]byte, error), error) {
+	hash, err := lookupDigest(key.DigestMethod, true)
+	if err != nil {
+		return nil, nil, err
 	}
-	return nil
+	var complete bool
+	switch key.Transform {
+	case AlgAttachmentContentSignature:
+	case AlgAttachmentCompleteSignature:
+		complete = true
+	default:
+		return nil, nil, policyErr("transform %q not supported for attachments", key.Transform)
+	}
+	d := hash.New()
+	w, finish, err := octetWriter(d, h, complete, limits)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A write error (XML over the limit) is reported by finish.
+	return errorlessWriter{w}, func() ([]byte, error) {
+		if err := finish(); err != nil {
+			return nil, err
+		}
+		return d.Sum(nil), nil
+	}, nil
+}
+
+// errorlessWriter drops its writer's errors, for a tee that must go on.
+type errorlessWriter struct{ w io.Writer }
+
+func (e errorlessWriter) Write(p []byte) (int, error) {
+	e.w.Write(p)
+	return len(p), nil
+}
+
+// ContentID is the Content-ID (without angle brackets) a cid: reference
+// names, or false for another reference.
+func (r Reference) ContentID() (string, bool) {
+	id, err := cidContentID(r.URI)
+	return id, err == nil
 }
 
 // crlf normalises bare LF and bare CR to CRLF.
