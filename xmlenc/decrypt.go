@@ -59,12 +59,14 @@ type Options struct {
 	MaxXMLDepth int
 	// Store, when set, receives the plaintext of each encrypted attachment
 	// as a stream and keeps it (a spool file): it reads r to its end and
-	// returns how to read the content back. r fails at its end when the
+	// returns how to read the content back. a names the attachment: its
+	// ContentID and its headers as restored by decryption (Body and Open
+	// unset), so that Store can digest the content on the way. r fails at its end when the
 	// GCM tag or CBC padding is wrong (an *Error); Store must then discard
 	// what it kept and return that error; any other error of Store (its
 	// storage) is returned by Decrypt as it is. Without Store the
 	// plaintext is kept in memory, in Attachment.Body.
-	Store func(r io.Reader) (open func() (io.ReadCloser, error), err error)
+	Store func(a Attachment, r io.Reader) (open func() (io.ReadCloser, error), err error)
 }
 
 func (o Options) withDefaults() Options {
@@ -878,7 +880,7 @@ func (d *decryptor) decryptData(ed *etree.Element, ek *encKey) (plan, error) {
 		if d.o.Store == nil {
 			p.newAtt.Body, err = io.ReadAll(plain)
 		} else {
-			p.newAtt.Open, err = d.o.Store(plain)
+			p.newAtt.Open, err = d.o.Store(Attachment{ContentID: a.ContentID, Header: h}, plain)
 		}
 		if err != nil {
 			return p, err

@@ -184,7 +184,7 @@ func TestHandmadeCBCCompleteElement(t *testing.T) {
 	}}}
 	var stored []byte
 	res, err = Decrypt(parseDoc(t, env), spooled, []KeyPair{kp}, Options{MaxPrivateKeyOperations: 2,
-		Store: func(r io.Reader) (func() (io.ReadCloser, error), error) {
+		Store: func(_ Attachment, r io.Reader) (func() (io.ReadCloser, error), error) {
 			var err error
 			stored, err = io.ReadAll(r)
 			return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(stored)), nil }, err

@@ -76,7 +76,7 @@ func TestDecryptStoreStreams(t *testing.T) {
 	for i, a := range enc {
 		src[i] = Attachment{ContentID: a.ContentID, Header: a.Header, Open: opened(a.Body)}
 	}
-	store := func(r io.Reader) (func() (io.ReadCloser, error), error) {
+	store := func(_ Attachment, r io.Reader) (func() (io.ReadCloser, error), error) {
 		b, err := io.ReadAll(iotest.HalfReader(r))
 		if err != nil {
 			return nil, err
@@ -102,7 +102,7 @@ func TestDecryptStoreStreams(t *testing.T) {
 	}
 	src[0].Open = opened(enc[0].Body)
 	disk := errors.New("disk full")
-	_, err = Decrypt(parseDoc(t, wire), src, []KeyPair{me}, Options{Store: func(io.Reader) (func() (io.ReadCloser, error), error) { return nil, disk }})
+	_, err = Decrypt(parseDoc(t, wire), src, []KeyPair{me}, Options{Store: func(Attachment, io.Reader) (func() (io.ReadCloser, error), error) { return nil, disk }})
 	if !errors.Is(err, disk) || Code(err) != "" {
 		t.Fatalf("store failure: %v", err)
 	}

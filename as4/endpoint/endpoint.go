@@ -541,12 +541,39 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 			}
 		}
 	}()
-	store := func(r io.Reader) (func() (io.ReadCloser, error), error) {
+	// The signature's attachment references are known from the envelope:
+	// each decrypted attachment is digested on its way to the spool file,
+	// not read again for the signature check.
+	wanted := attachmentDigests(env.Doc)
+	digests := map[string]map[wssec.DigestKey][]byte{}
+	store := func(a xmlenc.Attachment, r io.Reader) (func() (io.ReadCloser, error), error) {
+		cid := strings.TrimSpace(a.ContentID)
+		cid = strings.TrimSuffix(strings.TrimPrefix(cid, "<"), ">")
+		var ws []io.Writer
+		var keys []wssec.DigestKey
+		var sums []func() ([]byte, error)
+		for _, k := range wanted[cid] {
+			w, sum, err := wssec.AttachmentDigester(a.Header, k, wssec.Limits{})
+			if err != nil {
+				continue // Verify reports it
+			}
+			ws, keys, sums = append(ws, w), append(keys, k), append(sums, sum)
+		}
+		if len(ws) > 0 {
+			r = io.TeeReader(r, io.MultiWriter(ws...))
+		}
 		f, err := limits.SpoolLayer(r, e.cfg.SpoolDir, 0)
 		if err != nil {
 			return nil, err
 		}
 		plain = append(plain, f)
+		if len(sums) > 0 {
+			d := map[wssec.DigestKey][]byte{}
+			for i, k := range keys {
+				d[k], _ = sums[i]() // nil: could not be digested
+			}
+			digests[cid] = d
+		}
 		return func() (io.ReadCloser, error) { return io.NopCloser(f.Reader()), nil }, nil
 	}
 	keys := e.decryptionKeys(tr.id)
@@ -576,7 +603,8 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	}
 	watts := make([]wssec.Attachment, len(dec.Attachments))
 	for i, a := range dec.Attachments {
-		watts[i] = wssec.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body, Open: a.Open}
+		cid := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(a.ContentID), "<"), ">")
+		watts[i] = wssec.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body, Open: a.Open, Digests: digests[cid]}
 	}
 	vopts := wssec.VerifyOptions{
 		Trusted:   e.cfg.Partners.AS4Certificates(partner),
@@ -696,6 +724,29 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		}
 	}
 	return reply
+}
+
+// attachmentDigests lists, by Content-ID, the digests the signature of doc
+// asks of each attachment (SwA transform and digest method of its cid:
+// references); empty when the signature cannot be read yet (Verify will
+// say why).
+func attachmentDigests(doc *etree.Document) map[string][]wssec.DigestKey {
+	sig, err := wssec.ParseSignature(doc, wssec.VerifyOptions{AllowSHA1: true})
+	if err != nil {
+		return nil
+	}
+	out := map[string][]wssec.DigestKey{}
+	for _, r := range sig.References {
+		cid, ok := r.ContentID()
+		if !ok || len(r.Transforms) != 1 {
+			continue
+		}
+		k := wssec.DigestKey{Transform: r.Transforms[0].Algorithm, DigestMethod: r.DigestMethod}
+		if !slices.Contains(out[cid], k) {
+			out[cid] = append(out[cid], k)
+		}
+	}
+	return out
 }
 
 // cbcAlgorithms are the AES-CBC content encryption algorithms.
