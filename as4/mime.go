@@ -220,11 +220,11 @@ func ReadMessage(contentType string, body io.Reader, limits Limits) (*Envelope, 
 	}
 	r := &capReader{r: body, n: limits.MaxMessageSize}
 	env := &Envelope{}
-	// The MIME reader asks for a few KiB at a time: read the body in
-	// larger pieces (fewer system calls for a message of any size).
-	br := bufio.NewReaderSize(r, readAhead)
 	switch {
 	case mt == "multipart/related":
+		// The MIME reader asks for a few KiB at a time: read the body in
+		// larger pieces (fewer system calls for a message of any size).
+		br := bufio.NewReaderSize(r, readAhead)
 		if err := env.readMultipart(br, r, params, limits); err != nil {
 			env.Close()
 			return nil, err
