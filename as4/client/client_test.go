@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"errors"
+	"io"
 	"math/big"
 	"strings"
 	"testing"
@@ -188,6 +189,7 @@ func TestBuildRefusesIncompleteInput(t *testing.T) {
 	// The built message reads back as an AS4 message with the properties
 	// the sender declared, signed over Messaging, Body and the attachment.
 	env, err := as4.ReadMessage(out.ContentType, bytes.NewReader(out.Body), as4.Limits{})
+	defer env.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,11 +210,16 @@ func TestBuildRefusesIncompleteInput(t *testing.T) {
 	if len(out.References) != 3 || out.References[2].URI != um.PayloadInfo[0].Href {
 		t.Errorf("references %+v", out.References)
 	}
-	atts := []wssec.Attachment{{ContentID: env.Attachments[0].ContentID, Header: env.Attachments[0].Header, Body: env.Attachments[0].Body}}
+	atts := []wssec.Attachment{{ContentID: env.Attachments[0].ContentID, Header: env.Attachments[0].Header, Open: env.Attachments[0].Content}}
 	if _, err := wssec.Verify(env.Doc, atts, wssec.VerifyOptions{Trusted: []*x509.Certificate{cert}}); err != nil {
 		t.Errorf("our signature: %v", err)
 	}
-	if !bytes.Equal(env.Attachments[0].Body, []byte("x")) {
+	rc, err := env.Attachments[0].Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if b, _ := io.ReadAll(rc); !bytes.Equal(b, []byte("x")) {
 		t.Error("attachment body")
 	}
 }
