@@ -102,6 +102,9 @@ type Client struct {
 	// with RSA keys of 1024 to 2047 bits (legacy receivers). Either must
 	// be valid at Now in any case (trust.CheckSigner).
 	AllowWeakKeys bool
+	// GzipLevel is the compress/gzip level of Payload.Compress (default
+	// gzip.DefaultCompression; gzip.BestSpeed trades size for speed).
+	GzipLevel int
 	// SpoolDir is where Prepare writes the message and its compressed
 	// payloads (default os.TempDir()).
 	SpoolDir string
@@ -191,8 +194,8 @@ func (o *Outgoing) Size() int64 {
 	return int64(len(o.Body))
 }
 
-// body reads the HTTP body from its start.
-func (o *Outgoing) body() io.Reader {
+// BodyReader reads the HTTP body from its start (every call anew).
+func (o *Outgoing) BodyReader() io.Reader {
 	if o.spool != nil {
 		return o.spool.Reader()
 	}
@@ -374,7 +377,7 @@ func (c *Client) build(m *Message, w io.Writer, stream bool) (*Outgoing, error) 
 						if open, err = c.gzipSpool(open, &spools); err != nil {
 							return nil, err
 						}
-					} else if data, err = gzipBytes(data); err != nil {
+					} else if data, err = c.gzipBytes(data); err != nil {
 						return nil, err
 					}
 				}
@@ -490,16 +493,31 @@ func orDefault(s, d string) string {
 	return s
 }
 
-func gzipBytes(b []byte) ([]byte, error) {
+func (c *Client) gzipBytes(b []byte) ([]byte, error) {
 	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if _, err := zw.Write(b); err != nil {
-		return nil, fmt.Errorf("as4 client: gzip: %w", err)
-	}
-	if err := zw.Close(); err != nil {
-		return nil, fmt.Errorf("as4 client: gzip: %w", err)
+	if err := c.gzip(&buf, bytes.NewReader(b)); err != nil {
+		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// gzip writes the gzip stream of what r reads to w, at GzipLevel.
+func (c *Client) gzip(w io.Writer, r io.Reader) error {
+	level := c.GzipLevel
+	if level == 0 {
+		level = gzip.DefaultCompression
+	}
+	zw, err := gzip.NewWriterLevel(w, level)
+	if err != nil {
+		return fmt.Errorf("as4 client: gzip: %w", err)
+	}
+	if _, err := io.CopyBuffer(zw, struct{ io.Reader }{r}, make([]byte, 64<<10)); err != nil {
+		return fmt.Errorf("as4 client: gzip: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return fmt.Errorf("as4 client: gzip: %w", err)
+	}
+	return nil
 }
 
 // multipart writes the SOAP part and the attachments (their Body, or what
@@ -574,12 +592,8 @@ func (c *Client) gzipSpool(open func() (io.ReadCloser, error), spools *[]*sendsp
 		return nil, fmt.Errorf("as4 client: payload: %w", err)
 	}
 	defer rc.Close()
-	zw := gzip.NewWriter(f)
-	if _, err := io.CopyBuffer(zw, struct{ io.Reader }{rc}, make([]byte, 64<<10)); err != nil {
-		return nil, fmt.Errorf("as4 client: gzip: %w", err)
-	}
-	if err := zw.Close(); err != nil {
-		return nil, fmt.Errorf("as4 client: gzip: %w", err)
+	if err := c.gzip(f, rc); err != nil {
+		return nil, err
 	}
 	if err := f.Finish(); err != nil {
 		return nil, fmt.Errorf("as4 client: %w", err)
@@ -692,12 +706,12 @@ var ErrNoSignal = errors.New("as4 client: the answer is not an ebMS signal")
 // set in Response.Receipt and reported with an error wrapping
 // ErrNotCovered.
 func (c *Client) Post(ctx context.Context, url string, out *Outgoing) (*Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, out.body())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, out.BodyReader())
 	if err != nil {
 		return nil, fmt.Errorf("as4 client: %w", err)
 	}
 	req.ContentLength = out.Size()
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(out.body()), nil }
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(out.BodyReader()), nil }
 	req.Header.Set("Content-Type", out.ContentType)
 	req.Header.Set("Mime-Version", "1.0")
 	hc := c.HTTP

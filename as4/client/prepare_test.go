@@ -8,8 +8,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"io"
-	mrand "math/rand/v2"
 	"math/big"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -74,7 +74,7 @@ func TestPrepareIsBuild(t *testing.T) {
 		t.Errorf("progress %d of %d, want %d", done, total, want)
 	}
 	for i := 0; i < 2; i++ {
-		b, err := io.ReadAll(prepared.SpoolBody())
+		b, err := io.ReadAll(prepared.BodyReader())
 		if err != nil || !bytes.Equal(b, built.Body) {
 			t.Fatalf("read %d of the prepared body differs from the built one (%v)", i, err)
 		}
