@@ -32,20 +32,20 @@ func TestPrepareIsBuild(t *testing.T) {
 	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
 	cert, _ := x509.ParseCertificate(der)
 	dir := t.TempDir()
-	big := make([]byte, 3<<20+17)
+	content := make([]byte, 3<<20+17)
 	rng := mrand.NewChaCha8([32]byte{7})
-	rng.Read(big[:1<<20]) // a random first MiB, then text
-	for i := 1 << 20; i < len(big); i++ {
-		big[i] = "EDIFACT UNH+1 "[i%14]
+	rng.Read(content[:1<<20]) // a random first MiB, then text
+	for i := 1 << 20; i < len(content); i++ {
+		content[i] = "EDIFACT UNH+1 "[i%14]
 	}
 	file := filepath.Join(dir, "catalogue.bin")
-	os.WriteFile(file, big, 0o600)
+	os.WriteFile(file, content, 0o600)
 	open := func() (io.ReadCloser, error) { return os.Open(file) }
 	msg := func() *client.Message {
 		return &client.Message{MessageID: "prepare-1@test", From: as4.PartyID{Value: "urn:a"}, To: as4.PartyID{Value: "urn:b"},
 			Service: "urn:s", Action: "A", Payloads: []client.Payload{
-				{Open: open, Size: int64(len(big)), Compress: true, MimeType: "application/octet-stream"},
-				{Open: open, Size: int64(len(big)), MimeType: "application/octet-stream"},
+				{Open: open, Size: int64(len(content)), Compress: true, MimeType: "application/octet-stream"},
+				{Open: open, Size: int64(len(content)), MimeType: "application/octet-stream"},
 				{Data: []byte("<Invoice>small</Invoice>"), MimeType: "application/xml", Compress: true},
 			}}
 	}
@@ -69,7 +69,7 @@ func TestPrepareIsBuild(t *testing.T) {
 	if prepared.Body != nil || prepared.Size() != int64(len(built.Body)) || prepared.ContentType != built.ContentType {
 		t.Fatalf("prepared %d bytes (%s), built %d (%s)", prepared.Size(), prepared.ContentType, len(built.Body), built.ContentType)
 	}
-	want := int64(3*len(big) + 24) // gzipped: read once; plain: twice
+	want := int64(3*len(content) + 24) // gzipped: read once; plain: twice
 	if done != want || total != want {
 		t.Errorf("progress %d of %d, want %d", done, total, want)
 	}
