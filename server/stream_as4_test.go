@@ -3,22 +3,16 @@ package server
 import (
 	"compress/gzip"
 	"context"
-	"crypto"
 	"crypto/x509"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
-	"net/textproto"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/beevik/etree"
 
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/as4/endpoint"
@@ -26,15 +20,15 @@ import (
 	"github.com/edigateway/gateway/exchange"
 	"github.com/edigateway/gateway/partners"
 	"github.com/edigateway/gateway/receipt"
-	"github.com/edigateway/gateway/wssec"
 	"github.com/edigateway/gateway/xmlenc"
 )
 
 // as4Streamed is an AS4 message from the demo partner with one attachment
 // of size bytes of seeded PRNG text, gzipped (level 1), signed (eb:Messaging,
 // soap:Body, the attachment) and AES-128-GCM encrypted for the gateway, as
-// AS4 senders do: compress, sign, encrypt. The gzipped attachment waits in
-// a file; it is digested and encrypted as streams, never held.
+// AS4 senders do: compress, sign, encrypt. It is built by the sender's own
+// builder, client.Prepare (as `gateway send-as4` builds), into a spool
+// file: the payload is generated as it is read, never held.
 type as4Streamed struct {
 	id, contentType string
 	refs            []receipt.Reference
@@ -46,79 +40,29 @@ type as4Streamed struct {
 // newAS4Streamed builds the message; body is to be read once.
 func newAS4Streamed(t testing.TB, size int64, seed uint64, id string) *as4Streamed {
 	t.Helper()
-	kp, gw := demoAS4Keys(t)
-	const unregistered = "urn:oasis:names:tc:ebcore:partyid-type:unregistered"
-	cid := "catalogue-" + id
-	doc := etree.NewDocument()
-	err := doc.ReadFromString(`<S12:Envelope xmlns:S12="http://www.w3.org/2003/05/soap-envelope"><S12:Header>` +
-		`<eb:Messaging xmlns:eb="http://docs.oasis-open.org/ebxml-msg/ebms/v3.0/ns/core/200704/" S12:mustUnderstand="true"><eb:UserMessage>` +
-		`<eb:MessageInfo><eb:Timestamp>` + time.Now().UTC().Format("2006-01-02T15:04:05.000Z") + `</eb:Timestamp><eb:MessageId>` + id + `</eb:MessageId></eb:MessageInfo>` +
-		`<eb:PartyInfo><eb:From><eb:PartyId type="` + unregistered + `">urn:demo:partner</eb:PartyId><eb:Role>` + client.RoleInitiator + `</eb:Role></eb:From>` +
-		`<eb:To><eb:PartyId type="` + unregistered + `">urn:demo:gateway</eb:PartyId><eb:Role>` + client.RoleResponder + `</eb:Role></eb:To></eb:PartyInfo>` +
-		`<eb:CollaborationInfo><eb:Service>urn:demo:invoicing</eb:Service><eb:Action>Deliver</eb:Action><eb:ConversationId>` + id + `</eb:ConversationId></eb:CollaborationInfo>` +
-		`<eb:PayloadInfo><eb:PartInfo href="cid:` + cid + `"><eb:PartProperties><eb:Property name="MimeType">application/edi-consent</eb:Property>` +
-		`<eb:Property name="CompressionType">application/gzip</eb:Property></eb:PartProperties></eb:PartInfo></eb:PayloadInfo>` +
-		`</eb:UserMessage></eb:Messaging></S12:Header><S12:Body/></S12:Envelope>`)
+	c, gw := demoAS4Sender(t)
+	c.GzipLevel = gzip.BestSpeed
+	msg := demoAS4Message(id, nil)
+	msg.Payloads = []client.Payload{{ContentID: "catalogue-" + id, MimeType: "application/edi-consent", Compress: true,
+		Size: size, Open: func() (io.ReadCloser, error) { return io.NopCloser(textReader{newPRNG(seed, size)}), nil }}}
+	out, err := c.Prepare(msg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The attachment as the signature covers it: the gzip stream of the
-	// payload, written once to a file (compressing is the sender's work,
-	// the slowest step here) and read from it twice.
-	zpath := filepath.Join(t.TempDir(), "payload.gz")
-	zf, err := os.Create(zpath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	zw, _ := gzip.NewWriterLevel(zf, 1)
-	if _, err := io.Copy(zw, textReader{newPRNG(seed, size)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := zf.Close(); err != nil {
-		t.Fatal(err)
-	}
-	gz := func() (io.ReadCloser, error) { return os.Open(zpath) }
-	h := textproto.MIMEHeader{"Content-Type": {"application/gzip"}, "Content-Id": {"<" + cid + ">"}}
-	if err := wssec.Sign(doc, []wssec.Attachment{{ContentID: cid, Header: h, Open: gz}},
-		wssec.SignOptions{Signer: kp.Key.(crypto.Signer), Certificate: kp.Cert}); err != nil {
-		t.Fatal(err)
-	}
-	sig, err := wssec.ParseSignature(doc, wssec.VerifyOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &as4Streamed{id: id, gw: gw}
-	for _, r := range sig.References {
-		ref := receipt.Reference{URI: r.URI, DigestMethod: r.DigestMethod, DigestValue: r.DigestValue}
-		for _, tf := range r.Transforms {
-			ref.Transforms = append(ref.Transforms, receipt.Transform{Algorithm: tf.Algorithm, PrefixList: tf.PrefixList})
-		}
-		m.refs = append(m.refs, ref)
-	}
-	enc, err := xmlenc.Encrypt(doc, []xmlenc.Attachment{{ContentID: cid, Header: h, Open: gz}}, xmlenc.Recipient{Cert: gw[0]}, xmlenc.EncryptOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	soap, err := doc.WriteToString()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ciphertext, err := enc[0].Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const boundary = "MIMEBoundary_gateway_as4_stream"
-	m.contentType = mime.FormatMediaType("multipart/related", map[string]string{
-		"boundary": boundary, "type": "application/soap+xml", "start": "<root-" + id + ">"})
-	m.body = io.MultiReader(
-		strings.NewReader("--"+boundary+"\r\nContent-Type: application/soap+xml; charset=UTF-8\r\nContent-Transfer-Encoding: binary\r\nContent-Id: <root-"+id+">\r\n\r\n"+soap+
-			"\r\n--"+boundary+"\r\nContent-Type: application/octet-stream\r\nContent-Transfer-Encoding: binary\r\nContent-Id: <"+cid+">\r\n\r\n"),
-		ciphertext,
-		strings.NewReader("\r\n--"+boundary+"--\r\n"))
-	return m
+	t.Cleanup(func() { out.Close() })
+	return &as4Streamed{id: id, contentType: out.ContentType, refs: out.References, body: out.BodyReader(), gw: gw}
+}
+
+// demoAS4Sender is demoAS4Client that also encrypts for the gateway
+// (AES-128-GCM), verifies receipts against the gateway's certificates and
+// builds in a test directory; it also returns the gateway's certificates.
+func demoAS4Sender(t testing.TB) (*client.Client, []*x509.Certificate) {
+	t.Helper()
+	_, gw := demoAS4Keys(t)
+	c := demoAS4Client(t)
+	c.Encryption, c.ReceiptSigners, c.SpoolDir = &client.Encryption{Recipient: gw[0]}, gw, t.TempDir()
+	c.HTTP = &http.Client{Timeout: 10 * time.Minute}
+	return c, gw
 }
 
 // post sends the message (chunked unless length is known) and checks that
