@@ -89,8 +89,9 @@ func (m *as4Streamed) post(url string, body io.Reader, length int64) error {
 }
 
 // TestStreamedAS4GiBMemoryBounded: a 1 GiB AS4 payload, gzipped, signed and
-// AES-128-GCM encrypted (generated on the fly, nothing of it kept), sent
-// chunked through the real HTTP server over loopback: answered with the
+// AES-128-GCM encrypted (generated on the fly into the sender's spool file
+// by client.Prepare, before the measure), sent chunked through the real
+// HTTP server over loopback: answered with the
 // gateway's signed receipt covering the message's references, the handler
 // reads 1 GiB from Payload.Open, and the peak growth of heap and RSS stays
 // within 64 MiB.
