@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -113,10 +114,17 @@ func TestSendAS4Demo(t *testing.T) {
 	}
 }
 
-// startDemoAS4 serves an AS4 endpoint configured like the demo gateway
-// (memory dedup store) that hands every message to handle, and returns its
-// URL.
+// startDemoAS4 serves demoAS4Endpoint and returns its URL.
 func startDemoAS4(t *testing.T, handle func(m *exchange.Message)) string {
+	t.Helper()
+	srv := httptest.NewServer(demoAS4Endpoint(t, handle))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/as4"
+}
+
+// demoAS4Endpoint is an AS4 endpoint configured like the demo gateway
+// (memory dedup store) that hands every message to handle.
+func demoAS4Endpoint(t *testing.T, handle func(m *exchange.Message)) http.Handler {
 	t.Helper()
 	dir, err := partners.Load(demoPath(t, "partners"))
 	if err != nil {
@@ -137,9 +145,7 @@ func startDemoAS4(t *testing.T, handle func(m *exchange.Message)) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(ep)
-	t.Cleanup(srv.Close)
-	return srv.URL + "/as4"
+	return ep
 }
 
 // demoAS4Args are send-as4's flags to send as the demo partner to
@@ -213,4 +219,41 @@ func TestSendAS4ProgressOnTerminalOnly(t *testing.T) {
 	spool := t.TempDir()
 	args := append(demoAS4Args(t, url), "-spool-dir", spool, writePayload(t, "big.bin", big))
 	progressOnTerminalOnly(t, args, "references acknowledged", spool)
+}
+
+// TestSendAS4RetriesWhileBusy: a first answer 503 with Retry-After is
+// followed, with -retry-for, by a resend of the very same bytes, which gets
+// the receipt; without -retry-for the command fails naming the Retry-After.
+func TestSendAS4RetriesWhileBusy(t *testing.T) {
+	var calls atomic.Int64
+	ep := demoAS4Endpoint(t, func(*exchange.Message) { calls.Add(1) })
+	var bodies [][]byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies = append(bodies, b)
+		if len(bodies) == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		ep.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	file := writePayload(t, "order.edi", []byte("UNB+UNOC:3+DEMO+GATEWAY'"))
+	var out, errb bytes.Buffer
+	if code := run(append(demoAS4Args(t, srv.URL+"/as4"), "-retry-for", "30s", file), &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), "busy: HTTP 503; resending in 1s") || !strings.Contains(out.String(), "3 of 3 references acknowledged") {
+		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	if len(bodies) != 2 || !bytes.Equal(bodies[0], bodies[1]) || calls.Load() != 1 {
+		t.Fatalf("%d posts (identical: %v), handler ran %d times", len(bodies), len(bodies) == 2 && bytes.Equal(bodies[0], bodies[1]), calls.Load())
+	}
+	bodies = nil
+	out.Reset()
+	errb.Reset()
+	if code := run(append(demoAS4Args(t, srv.URL+"/as4"), file), &out, &errb); code != 1 || !strings.Contains(errb.String(), "HTTP 503, retry after 1 s") {
+		t.Fatalf("without -retry-for: exit %d\n%s%s", code, out.String(), errb.String())
+	}
 }
