@@ -34,32 +34,9 @@ func TestSendStreamedAS2Bounded(t *testing.T) {
 	const size = 256 << 20
 	dir := t.TempDir()
 	file := filepath.Join(dir, "cad.bin")
-	f, err := os.Create(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(f, want), newPRNG(9, size)); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	var got struct {
-		n   int64
-		sum string
-	}
-	url := memoryServerWith(t, nil, func(m *exchange.Message) error {
-		rc, err := m.Payloads[0].Open()
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		h := sha256.New()
-		got.n, err = io.Copy(h, rc)
-		got.sum = hex.EncodeToString(h.Sum(nil))
-		return err
-	})
+	want := writeFile(t, file, newPRNG(9, size))
+	var got received
+	url := memoryServerWith(t, nil, got.handler)
 	partner, gw := demoAS2KeyPairs(t)
 	c := &as2client.Client{URL: url + "/as2", From: "DEMO", To: "GATEWAY", SignCert: partner.Cert, SignKey: partner.Key,
 		SignDigest: "sha256", RecipientCerts: []*x509.Certificate{gw.Cert}, Cipher: "aes128-gcm", SignedMDN: true,
@@ -103,7 +80,7 @@ func TestSendStreamedAS2Bounded(t *testing.T) {
 	if heap > maxGrowth || rss > maxGrowth {
 		t.Errorf("sending grew heap %d MiB, RSS %d MiB (bound %d MiB)", heap>>20, rss>>20, maxGrowth>>20)
 	}
-	if got.n != size || got.sum != hex.EncodeToString(want.Sum(nil)) {
+	if got.n != size || got.sum != want {
 		t.Fatalf("handler read %d bytes, sha256 %s", got.n, got.sum)
 	}
 }
@@ -123,32 +100,9 @@ func TestSendStreamedAS4Bounded(t *testing.T) {
 	const size = 256 << 20
 	dir := t.TempDir()
 	file := filepath.Join(dir, "catalogue.edi")
-	f, err := os.Create(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(f, want), textReader{newPRNG(10, size)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	var got struct {
-		n   int64
-		sum string
-	}
-	url := memoryServerWith(t, nil, func(m *exchange.Message) error {
-		rc, err := m.Payloads[0].Open()
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		h := sha256.New()
-		got.n, err = io.Copy(h, rc)
-		got.sum = hex.EncodeToString(h.Sum(nil))
-		return err
-	})
+	want := writeFile(t, file, textReader{newPRNG(10, size)})
+	var got received
+	url := memoryServerWith(t, nil, got.handler)
 	c, _ := demoAS4Sender(t)
 	c.SpoolDir = dir
 	msg := demoAS4Message("send-as4-stream@demo", nil)
@@ -188,7 +142,43 @@ func TestSendStreamedAS4Bounded(t *testing.T) {
 	if heap > maxGrowth || rss > maxGrowth {
 		t.Errorf("sending grew heap %d MiB, RSS %d MiB (bound %d MiB)", heap>>20, rss>>20, maxGrowth>>20)
 	}
-	if got.n != size || got.sum != hex.EncodeToString(want.Sum(nil)) {
+	if got.n != size || got.sum != want {
 		t.Fatalf("handler read %d bytes, sha256 %s", got.n, got.sum)
 	}
+}
+
+// writeFile writes what r reads to path and returns its SHA-256 (hex).
+func writeFile(t *testing.T, path string, r io.Reader) string {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(f, h), r); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// received is what handler read of a message's first payload: its
+// length and SHA-256 (hex).
+type received struct {
+	n   int64
+	sum string
+}
+
+func (g *received) handler(m *exchange.Message) error {
+	rc, err := m.Payloads[0].Open()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	h := sha256.New()
+	g.n, err = io.Copy(h, rc)
+	g.sum = hex.EncodeToString(h.Sum(nil))
+	return err
 }

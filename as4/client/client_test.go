@@ -3,14 +3,10 @@ package client_test
 import (
 	"bytes"
 	"crypto"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"errors"
 	"io"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -141,31 +137,14 @@ func TestInteropPhase4Receipts(t *testing.T) {
 }
 
 func otherCert(t *testing.T) *x509.Certificate {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(9), Subject: pkix.Name{CommonName: "other"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c := ed25519Cert(t, "other")
 	return c
 }
 
 // TestBuildRefusesIncompleteInput covers the sender's own checks.
 func TestBuildRefusesIncompleteInput(t *testing.T) {
 	t.Parallel()
-	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sender"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	cert, _ := x509.ParseCertificate(der)
+	priv, cert := ed25519Cert(t, "sender")
 	ok := &client.Message{From: as4.PartyID{Value: "urn:a"}, To: as4.PartyID{Value: "urn:b"}, Service: "urn:s", Action: "A",
 		Payloads: []client.Payload{{Data: []byte("x")}}}
 	if _, err := (&client.Client{}).Build(ok); err == nil {

@@ -26,11 +26,7 @@ import (
 // reads the same on every Post, and nothing is left in SpoolDir.
 func TestPrepareIsBuild(t *testing.T) {
 	t.Parallel()
-	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sender"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	cert, _ := x509.ParseCertificate(der)
+	priv, cert := ed25519Cert(t, "sender")
 	dir := t.TempDir()
 	content := make([]byte, 3<<20+17)
 	rng := mrand.NewChaCha8([32]byte{7})
@@ -85,4 +81,25 @@ func TestPrepareIsBuild(t *testing.T) {
 	if left, _ := os.ReadDir(filepath.Join(dir, "spool")); len(left) != 0 {
 		t.Errorf("SpoolDir keeps %d files", len(left))
 	}
+}
+
+// ed25519Cert is a new Ed25519 key and its self-signed certificate for
+// common name cn, valid for the hour around now.
+func ed25519Cert(t testing.TB, cn string) (ed25519.PrivateKey, *x509.Certificate) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return priv, cert
 }
