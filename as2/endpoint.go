@@ -76,7 +76,8 @@ type Config struct {
 	// temporary directory).
 	SpoolDir string
 	// MaxBodyBytes limits the request body (default 100 MiB); larger
-	// requests get HTTP 413.
+	// requests get HTTP 413. A partner's max_body_bytes replaces it for
+	// that partner (AS2-From and AS2-To name it before the body is read).
 	MaxBodyBytes int64
 	// StreamThreshold: bodies larger than this are unwrapped as streams
 	// from their spool file (smime.UnwrapStream), in memory bounded by
@@ -203,18 +204,23 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lg := e.log.With("protocol", "as2", "message_id", dedup.NormalizeMessageID(req.MessageID), "as2_from", req.From, "as2_to", req.To)
-	if r.ContentLength > e.cfg.MaxBodyBytes {
+	p, ok := e.cfg.Partners.ByAS2(req.From, req.To, e.cfg.OurID)
+	// The partner's own max_body_bytes, else the global limit.
+	limit := e.cfg.MaxBodyBytes
+	if ok {
+		limit = partners.BodyLimit(p, limit)
+	}
+	if r.ContentLength > limit {
 		// Refused before a byte of the body is read.
-		lg.Warn("as2 message refused: body too large", "status", http.StatusRequestEntityTooLarge, "limit", e.cfg.MaxBodyBytes, "content_length", r.ContentLength)
+		lg.Warn("as2 message refused: body too large", "status", http.StatusRequestEntityTooLarge, "limit", limit, "content_length", r.ContentLength)
 		w.Header().Set("Connection", "close")
-		http.Error(w, fmt.Sprintf("message body exceeds the limit of %d bytes", e.cfg.MaxBodyBytes), http.StatusRequestEntityTooLarge)
+		http.Error(w, fmt.Sprintf("message body exceeds the limit of %d bytes", limit), http.StatusRequestEntityTooLarge)
 		return
 	}
 
 	x := &inbound{req: req, lg: lg}
 	var decryptKeys []cms.KeyPair
 	x.signKeys, decryptKeys = e.identityKeys(req.To)
-	p, ok := e.cfg.Partners.ByAS2(req.From, req.To, e.cfg.OurID)
 	if !ok {
 		// The sender is not authenticated: its Receipt-Delivery-Option is
 		// not followed; the unsigned MDN goes back on the response. The
@@ -231,7 +237,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The body goes to a spool file as it arrives, hashed on the way; the
 	// file is removed when the exchange ends (and, after a crash, at the
 	// next start: see limits.OpenSpoolArea).
-	bf, err := limits.SpoolBody(r.Body, e.cfg.SpoolDir, e.cfg.MaxBodyBytes)
+	bf, err := limits.SpoolBody(r.Body, e.cfg.SpoolDir, limit)
 	if bf != nil {
 		defer func() {
 			if err := bf.Remove(); err != nil {
@@ -245,9 +251,9 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		switch st := limits.Status(err); st {
 		case http.StatusRequestEntityTooLarge:
-			lg.Warn("as2 message refused: body too large", "status", st, "limit", e.cfg.MaxBodyBytes, "err", err)
+			lg.Warn("as2 message refused: body too large", "status", st, "limit", limit, "err", err)
 			w.Header().Set("Connection", "close")
-			http.Error(w, fmt.Sprintf("message body exceeds the limit of %d bytes", e.cfg.MaxBodyBytes), st)
+			http.Error(w, fmt.Sprintf("message body exceeds the limit of %d bytes", limit), st)
 		case 0:
 			if errors.Is(err, limits.ErrSpool) {
 				lg.Error("as2 message not processed: the body could not be spooled", "err", err)

@@ -9,7 +9,6 @@
 package as2client
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto"
@@ -20,12 +19,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/sendspool"
 	"github.com/edigateway/gateway/mdn"
 	"github.com/edigateway/gateway/smime"
 )
@@ -116,15 +115,13 @@ type Message struct {
 	// MIC and MICAlg are what the MDN's Received-Content-MIC must carry.
 	MIC, MICAlg string
 
-	spool     *os.File
-	spoolPath string // set when the spool file could not be unlinked while open
-	size      int64
+	spool *sendspool.File
 }
 
 // Size is the HTTP body's length.
 func (m *Message) Size() int64 {
 	if m.spool != nil {
-		return m.size
+		return m.spool.Size()
 	}
 	return int64(len(m.Body))
 }
@@ -132,22 +129,14 @@ func (m *Message) Size() int64 {
 // body reads the HTTP body from its start.
 func (m *Message) body() io.Reader {
 	if m.spool != nil {
-		return io.NewSectionReader(m.spool, 0, m.size)
+		return m.spool.Reader()
 	}
 	return bytes.NewReader(m.Body)
 }
 
 // Close releases the spool file of a message made by PrepareStream.
 func (m *Message) Close() error {
-	if m.spool == nil {
-		return nil
-	}
 	err := m.spool.Close()
-	if m.spoolPath != "" {
-		if rerr := os.Remove(m.spoolPath); err == nil {
-			err = rerr
-		}
-	}
 	m.spool = nil
 	return err
 }
@@ -178,29 +167,22 @@ func (c *Client) PrepareStream(r io.Reader, contentType, filename string) (m *Me
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.CreateTemp(c.SpoolDir, "gateway-send-*.as2")
+	f, err := sendspool.Create(c.SpoolDir, "gateway-send-*.as2")
 	if err != nil {
-		return nil, fmt.Errorf("as2client: spool: %w", err)
+		return nil, fmt.Errorf("as2client: %w", err)
 	}
 	m = &Message{spool: f}
-	if os.Remove(f.Name()) != nil {
-		m.spoolPath = f.Name()
-	}
 	defer func() {
 		if err != nil {
 			m.Close()
 		}
 	}()
-	bw := bufio.NewWriterSize(f, 256<<10)
-	built, err := smime.BuildStream(bw, r, contentType, filename, opts)
+	built, err := smime.BuildStream(f, r, contentType, filename, opts)
 	if err != nil {
 		return nil, fmt.Errorf("as2client: %w", err)
 	}
-	if err := bw.Flush(); err != nil {
-		return nil, fmt.Errorf("as2client: spool: %w", err)
-	}
-	if m.size, err = f.Seek(0, io.SeekCurrent); err != nil {
-		return nil, fmt.Errorf("as2client: spool: %w", err)
+	if err := f.Finish(); err != nil {
+		return nil, fmt.Errorf("as2client: %w", err)
 	}
 	if err := c.describe(m, built); err != nil {
 		return nil, err

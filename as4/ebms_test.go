@@ -13,6 +13,7 @@ import (
 func messagingOf(t *testing.T, soap string) (*Envelope, *etree.Element) {
 	t.Helper()
 	env, err := ReadMessage("application/soap+xml", strings.NewReader(soap), Limits{})
+	defer env.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,6 +237,7 @@ func TestResolvePayloads(t *testing.T) {
 			m.partInfo, m.body = c.partInfo, c.body
 			ct, raw := multipartMessage("rb", m.envelope(), c.parts...)
 			env, err := ReadMessage(ct, strings.NewReader(string(raw)), Limits{})
+			defer env.Close()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -257,8 +259,8 @@ func TestResolvePayloads(t *testing.T) {
 			for _, p := range pls {
 				switch {
 				case p.Part != nil:
-					if string(p.Part.Body) != "A" {
-						t.Errorf("attachment %q", p.Part.Body)
+					if string(partBytes(t, p.Part)) != "A" {
+						t.Errorf("attachment %q", partBytes(t, p.Part))
 					}
 				case p.Element == nil || p.Element.Tag != "Invoice":
 					t.Errorf("body payload %v", p.Element)

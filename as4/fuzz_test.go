@@ -2,6 +2,7 @@ package as4
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -50,9 +51,19 @@ func FuzzReadMessage(f *testing.F) {
 			f.Add("application/soap+xml;charset=UTF-8", b[i+2:])
 		}
 	}
-	limits := Limits{MaxMessageSize: 1 << 20, MaxParts: 8, MaxXMLDepth: 32}
+	// Attachments are spooled; AfterEnvelope lowers the limit once the
+	// envelope is read, as the endpoint does for a partner's own limit.
+	spool := f.TempDir()
+	limits := Limits{MaxMessageSize: 1 << 20, MaxParts: 8, MaxXMLDepth: 32, SpoolDir: spool,
+		AfterEnvelope: func(*Envelope) (int64, error) { return 512 << 10, nil }}
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
 		env, err := ReadMessage(contentType, bytes.NewReader(body), limits)
+		defer func() {
+			env.Close()
+			if ents, _ := os.ReadDir(spool); len(ents) != 0 {
+				t.Fatalf("%d spool files left", len(ents))
+			}
+		}()
 		if err != nil {
 			if CodeOf(err) == "" {
 				t.Fatalf("error without ebMS code: %v", err)
@@ -61,6 +72,17 @@ func FuzzReadMessage(f *testing.F) {
 		}
 		if env.Doc == nil || env.Body() == nil || len(env.Attachments)+1 > limits.MaxParts {
 			t.Fatalf("inconsistent envelope %+v", env)
+		}
+		for i := range env.Attachments {
+			rc, err := env.Attachments[i].Open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := io.Copy(io.Discard, rc)
+			rc.Close()
+			if err != nil || n > 512<<10 {
+				t.Fatalf("attachment %d: %d bytes, %v", i, n, err)
+			}
 		}
 		if el, err := env.Messaging(); err == nil {
 			if msg, err := ParseMessaging(el); err == nil && msg.UserMessage != nil {

@@ -42,6 +42,7 @@ func splitHTTP(t testing.TB, raw []byte) (contentType string, body []byte) {
 func TestReadHolodeckMessage(t *testing.T) {
 	raw := interop.Read(t, "as4/as4-encrypted-signed-issuerserial.as4")
 	env, err := ReadMessage(holodeckContentType, bytes.NewReader(raw), Limits{})
+	defer env.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,8 +66,8 @@ func TestReadHolodeckMessage(t *testing.T) {
 		size int
 	}{{holodeckCID1, 296413}, {holodeckCID2, 192}} {
 		a := env.Attachments[i]
-		if a.ContentID != want.cid || len(a.Body) != want.size {
-			t.Errorf("attachment %d: <%s> %d bytes, want <%s> %d", i, a.ContentID, len(a.Body), want.cid, want.size)
+		if a.ContentID != want.cid || len(partBytes(t, &a)) != want.size {
+			t.Errorf("attachment %d: <%s> %d bytes, want <%s> %d", i, a.ContentID, len(partBytes(t, &a)), want.cid, want.size)
 		}
 		if a.ContentType() != "application/octet-stream" || a.Header.Get("Content-Transfer-Encoding") != "binary" {
 			t.Errorf("attachment %d headers %v", i, a.Header)
@@ -75,7 +76,7 @@ func TestReadHolodeckMessage(t *testing.T) {
 	// 12-byte IV + ciphertext + 16-byte tag (quirk 7): the body bytes are
 	// exactly those between the part headers and the next boundary.
 	idx := bytes.Index(raw, []byte("Content-ID: <"+holodeckCID2+">\r\n\r\n"))
-	if idx < 0 || !bytes.Equal(raw[idx+len("Content-ID: <"+holodeckCID2+">\r\n\r\n"):][:192], env.Attachments[1].Body) {
+	if idx < 0 || !bytes.Equal(raw[idx+len("Content-ID: <"+holodeckCID2+">\r\n\r\n"):][:192], partBytes(t, &env.Attachments[1])) {
 		t.Error("second attachment bytes differ from the file")
 	}
 
@@ -180,6 +181,7 @@ func TestReadPhase4Receipts(t *testing.T) {
 				}
 			}
 			env, err := ReadMessage(ct, bytes.NewReader(body), Limits{})
+			defer env.Close()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,8 @@
 package as4
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -17,6 +19,9 @@ import (
 
 	"github.com/edigateway/gateway/internal/base64body"
 )
+
+// readAhead is the piece in which a multipart body is read.
+const readAhead = 256 << 10
 
 // Default limits, used for every zero field of Limits.
 const (
@@ -44,9 +49,16 @@ type Limits struct {
 	// MaxEnvelopeSize is the most bytes of the SOAP envelope (root) part,
 	// enforced while it is read, before it is parsed.
 	MaxEnvelopeSize int64
-	// SpoolDir holds parts of unknown length while they are read ("" =
-	// system temporary directory).
+	// SpoolDir holds the attachments, each spooled to a file as it
+	// arrives ("" = system temporary directory); Envelope.Close removes
+	// them.
 	SpoolDir string
+	// AfterEnvelope, when set, is called once the SOAP envelope part has
+	// been read and parsed, before the attachments after it are read. It
+	// may lower (or raise) the message size limit: max > 0 replaces
+	// MaxMessageSize for the whole message, counted from its first byte.
+	// An error it returns ends ReadMessage with that error.
+	AfterEnvelope func(env *Envelope) (max int64, err error)
 }
 
 func (l Limits) withDefaults() Limits {
@@ -94,8 +106,22 @@ type Part struct {
 	ContentID string
 	// Header holds the part's MIME headers as received (values unfolded).
 	Header textproto.MIMEHeader
-	// Body is the part content after Content-Transfer-Encoding decoding.
+	// Body is the part content after Content-Transfer-Encoding decoding,
+	// when it is held in memory: always for the SOAP envelope part; an
+	// attachment ReadMessage received is spooled to a file instead (see
+	// Content).
 	Body []byte
+	// Content, when set, reads the content instead of Body (a spooled
+	// attachment, or one decrypted into a spool file).
+	Content func() (io.ReadCloser, error)
+}
+
+// Open reads the part's content after transfer decoding.
+func (p *Part) Open() (io.ReadCloser, error) {
+	if p.Content != nil {
+		return p.Content()
+	}
+	return io.NopCloser(bytes.NewReader(p.Body)), nil
 }
 
 // ContentType returns the part's Content-Type header value.
@@ -111,6 +137,21 @@ type Envelope struct {
 	Root Part
 	// Attachments are the other MIME parts, in message order.
 	Attachments []Part
+	// files are the spooled attachments, removed by Close.
+	files []*glimits.BodyFile
+}
+
+// Close removes the files the attachments were spooled to.
+func (e *Envelope) Close() error {
+	if e == nil {
+		return nil
+	}
+	var errs []error
+	for _, f := range e.files {
+		errs = append(errs, f.Remove())
+	}
+	e.files = nil
+	return errors.Join(errs...)
 }
 
 // Header returns the soap:Header element, or nil.
@@ -178,14 +219,17 @@ func ReadMessage(contentType string, body io.Reader, limits Limits) (*Envelope, 
 		return nil, MimeInconsistency("unreadable Content-Type", err)
 	}
 	r := &capReader{r: body, n: limits.MaxMessageSize}
-	var root Part
-	var attachments []Part
+	env := &Envelope{}
 	switch {
 	case mt == "multipart/related":
-		root, attachments, err = readMultipart(r, params, limits)
-		if err != nil {
+		// The MIME reader asks for a few KiB at a time: read the body in
+		// larger pieces (fewer system calls for a message of any size).
+		br := bufio.NewReaderSize(r, readAhead)
+		if err := env.readMultipart(br, r, params, limits); err != nil {
+			env.Close()
 			return nil, err
 		}
+		return env, nil
 	case isSOAPType(mt):
 		if err := checkCharset(params); err != nil {
 			return nil, err
@@ -197,15 +241,16 @@ func ReadMessage(contentType string, body io.Reader, limits Limits) (*Envelope, 
 		if err != nil {
 			return nil, readErr("reading body", err)
 		}
-		root = Part{Header: textproto.MIMEHeader{"Content-Type": {contentType}}, Body: data}
-	default:
-		return nil, MimeInconsistency(fmt.Sprintf("Content-Type %q is neither multipart/related nor SOAP", mt), nil)
+		env.Root = Part{Header: textproto.MIMEHeader{"Content-Type": {contentType}}, Body: data}
+		if err := env.parseRoot(limits.MaxXMLDepth); err != nil {
+			return nil, err
+		}
+		if err := env.afterEnvelope(limits, r); err != nil {
+			return nil, err
+		}
+		return env, nil
 	}
-	env := &Envelope{Root: root, Attachments: attachments}
-	if err := env.parseRoot(limits.MaxXMLDepth); err != nil {
-		return nil, err
-	}
-	return env, nil
+	return nil, MimeInconsistency(fmt.Sprintf("Content-Type %q is neither multipart/related nor SOAP", mt), nil)
 }
 
 // checkCharset accepts a SOAP part declared as UTF-8 (or US-ASCII), or
@@ -231,80 +276,108 @@ func readErr(what string, err error) *Error {
 	return MimeInconsistency(what, err)
 }
 
-func readMultipart(r io.Reader, params map[string]string, limits Limits) (Part, []Part, error) {
+// readMultipart reads the parts of a multipart/related body: the SOAP
+// envelope part into memory (parsed as soon as it is complete, then
+// Limits.AfterEnvelope runs), every other part to a spool file.
+func (env *Envelope) readMultipart(body io.Reader, r *capReader, params map[string]string, limits Limits) error {
 	boundary := params["boundary"]
 	if boundary == "" {
-		return Part{}, nil, MimeInconsistency("multipart/related without boundary", nil)
+		return MimeInconsistency("multipart/related without boundary", nil)
 	}
 	if t, ok := params["type"]; ok {
 		if tt, _, err := mime.ParseMediaType(t); err != nil || !isSOAPType(tt) {
-			return Part{}, nil, MimeInconsistency(fmt.Sprintf("multipart/related type %q is not SOAP", t), err)
+			return MimeInconsistency(fmt.Sprintf("multipart/related type %q is not SOAP", t), err)
 		}
 	}
 	start := stripAngles(params["start"])
-	mr := multipart.NewReader(r, boundary)
-	var parts []Part
+	mr := multipart.NewReader(body, boundary)
 	seen := map[string]bool{}
+	parts, haveRoot := 0, false
 	for {
 		p, err := mr.NextRawPart()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return Part{}, nil, readErr("reading MIME part", err)
+			return readErr("reading MIME part", err)
 		}
-		if len(parts) >= limits.MaxParts {
-			return Part{}, nil, Other("too many MIME parts", fmt.Errorf("more than %d parts: %w", limits.MaxParts, ErrLimit))
+		if parts >= limits.MaxParts {
+			return Other("too many MIME parts", fmt.Errorf("more than %d parts: %w", limits.MaxParts, ErrLimit))
 		}
+		parts++
 		// The envelope is the start part, else the first one: its limit is
 		// known from its headers, before its body is read.
 		cid := stripAngles(p.Header.Get("Content-ID"))
-		isRoot := start != "" && cid == start || start == "" && len(parts) == 0
-		max := limits.MaxPartSize
-		if isRoot {
-			max = limits.MaxEnvelopeSize
+		isRoot := start != "" && cid == start || start == "" && parts == 1
+		if cid != "" {
+			if seen[cid] {
+				return MimeInconsistency("duplicate Content-ID <"+cid+">", nil)
+			}
+			seen[cid] = true
 		}
-		part, err := readPart(p, max, limits.SpoolDir)
-		if isRoot && errors.Is(err, ErrLimit) {
-			return Part{}, nil, envelopeTooLarge(max)
+		if !isRoot {
+			part, err := env.spoolPart(p, limits)
+			if err != nil {
+				return err
+			}
+			env.Attachments = append(env.Attachments, part)
+			continue
+		}
+		max := limits.MaxEnvelopeSize
+		data, err := readPart(p, cid, func(r io.Reader) ([]byte, error) { return readAtMost(r, max, limits.SpoolDir) })
+		if errors.Is(err, ErrLimit) && !errors.Is(err, ErrMessageLimit) {
+			return envelopeTooLarge(max)
 		}
 		if err != nil {
-			return Part{}, nil, err
+			return err
 		}
-		if part.ContentID != "" {
-			if seen[part.ContentID] {
-				return Part{}, nil, MimeInconsistency("duplicate Content-ID <"+part.ContentID+">", nil)
-			}
-			seen[part.ContentID] = true
-		}
-		parts = append(parts, part)
-	}
-	if len(parts) == 0 {
-		return Part{}, nil, MimeInconsistency("multipart/related without parts", nil)
-	}
-	rootIdx := 0
-	if start != "" {
-		rootIdx = -1
-		for i := range parts {
-			if parts[i].ContentID == start {
-				rootIdx = i
-				break
-			}
-		}
-		if rootIdx < 0 {
-			return Part{}, nil, MimeInconsistency("no part has the start Content-ID <"+start+">", nil)
+		env.Root = Part{Header: p.Header, ContentID: cid, Body: data}
+		haveRoot = true
+		if err := env.checkRoot(limits, r); err != nil {
+			return err
 		}
 	}
-	root := parts[rootIdx]
-	mt, rootParams, err := mime.ParseMediaType(root.ContentType())
+	if parts == 0 {
+		return MimeInconsistency("multipart/related without parts", nil)
+	}
+	if !haveRoot {
+		return MimeInconsistency("no part has the start Content-ID <"+start+">", nil)
+	}
+	return nil
+}
+
+// checkRoot checks and parses the envelope part once it is read, and runs
+// Limits.AfterEnvelope.
+func (env *Envelope) checkRoot(limits Limits, r *capReader) error {
+	mt, rootParams, err := mime.ParseMediaType(env.Root.ContentType())
 	if err != nil || !isSOAPType(mt) {
-		return Part{}, nil, MimeInconsistency(fmt.Sprintf("root part Content-Type %q is not SOAP", root.ContentType()), err)
+		return MimeInconsistency(fmt.Sprintf("root part Content-Type %q is not SOAP", env.Root.ContentType()), err)
 	}
 	if err := checkCharset(rootParams); err != nil {
-		return Part{}, nil, err
+		return err
 	}
-	attachments := append(parts[:rootIdx:rootIdx], parts[rootIdx+1:]...)
-	return root, attachments, nil
+	if err := env.parseRoot(limits.MaxXMLDepth); err != nil {
+		return err
+	}
+	return env.afterEnvelope(limits, r)
+}
+
+// afterEnvelope runs Limits.AfterEnvelope and applies the limit it sets.
+func (env *Envelope) afterEnvelope(limits Limits, r *capReader) error {
+	if limits.AfterEnvelope == nil {
+		return nil
+	}
+	max, err := limits.AfterEnvelope(env)
+	if err != nil {
+		return err
+	}
+	if max > 0 {
+		r.n = max - r.read
+		if r.n < 0 {
+			return Other("message too large", fmt.Errorf("%d bytes read, the limit is %d: %w", r.read, max, ErrMessageLimit))
+		}
+	}
+	return nil
 }
 
 func envelopeTooLarge(max int64) error {
@@ -312,35 +385,61 @@ func envelopeTooLarge(max int64) error {
 		fmt.Errorf("envelope over %d bytes: %w", max, ErrLimit))
 }
 
-func readPart(p *multipart.Part, maxSize int64, spoolDir string) (Part, error) {
-	part := Part{Header: p.Header, ContentID: stripAngles(p.Header.Get("Content-ID"))}
+// ErrMessageLimit is wrapped by the errors of a message over its size limit
+// (Limits.MaxMessageSize, or what Limits.AfterEnvelope set), as opposed to
+// one part's; it wraps ErrLimit.
+var ErrMessageLimit = fmt.Errorf("message size limit: %w", ErrLimit)
+
+// readPart transfer-decodes p and hands the decoded stream to read.
+func readPart[T any](p *multipart.Part, cid string, read func(io.Reader) (T, error)) (T, error) {
+	var zero T
 	cte := strings.ToLower(strings.TrimSpace(p.Header.Get("Content-Transfer-Encoding")))
-	var (
-		data []byte
-		err  error
-	)
+	var v T
+	var err error
 	switch cte {
 	case "", "binary", "8bit", "7bit":
-		data, err = readAtMost(p, maxSize, spoolDir)
+		v, err = read(p)
 	case "base64":
 		// Decoded as it is read: no copy of the encoded part is kept.
-		data, err = readAtMost(base64body.NewDecoder(p), maxSize, spoolDir)
+		v, err = read(base64body.NewDecoder(p))
 		if err != nil && !errors.Is(err, ErrLimit) && !isReadErr(err) {
-			return Part{}, MimeInconsistency("bad base64 in part <"+part.ContentID+">", err)
+			return zero, MimeInconsistency("bad base64 in part <"+cid+">", err)
 		}
 	case "quoted-printable":
-		data, err = readAtMost(quotedprintable.NewReader(p), maxSize, spoolDir)
+		v, err = read(quotedprintable.NewReader(p))
 	default:
-		return Part{}, MimeInconsistency(fmt.Sprintf("unsupported Content-Transfer-Encoding %q", cte), nil)
+		return zero, MimeInconsistency(fmt.Sprintf("unsupported Content-Transfer-Encoding %q", cte), nil)
 	}
 	if err != nil {
-		return Part{}, readErr("reading part <"+part.ContentID+">", err)
+		if errors.Is(err, glimits.ErrSpool) {
+			return zero, err // our file system, not the message
+		}
+		return zero, readErr("reading part <"+cid+">", err)
 	}
-	if int64(len(data)) > maxSize {
-		return Part{}, Other("MIME part too large", fmt.Errorf("part <%s> over %d bytes: %w", part.ContentID, maxSize, ErrLimit))
+	return v, nil
+}
+
+// spoolPart writes an attachment, transfer-decoded, to a spool file as it
+// arrives.
+func (env *Envelope) spoolPart(p *multipart.Part, limits Limits) (Part, error) {
+	cid := stripAngles(p.Header.Get("Content-ID"))
+	f, err := readPart(p, cid, func(r io.Reader) (*glimits.BodyFile, error) {
+		f, err := glimits.SpoolLayer(r, limits.SpoolDir, limits.MaxPartSize)
+		if errors.Is(err, glimits.ErrTooLarge) {
+			return nil, fmt.Errorf("part <%s> over %d bytes: %w", cid, limits.MaxPartSize, ErrLimit)
+		}
+		return f, err
+	})
+	if err != nil {
+		if errors.Is(err, ErrLimit) && !errors.Is(err, ErrMessageLimit) {
+			return Part{}, Other("MIME part too large", err)
+		}
+		return Part{}, err
 	}
-	part.Body = data
-	return part, nil
+	env.files = append(env.files, f)
+	return Part{Header: p.Header, ContentID: cid, Content: func() (io.ReadCloser, error) {
+		return io.NopCloser(f.Reader()), nil
+	}}, nil
 }
 
 // readAtMost reads r to its end in fixed-size chunks (one exact allocation
@@ -427,11 +526,12 @@ func checkEnvelope(doc *etree.Document) (SOAPVersion, error) {
 	return v, nil
 }
 
-// capReader reads at most n bytes from r and then fails with ErrLimit if r
-// holds more.
+// capReader reads at most n bytes from r and then fails with an error
+// wrapping ErrLimit (ErrMessageLimit) if r holds more.
 type capReader struct {
-	r io.Reader
-	n int64
+	r    io.Reader
+	n    int64
+	read int64
 }
 
 func (c *capReader) Read(p []byte) (int, error) {
@@ -442,7 +542,7 @@ func (c *capReader) Read(p []byte) (int, error) {
 		var probe [1]byte
 		k, err := c.r.Read(probe[:])
 		if k > 0 {
-			return 0, ErrLimit
+			return 0, ErrMessageLimit
 		}
 		return 0, err
 	}
@@ -451,5 +551,6 @@ func (c *capReader) Read(p []byte) (int, error) {
 	}
 	k, err := c.r.Read(p)
 	c.n -= int64(k)
+	c.read += int64(k)
 	return k, err
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -30,19 +32,20 @@ func TestReadMessageGenerated(t *testing.T) {
 		testPart{cid: "payload-3@sender.example", contentType: "text/plain", cte: "quoted-printable", body: []byte(qp)},
 	)
 	env, err := ReadMessage(ct, bytes.NewReader(body), Limits{MaxParts: 4})
+	defer env.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(env.Attachments) != 3 {
 		t.Fatalf("%d attachments", len(env.Attachments))
 	}
-	if got := env.Attachments[0].Body; !bytes.Equal(got, []byte("bin\x00\xff\r\n--b1x")) {
+	if got := partBytes(t, &env.Attachments[0]); !bytes.Equal(got, []byte("bin\x00\xff\r\n--b1x")) {
 		t.Errorf("binary part %q", got)
 	}
-	if got := env.Attachments[1].Body; !bytes.Equal(got, payload) {
+	if got := partBytes(t, &env.Attachments[1]); !bytes.Equal(got, payload) {
 		t.Errorf("base64 part decoded to %d bytes", len(got))
 	}
-	if got := string(env.Attachments[2].Body); got != "Soft break and = equals \xc3\xa9" {
+	if got := string(partBytes(t, &env.Attachments[2])); got != "Soft break and = equals \xc3\xa9" {
 		t.Errorf("quoted-printable part %q", got)
 	}
 	if env.Attachments[2].Header.Get("Content-Transfer-Encoding") != "quoted-printable" {
@@ -74,16 +77,18 @@ func TestReadMessageGenerated(t *testing.T) {
 	body2 := "--b2\r\nContent-Type: application/octet-stream\r\nContent-ID: <att@x>\r\n\r\nATT\r\n" +
 		"--b2\r\nContent-Type: application/soap+xml\r\nContent-ID: <root@x>\r\n\r\n" + envelopeXML(m.userMessageXML(), "") + "\r\n--b2--"
 	env2, err := ReadMessage(ct2, strings.NewReader(body2), Limits{})
+	defer env2.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env2.Root.ContentID != "root@x" || len(env2.Attachments) != 1 || string(env2.Attachments[0].Body) != "ATT" {
+	if env2.Root.ContentID != "root@x" || len(env2.Attachments) != 1 || string(partBytes(t, &env2.Attachments[0])) != "ATT" {
 		t.Errorf("root %q, attachments %+v", env2.Root.ContentID, env2.Attachments)
 	}
 	// Without start the first part is the root.
 	ct3 := `multipart/related; boundary=b3`
 	body3 := "--b3\r\nContent-Type: application/soap+xml\r\n\r\n" + envelopeXML(m.userMessageXML(), "") + "\r\n--b3--\r\n"
 	env3, err := ReadMessage(ct3, strings.NewReader(body3), Limits{})
+	defer env3.Close()
 	if err != nil || len(env3.Attachments) != 0 {
 		t.Fatalf("first-part root: %v", err)
 	}
@@ -95,6 +100,7 @@ func TestReadBareSOAP(t *testing.T) {
 		`<Timestamp>2024-01-01T00:00:00</Timestamp><MessageId>m@x</MessageId></MessageInfo><PullRequest mpc="urn:mpc:a"/>` +
 		`</SignalMessage></Messaging></S:Header><S:Body/></S:Envelope>`
 	env, err := ReadMessage("text/xml; charset=utf-8", strings.NewReader(soap11), Limits{})
+	defer env.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +178,7 @@ func TestReadMessageRejects(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			env, err := ReadMessage(c.contentType, strings.NewReader(c.body), c.limits)
+			defer env.Close()
 			if err == nil {
 				t.Fatalf("accepted: %+v", env)
 			}
@@ -199,6 +206,7 @@ func TestEnvelopeMessagingHeader(t *testing.T) {
 		"other namespace": strings.Replace(m.envelope(), `xmlns:eb="`+NSEbMS+`"`, `xmlns:eb="urn:evil"`, 1),
 	} {
 		env, err := ReadMessage("application/soap+xml", strings.NewReader(soap), Limits{})
+		defer env.Close()
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -266,5 +274,67 @@ func TestEnvelopeFromDocument(t *testing.T) {
 		if _, err := EnvelopeFromDocument(d); CodeOf(err) != CodeInvalidHeader {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// partBytes reads a part's content (spooled or in memory).
+func partBytes(t testing.TB, p *Part) []byte {
+	t.Helper()
+	rc, err := p.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Attachments are spooled to files in SpoolDir as they arrive and removed
+// by Close; AfterEnvelope sees the parsed envelope before the attachments
+// are read, and the limit it sets ends the message with ErrMessageLimit as
+// soon as it is passed.
+func TestReadMessageSpoolsAndAfterEnvelope(t *testing.T) {
+	m := defaultTestMessage()
+	big := bytes.Repeat([]byte("0123456789"), 50_000)
+	ct, body := multipartMessage("b9", m.envelope(),
+		testPart{cid: "a@x", contentType: "application/octet-stream", cte: "binary", body: big})
+	dir := t.TempDir()
+	var sawID string
+	env, err := ReadMessage(ct, bytes.NewReader(body), Limits{SpoolDir: dir, AfterEnvelope: func(env *Envelope) (int64, error) {
+		mel, err := env.Messaging()
+		if err != nil {
+			return 0, err
+		}
+		msg, err := ParseMessaging(mel)
+		if err != nil {
+			return 0, err
+		}
+		sawID = msg.UserMessage.MessageInfo.MessageID
+		return 0, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sawID == "" || !bytes.Equal(partBytes(t, &env.Attachments[0]), big) || env.Attachments[0].Body != nil {
+		t.Fatalf("AfterEnvelope saw %q; attachment not spooled", sawID)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("%d files in the spool directory, want 1", len(ents))
+	}
+	if err := env.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("%d files left after Close", len(ents))
+	}
+	_, err = ReadMessage(ct, bytes.NewReader(body), Limits{SpoolDir: dir, AfterEnvelope: func(*Envelope) (int64, error) { return 100_000, nil }})
+	if !errors.Is(err, ErrMessageLimit) {
+		t.Fatalf("over the limit AfterEnvelope set: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("%d files left after a refused message", len(ents))
 	}
 }

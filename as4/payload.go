@@ -1,10 +1,12 @@
 package as4
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strings"
 
@@ -145,38 +147,119 @@ func Decompress(part []byte, props map[string]string, limit int64) ([]byte, erro
 	return DecompressLimited(part, props, limits.Inflation{MaxBytes: limit, MaxRatio: limits.DefaultMaxCompressionRatio}, nil)
 }
 
-// DecompressLimited is Decompress under lim: the gzip stream is inflated in
-// fixed-size chunks into a bounded destination (memory, then an unlinked
-// spool file) and allocated once at its exact size, and refused with
-// EBMS:0303 as soon as it passes lim.MaxBytes or lim.MaxRatio times the
-// compressed size (once past the ratio floor). check, when set, sees the
-// running output size after every chunk; an error of it wrapping
-// limits.ErrBusy is returned as is, any other as EBMS:0303.
+// DecompressLimited is Decompress under lim, in memory: DecompressReader
+// read to its end (in fixed-size chunks, allocated once at the exact size).
 func DecompressLimited(part []byte, props map[string]string, lim limits.Inflation, check func(total int64) error) ([]byte, error) {
+	r, err := DecompressReader(bytes.NewReader(part), props, lim, check)
+	if err != nil {
+		return nil, err
+	}
+	if props[PropCompressionType] == "" {
+		return part, nil
+	}
+	return limits.Collect(r, limits.CollectOptions{SpoolDir: lim.SpoolDir})
+}
+
+// DecompressReader returns a reader of a payload as the application sees
+// it: src itself when props has no CompressionType, gunzipped as it is read
+// when it is application/gzip. The reader fails with EBMS:0303
+// DecompressionFailure on a corrupt stream and as soon as the output passes
+// lim.MaxBytes or lim.MaxRatio times the compressed bytes read so far (once
+// past the ratio floor); check, when set, sees the running output size
+// after every read: an error of it wrapping limits.ErrBusy is returned as
+// is, any other as EBMS:0303. Errors of src itself (a spool file) are
+// returned as they are. Another CompressionType is EBMS:0303 at once.
+func DecompressReader(src io.Reader, props map[string]string, lim limits.Inflation, check func(total int64) error) (io.Reader, error) {
 	ct := props[PropCompressionType]
 	switch ct {
 	case "":
-		return part, nil
+		return src, nil
 	case CompressionGzip:
 	default:
 		return nil, DecompressionFailure(fmt.Sprintf("unsupported CompressionType %q", ct), nil)
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(part))
+	cs := &sourceReader{r: src}
+	// gzip reads a byte at a time from what is not an io.ByteReader.
+	zr, err := gzip.NewReader(bufio.NewReaderSize(cs, 256<<10))
 	if err != nil {
+		if cs.err != nil {
+			return nil, cs.err
+		}
 		return nil, DecompressionFailure("not a gzip stream", err)
 	}
-	out, err := lim.Inflate(zr, int64(len(part)), check)
+	return &inflater{zr: zr, src: cs, lim: lim, check: check}, nil
+}
+
+// sourceReader counts the compressed bytes and keeps src's own error.
+type sourceReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	k, err := s.r.Read(p)
+	s.n += int64(k)
+	if err != nil && err != io.EOF {
+		s.err = err
+	}
+	return k, err
+}
+
+// inflater is DecompressReader's gunzipping reader.
+type inflater struct {
+	zr    *gzip.Reader
+	src   *sourceReader
+	lim   limits.Inflation
+	check func(total int64) error
+	total int64
+	err   error
+}
+
+func (z *inflater) Read(p []byte) (int, error) {
+	if z.err != nil {
+		return 0, z.err
+	}
+	k, err := z.zr.Read(p)
+	z.total += int64(k)
+	if err != nil && err != io.EOF {
+		if z.src.err != nil {
+			err = z.src.err
+		} else {
+			err = DecompressionFailure("corrupt gzip stream", err)
+		}
+		z.err = err
+		return k, err
+	}
+	if cerr := z.caps(); cerr != nil {
+		z.err = cerr
+		return 0, cerr
+	}
+	if err == io.EOF {
+		z.err = io.EOF
+	}
+	return k, err
+}
+
+// caps checks the output so far against the limits.
+func (z *inflater) caps() error {
+	var err error
+	switch {
+	case z.lim.MaxBytes > 0 && z.total > z.lim.MaxBytes:
+		err = fmt.Errorf("more than %d bytes: %w", z.lim.MaxBytes, limits.ErrTooLarge)
+	default:
+		err = z.lim.CheckRatio(z.total, z.src.n)
+	}
+	if err == nil && z.check != nil {
+		err = z.check(z.total)
+	}
 	switch {
 	case err == nil:
+		return nil
 	case errors.Is(err, limits.ErrBusy):
-		return nil, err
+		return err
 	case errors.Is(err, limits.ErrTooLarge) || errors.Is(err, limits.ErrRatio):
-		return nil, DecompressionFailure("payload inflates beyond the limits of this gateway", fmt.Errorf("%w: %w", ErrLimit, err))
-	default:
-		return nil, DecompressionFailure("corrupt gzip stream", err)
+		return DecompressionFailure("payload inflates beyond the limits of this gateway", fmt.Errorf("%w: %w", ErrLimit, err))
 	}
-	if err := zr.Close(); err != nil {
-		return nil, DecompressionFailure("corrupt gzip stream", err)
-	}
-	return out, nil
+	return DecompressionFailure("payload inflates beyond the limits of this gateway", err)
 }

@@ -2,9 +2,14 @@ package as4
 
 import (
 	"bytes"
+	"compress/gzip"
 	"errors"
+	"io"
 	"runtime"
 	"testing"
+	"testing/iotest"
+
+	"github.com/edigateway/gateway/limits"
 
 	"github.com/edigateway/gateway/internal/testbomb"
 )
@@ -62,5 +67,32 @@ func TestDecompressGzipBomb(t *testing.T) {
 	}
 	if n := b.TotalAlloc - a.TotalAlloc; n > 8<<20 {
 		t.Fatalf("refusing a %d-byte gzip bomb allocated %d MiB", len(bomb), n>>20)
+	}
+}
+
+// DecompressReader gunzips as it is read: a bomb is refused with EBMS:0303
+// as soon as it passes the ratio, and an error of the source (a spool file)
+// comes back as it is, not as a corrupt stream.
+func TestDecompressReaderStreams(t *testing.T) {
+	var gz bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+	zw.Write(make([]byte, 64<<20))
+	zw.Close()
+	props := map[string]string{PropCompressionType: CompressionGzip}
+	r, err := DecompressReader(iotest.HalfReader(bytes.NewReader(gz.Bytes())), props, limits.Inflation{MaxRatio: 100}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, r)
+	if AsError(err).Code != CodeDecompressionFailure || n > 8<<20 {
+		t.Fatalf("bomb: %d bytes, %v", n, err)
+	}
+	broken := errors.New("disk read")
+	r, err = DecompressReader(io.MultiReader(bytes.NewReader(gz.Bytes()[:1000]), iotest.ErrReader(broken)), props, limits.Inflation{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, r); !errors.Is(err, broken) || AsError(err).Code == CodeDecompressionFailure {
+		t.Fatalf("source error: %v", err)
 	}
 }

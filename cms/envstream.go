@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/edigateway/gateway/internal/gcmstream"
 )
 
 // maxStreamHeader bounds every element DecryptStream reads into memory
@@ -293,7 +295,7 @@ func streamContent(s *berStream, env *streamEnvelope, cc contentCipher, key []by
 	if _, err := newGCM(block, len(p.Nonce), p.ICVLen); err != nil {
 		return err // the same nonce and tag sizes as Decrypt accepts
 	}
-	d, err := newGCMStreamDecrypter(block, p.Nonce)
+	d, err := newGCMStream(block, p.Nonce)
 	if err != nil {
 		return err
 	}
@@ -325,7 +327,7 @@ func streamContent(s *berStream, env *streamEnvelope, cc contentCipher, key []by
 			return malformed(err)
 		}
 	}
-	return d.verify(aad, mac)
+	return verifyGCM(d, aad, mac)
 }
 
 // finishEnvelope reads what follows the encrypted content: the end of
@@ -465,10 +467,31 @@ func (w *cbcWriter) finish() error {
 	return nil
 }
 
+// newGCMStream is gcmstream.New with this package's errors.
+func newGCMStream(block cipher.Block, nonce []byte) (*gcmstream.Stream, error) {
+	d, err := gcmstream.New(block, nonce)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return d, nil
+}
+
+// verifyGCM checks the tag of d: ErrDecrypt when it does not match.
+func verifyGCM(d *gcmstream.Stream, aad, tag []byte) error {
+	switch err := d.Verify(aad, tag); {
+	case err == nil:
+		return nil
+	case errors.Is(err, gcmstream.ErrAuth):
+		return fmt.Errorf("%w: %v", ErrDecrypt, err)
+	default:
+		return fmt.Errorf("%w: %v", ErrUnsupportedAlgorithm, err)
+	}
+}
+
 // gcmWriter decrypts GCM ciphertext as it is written; with hold > 0 the
 // last hold bytes are kept back (the tag at the end of the content).
 type gcmWriter struct {
-	d    *gcmStreamDecrypter
+	d    *gcmstream.Stream
 	dst  io.Writer
 	hold int
 	held []byte
@@ -485,7 +508,7 @@ func (w *gcmWriter) Write(p []byte) (int, error) {
 		p = w.held[:len(w.held)-w.hold]
 		defer func() { w.held = append(w.held[:0], w.held[len(w.held)-w.hold:]...) }()
 	}
-	if _, err := w.dst.Write(w.d.decrypt(p)); err != nil {
+	if _, err := w.dst.Write(w.d.Decrypt(p)); err != nil {
 		w.err = fmt.Errorf("decrypted content: %w", err)
 		return 0, w.err
 	}

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/edigateway/gateway/internal/gcmstream"
 )
 
 // The streaming writers produce BER with indefinite lengths and the
@@ -69,7 +71,7 @@ type encryptWriter struct {
 	cbc     cipher.BlockMode
 	bs      int
 	pending []byte
-	gcm     *gcmStreamDecrypter // its keystream and GHASH serve encryption too
+	gcm     *gcmstream.Stream
 	out     []byte
 	closed  bool
 }
@@ -121,7 +123,7 @@ func EncryptStream(w io.Writer, recipients []*x509.Certificate, cipherName strin
 			return nil, fmt.Errorf("cms: encrypt: %w", err)
 		}
 		alg.Parameters = asn1.RawValue{FullBytes: mustMarshal(gcmParameters{Nonce: nonce, ICVLen: 16})}
-		if ew.gcm, err = newGCMStreamDecrypter(block, nonce); err != nil {
+		if ew.gcm, err = newGCMStream(block, nonce); err != nil {
 			return nil, fmt.Errorf("cms: encrypt: %w", err)
 		}
 	} else {
@@ -156,9 +158,7 @@ func (e *encryptWriter) Write(p []byte) (int, error) {
 		for len(p) > 0 {
 			k := min(len(p), len(e.out))
 			ct := e.out[:k]
-			e.gcm.xorKeyStream(ct, p[:k])
-			e.gcm.g.write(ct)
-			e.gcm.n += uint64(k)
+			e.gcm.Encrypt(ct, p[:k])
 			if _, err := e.seg.Write(ct); err != nil {
 				return 0, err
 			}
@@ -204,7 +204,7 @@ func (e *encryptWriter) Close() error {
 	tail := append([]byte{}, eoc2...) // [0] encryptedContent
 	tail = append(tail, eoc2...)      // EncryptedContentInfo
 	if e.gcm != nil {
-		tag := e.gcm.tag(nil)
+		tag := e.gcm.Tag(nil)
 		tail = append(tail, mustMarshal(tag[:])...)
 	}
 	tail = append(tail, 0, 0, 0, 0, 0, 0) // the SEQUENCE, [0], ContentInfo

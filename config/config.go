@@ -253,11 +253,19 @@ type Endpoint struct {
 	TrustedProxies   []string `mapstructure:"trusted_proxies"`
 }
 
+// BodyLimit is the request body limit: max_body_bytes, or the former
+// max_streamed_body_bytes when a configuration sets it higher.
+func (l Limits) BodyLimit() int64 { return max(l.MaxBodyBytes, l.MaxStreamedBodyBytes) }
+
 // Limits protect the server.
 type Limits struct {
+	// MaxBodyBytes caps a request body, AS2 and AS4 (default 4 GiB; a
+	// partner's max_body_bytes replaces it for that partner). Bodies are
+	// streamed through spool files: memory does not grow with them.
 	MaxBodyBytes int64 `mapstructure:"max_body_bytes"`
-	// MaxStreamedBodyBytes caps an AS2 body that is streamed through spool
-	// files (larger than 8 MiB; memory does not grow with it).
+	// MaxStreamedBodyBytes is the former cap of streamed AS2 bodies, still
+	// read: when set, the body limit is the larger of it and MaxBodyBytes
+	// (see BodyLimit).
 	MaxStreamedBodyBytes int64         `mapstructure:"max_streamed_body_bytes"`
 	ReadHeaderTimeout    time.Duration `mapstructure:"read_header_timeout"`
 	ReadTimeout          time.Duration `mapstructure:"read_timeout"`
@@ -304,8 +312,8 @@ var defaults = map[string]any{
 	"as4.path":                       "/as4",
 	"as4.client_cert_header":         "",
 	"as4.trusted_proxies":            []string{},
-	"limits.max_body_bytes":          int64(100 << 20),
-	"limits.max_streamed_body_bytes": int64(4 << 30),
+	"limits.max_body_bytes":          int64(4 << 30),
+	"limits.max_streamed_body_bytes": int64(0),
 	"limits.read_header_timeout":     10 * time.Second,
 	"limits.read_timeout":            5 * time.Minute,
 	"limits.write_timeout":           5 * time.Minute,
@@ -559,8 +567,8 @@ func (c *Config) validate() error {
 	if c.Limits.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("limits.max_body_bytes: must be positive"))
 	}
-	if c.Limits.MaxStreamedBodyBytes < c.Limits.MaxBodyBytes {
-		errs = append(errs, errors.New("limits.max_streamed_body_bytes: must be at least limits.max_body_bytes"))
+	if c.Limits.MaxStreamedBodyBytes < 0 {
+		errs = append(errs, errors.New("limits.max_streamed_body_bytes: must not be negative"))
 	}
 	if c.Limits.MaxDecompressedBytes <= 0 {
 		errs = append(errs, errors.New("limits.max_decompressed_bytes: must be positive"))

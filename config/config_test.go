@@ -46,7 +46,7 @@ handler:
 	if c.Identity.Keys[0].Cert != filepath.Join(dir, "keys/a.pem") || c.Partners != filepath.Join(dir, "partners") {
 		t.Errorf("paths not resolved: %+v", c)
 	}
-	if c.Retention != 90*24*time.Hour || c.AS2.Path != "/as2" || c.Limits.MaxBodyBytes != 100<<20 {
+	if c.Retention != 90*24*time.Hour || c.AS2.Path != "/as2" || c.Limits.MaxBodyBytes != 4<<30 {
 		t.Errorf("defaults missing: %+v", c)
 	}
 }
@@ -248,5 +248,22 @@ func TestForwardedClientCertificateSettings(t *testing.T) {
 		if _, err := Load(write(t, tc.body)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err = %v, want mention of %q", tc.body, err, tc.want)
 		}
+	}
+}
+
+// A configuration written for the separate AS2 streaming cap still loads:
+// max_streamed_body_bytes raises the body limit of both protocols.
+func TestFormerStreamedBodyLimitLoads(t *testing.T) {
+	p := write(t, "listen: \":9999\"\nstore: \"memory:\"\nlimits:\n  max_body_bytes: 104857600\n  max_streamed_body_bytes: 8589934592\n")
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Limits.BodyLimit() != 8<<30 {
+		t.Fatalf("body limit %d, want 8 GiB", c.Limits.BodyLimit())
+	}
+	c2, err := Load(write(t, "listen: \":9999\"\nstore: \"memory:\"\nlimits:\n  max_body_bytes: 1000\n"))
+	if err != nil || c2.Limits.BodyLimit() != 1000 {
+		t.Fatalf("body limit %d (%v), want 1000", c2.Limits.BodyLimit(), err)
 	}
 }

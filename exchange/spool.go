@@ -1,7 +1,6 @@
 package exchange
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -21,6 +20,11 @@ type Spool struct {
 // DefaultSpoolThreshold is used when Spool.Threshold is zero.
 const DefaultSpoolThreshold = 4 << 20
 
+// storeChunk is the piece in which Store reads what it may keep in memory:
+// fixed pieces, never a doubling buffer (a payload just over the threshold
+// would otherwise cost three times it in garbage).
+const storeChunk = 64 << 10
+
 // Store reads r to its end and returns a body with its size and SHA-256.
 func (s *Spool) Store(r io.Reader) (Body, int64, string, error) {
 	limit := s.Threshold
@@ -28,23 +32,40 @@ func (s *Spool) Store(r io.Reader) (Body, int64, string, error) {
 		limit = DefaultSpoolThreshold
 	}
 	h := sha256.New()
-	var buf bytes.Buffer
-	n, err := io.Copy(io.MultiWriter(&buf, h), io.LimitReader(r, limit+1))
-	if err != nil {
-		return nil, 0, "", fmt.Errorf("exchange: spool: %w", err)
-	}
-	if n <= limit {
-		return MemoryBody(buf.Bytes()), n, hex.EncodeToString(h.Sum(nil)), nil
+	tr := io.TeeReader(r, h)
+	var chunks [][]byte
+	var n int64
+	for n <= limit {
+		c := make([]byte, min(storeChunk, limit+1-n))
+		k, err := fill(tr, c)
+		chunks = append(chunks, c[:k])
+		n += int64(k)
+		if err == io.EOF {
+			// All of it fits: one allocation of exactly its size.
+			b := make([]byte, 0, n)
+			for _, c := range chunks {
+				b = append(b, c...)
+			}
+			return MemoryBody(b), n, hex.EncodeToString(h.Sum(nil)), nil
+		}
+		if err != nil {
+			return nil, 0, "", fmt.Errorf("exchange: spool: %w", err)
+		}
 	}
 	f, err := os.CreateTemp(s.Dir, "gateway-spool-*")
 	if err != nil {
 		return nil, 0, "", fmt.Errorf("exchange: spool: %w", err)
 	}
 	s.files = append(s.files, f.Name())
-	m, err := f.Write(buf.Bytes()) // already hashed
+	for _, c := range chunks {
+		if err == nil {
+			_, err = f.Write(c) // already hashed
+		}
+	}
+	chunks = nil
 	var rest int64
 	if err == nil {
-		rest, err = io.Copy(io.MultiWriter(f, h), r)
+		rest, err = io.CopyBuffer(f, struct{ io.Reader }{tr}, make([]byte, 256<<10))
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -52,7 +73,23 @@ func (s *Spool) Store(r io.Reader) (Body, int64, string, error) {
 	if err != nil {
 		return nil, 0, "", fmt.Errorf("exchange: spool: %w", err)
 	}
-	return FileBody(f.Name()), int64(m) + rest, hex.EncodeToString(h.Sum(nil)), nil
+	return FileBody(f.Name()), n + rest, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// fill reads into c until it is full (nil) or r ends (io.EOF) or fails;
+// unlike io.ReadFull it passes r's own errors on unchanged, so that a
+// reader reporting truncation with io.ErrUnexpectedEOF is not taken for
+// one that ended.
+func fill(r io.Reader, c []byte) (int, error) {
+	n := 0
+	for n < len(c) {
+		k, err := r.Read(c[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // Bytes stores b, spooling it when it is larger than the threshold. A body

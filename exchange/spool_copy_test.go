@@ -2,9 +2,11 @@ package exchange
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"runtime"
 	"testing"
+	"testing/iotest"
 )
 
 func allocated(f func()) uint64 {
@@ -50,3 +52,37 @@ func TestSpoolBytesWithoutCopies(t *testing.T) {
 // int64Alloc is what reading a spooled payload may allocate: its size once
 // for a file, nothing for memory.
 func int64Alloc(n int) uint64 { return uint64(n) }
+
+// TestSpoolStoreWithoutGrowingBuffer: Store keeps a stream up to the
+// threshold in memory and spills a longer one to a file, reading in fixed
+// pieces (no doubling buffer: a stream just over the threshold allocates
+// about twice it, not four times); a reader's io.ErrUnexpectedEOF is an
+// error, not the end.
+func TestSpoolStoreWithoutGrowingBuffer(t *testing.T) {
+	s := &Spool{Dir: t.TempDir(), Threshold: 2 << 20}
+	defer s.Cleanup()
+	for _, size := range []int{0, 1, 2 << 20, 2<<20 + 1, 5 << 20} {
+		data := bytes.Repeat([]byte("x"), size)
+		var body Body
+		var n int64
+		var err error
+		a := allocated(func() { body, n, _, err = s.Store(bytes.NewReader(data)) })
+		if err != nil || n != int64(size) || a > 5<<20 {
+			t.Fatalf("%d bytes: stored %d, %v, allocated %d KiB", size, n, err, a>>10)
+		}
+		_, onDisk := body.(FileBody)
+		if onDisk != (size > 2<<20) {
+			t.Fatalf("%d bytes: on disk %v", size, onDisk)
+		}
+		r, _ := body.Open()
+		got, _ := io.ReadAll(r)
+		r.Close()
+		if !bytes.Equal(got, data) {
+			t.Fatalf("%d bytes: read back %d", size, len(got))
+		}
+	}
+	trunc := io.MultiReader(bytes.NewReader([]byte("abc")), iotest.ErrReader(io.ErrUnexpectedEOF))
+	if _, _, _, err := s.Store(trunc); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("truncated stream stored: %v", err)
+	}
+}

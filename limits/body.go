@@ -40,6 +40,10 @@ type BodyOptions struct {
 	// MaxBytes is the largest body (0: no limit): a larger Content-Length
 	// is refused before reading, a longer chunked body as soon as it is.
 	MaxBytes int64
+	// MaxBytesFunc, when set, gives MaxBytes afresh for each request (a
+	// limit that follows a reloaded configuration, e.g. the largest of
+	// the partners' own limits).
+	MaxBytesFunc func() int64
 	// Budget is shared by every endpoint of the process (nil: unlimited).
 	Budget *Budget
 	// Amplification is the memory a body byte costs (0: DefaultAmplification).
@@ -84,6 +88,10 @@ func Handler(next http.Handler, o BodyOptions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		lg := o.Log.With("protocol", o.Protocol, "remote", r.RemoteAddr, "content_length", r.ContentLength)
+		o := o // per request: MaxBytesFunc
+		if o.MaxBytesFunc != nil {
+			o.MaxBytes = o.MaxBytesFunc()
+		}
 		if o.MaxBytes > 0 && r.ContentLength > o.MaxBytes {
 			err := fmt.Errorf("Content-Length %d is over the limit of %d bytes: %w", r.ContentLength, o.MaxBytes, ErrTooLarge)
 			lg.Warn("message refused before reading", "status", http.StatusRequestEntityTooLarge, "err", err)

@@ -146,6 +146,17 @@ type BodyFile struct {
 // The file is one that an earlier body's Remove left empty for reuse, when
 // there is one (see spareBodies), else a new one.
 func SpoolBody(r io.Reader, dir string, max int64) (*BodyFile, error) {
+	return spool(r, dir, max, sha256.New())
+}
+
+// SpoolLayer is SpoolBody without the hash (SHA256 stays empty), for an
+// intermediate layer whose bytes are digested otherwise (an AS4 attachment
+// before and after decryption).
+func SpoolLayer(r io.Reader, dir string, max int64) (*BodyFile, error) {
+	return spool(r, dir, max, nil)
+}
+
+func spool(r io.Reader, dir string, max int64, h hash.Hash) (*BodyFile, error) {
 	f, err := spareBodies.take(dir)
 	if f == nil && err == nil {
 		f, err = os.CreateTemp(dir, "gateway-body-*")
@@ -154,25 +165,36 @@ func SpoolBody(r io.Reader, dir string, max int64) (*BodyFile, error) {
 		return nil, fmt.Errorf("limits: spool body: %w: %w", ErrSpool, err)
 	}
 	b := &BodyFile{f: f, dir: dir}
-	h := sha256.New()
 	if err := b.fill(r, h, max); err != nil {
 		b.Remove()
 		return nil, err
 	}
-	b.SHA256 = hex.EncodeToString(h.Sum(nil))
+	if h != nil {
+		b.SHA256 = hex.EncodeToString(h.Sum(nil))
+	}
 	return b, nil
 }
 
+// spoolChunk is the piece SpoolBody reads before it writes: large enough
+// that a body arriving in small reads (a MIME part reader hands out a few
+// KiB at a time) costs few write calls.
+const spoolChunk = 256 << 10
+
 func (b *BodyFile) fill(r io.Reader, h hash.Hash, max int64) error {
-	buf := make([]byte, ChunkSize)
+	buf := make([]byte, spoolChunk)
 	for {
-		k, rerr := r.Read(buf)
+		k, rerr := io.ReadFull(r, buf)
+		if rerr == io.ErrUnexpectedEOF {
+			rerr = io.EOF
+		}
 		if k > 0 {
 			b.Size += int64(k)
 			if max > 0 && b.Size > max {
 				return fmt.Errorf("more than %d bytes: %w", max, ErrTooLarge)
 			}
-			h.Write(buf[:k])
+			if h != nil {
+				h.Write(buf[:k])
+			}
 			if _, err := b.f.Write(buf[:k]); err != nil {
 				return fmt.Errorf("limits: spool body: %w: %w", ErrSpool, err)
 			}

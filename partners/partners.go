@@ -67,8 +67,15 @@ type Partner struct {
 	// OnDrift says what happens to a retransmitted key or interchange whose
 	// payload changed: reject (default), quarantine or accept.
 	OnDrift string `yaml:"on_drift"`
-	AS2     *AS2   `yaml:"as2"`
-	AS4     *AS4   `yaml:"as4"`
+	// MaxBodyBytes, when set, replaces limits.max_body_bytes for this
+	// partner's messages (AS2 and AS4), lower or higher: an AS2 body is
+	// refused with 413 before it is read (AS2-From names the partner), an
+	// AS4 message as soon as it passes the limit once its SOAP envelope
+	// (eb:From) is read. Bodies are streamed to spool files: the limit is
+	// disk, not memory. 0: the global limit.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	AS2          *AS2  `yaml:"as2"`
+	AS4          *AS4  `yaml:"as4"`
 
 	// File is the YAML file the partner was loaded from.
 	File string `yaml:"-"`
@@ -396,6 +403,9 @@ func (p *Partner) validate() error {
 	default:
 		return f("on_drift", "%q is not one of reject, quarantine, accept", p.OnDrift)
 	}
+	if p.MaxBodyBytes < 0 {
+		return f("max_body_bytes", "%d must not be negative (0 or absent: limits.max_body_bytes)", p.MaxBodyBytes)
+	}
 	if p.AS2 == nil && p.AS4 == nil {
 		return f("as2", "a partner needs an as2 or an as4 section")
 	}
@@ -529,6 +539,25 @@ func (d *Directory) ByAS2(from, to, ourID string) (*Partner, bool) {
 		return p, ok
 	}
 	return nil, false
+}
+
+// BodyLimit is the body size limit of p's messages: its max_body_bytes,
+// else global.
+func BodyLimit(p *Partner, global int64) int64 {
+	if p != nil && p.MaxBodyBytes > 0 {
+		return p.MaxBodyBytes
+	}
+	return global
+}
+
+// MaxBodyLimit is the largest body limit of any partner (global for those
+// without max_body_bytes): the cap before the partner is known.
+func (d *Directory) MaxBodyLimit(global int64) int64 {
+	m := global
+	for _, p := range d.Partners {
+		m = max(m, BodyLimit(p, global))
+	}
+	return m
 }
 
 // ByAS4 finds the partner by eb:From PartyId and its type.

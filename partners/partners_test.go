@@ -120,6 +120,8 @@ func TestValidationNamesFileAndField(t *testing.T) {
 		{"window", strings.Replace(acme, "retry_window: 2d", "retry_window: soon", 1), "invalid duration"},
 		{"mic_compressed", strings.Replace(acme, "retry_window: 2d", "retry_window: 2d\n  mic_compressed: headers", 1), "as2.mic_compressed"},
 		{"empty", "id: lonely\n", "as2"},
+		{"max_body_bytes", acme + "max_body_bytes: -1\n", "max_body_bytes"},
+		{"max_body_bytes_text", acme + "max_body_bytes: 8GiB\n", "max_body_bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -160,5 +162,22 @@ func TestParseDuration(t *testing.T) {
 		if _, err := ParseDuration(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// max_body_bytes replaces the global limit for its partner; the largest
+// of all is the cap before a partner is known.
+func TestBodyLimit(t *testing.T) {
+	dir := t.TempDir()
+	writeCert(t, dir, "acme-2025.pem")
+	writeCert(t, dir, "acme-2026.pem")
+	writeFile(t, dir, "p.yaml", acme+"max_body_bytes: 8589934592\n")
+	d, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := d.Partners[0]
+	if BodyLimit(p, 100) != 8<<30 || BodyLimit(nil, 100) != 100 || BodyLimit(&Partner{}, 100) != 100 || d.MaxBodyLimit(100) != 8<<30 {
+		t.Fatalf("limits %d %d %d", BodyLimit(p, 100), BodyLimit(nil, 100), d.MaxBodyLimit(100))
 	}
 }

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Throughput and peak memory of streamed AS2 messages of 10 MB, 100 MB and
-# 1 GB through the real server over loopback, against raw SHA-256 +
+# Throughput and peak memory of streamed AS2 and AS4 messages of 10 MB,
+# 100 MB and 1 GB through the real server over loopback, against raw SHA-256 +
 # AES-GCM + zlib inflate measured in the same run (server/stream_bench_test.go).
 set -e
 cd "$(dirname "$0")/.."

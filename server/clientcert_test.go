@@ -16,8 +16,6 @@ import (
 
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
-	"github.com/edigateway/gateway/as4/endpoint"
-	"github.com/edigateway/gateway/partners"
 	"github.com/edigateway/gateway/receipt"
 )
 
@@ -38,14 +36,11 @@ func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestServeAS4ForwardedClientCertificate(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
-	cfg := demoConfig(t)
-	pdir := t.TempDir()
-	yaml, _ := os.ReadFile(filepath.Join(demo, "partners", "demo.yaml"))
 	pem, _ := os.ReadFile(filepath.Join(demo, "partners", "demo-partner.pem"))
-	os.WriteFile(filepath.Join(pdir, "demo-partner.pem"), pem, 0o600)
-	y := strings.Replace(string(yaml), "  clock_skew: 5m\n", "  clock_skew: 5m\n  tls_certificates: [demo-partner.pem]\n", 1)
-	os.WriteFile(filepath.Join(pdir, "demo.yaml"), []byte(y), 0o600)
-	cfg.Partners = pdir
+	cfg := demoConfig(t)
+	cfg.Partners = demoPartners(t, func(y string) string {
+		return strings.Replace(y, "  clock_skew: 5m\n", "  clock_skew: 5m\n  tls_certificates: [demo-partner.pem]\n", 1)
+	})
 	cfg.AS4.ClientCertHeader = "X-SSL-Client-Cert"
 	cfg.AS4.TrustedProxies = []string{"127.0.0.1", "::1"}
 	s, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler))
@@ -61,14 +56,7 @@ func TestServeAS4ForwardedClientCertificate(t *testing.T) {
 	defer cancel()
 	go s.Serve(ctx, ln)
 
-	kp, err := endpoint.LoadKeyPair(filepath.Join(demo, "partners", "demo-partner.pem"), filepath.Join(demo, "keys", "demo-partner.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := partners.ReadCertificates(filepath.Join(demo, "keys", "gateway.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	kp, gw := demoAS4Keys(t)
 	send := func(id, header string) error {
 		c := &client.Client{Signer: kp.Key.(crypto.Signer), Certificate: kp.Cert, ReceiptSigners: gw, HTTP: &http.Client{Transport: headerRT{"X-SSL-Client-Cert", header}}}
 		_, _, err := c.Send(context.Background(), "http://"+ln.Addr().String()+"/as4", &client.Message{MessageID: id,

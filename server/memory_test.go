@@ -162,7 +162,7 @@ func as2Post(url, id, contentType string, body io.Reader, length int64) (int, st
 	return resp.StatusCode, string(b)
 }
 
-func demoAS4Client(t *testing.T) *client.Client {
+func demoAS4Client(t testing.TB) *client.Client {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")

@@ -51,20 +51,34 @@ func (s *Server) mountProtocols(dir *partners.Directory) error {
 	// (not per snapshot); bodies are counted, reserved and rate-checked by
 	// the same wrapper.
 	budget := limits.NewBudget(cfg.Limits.MemoryBudget)
-	if need := cfg.Limits.MaxBodyBytes * limits.DefaultAmplification; budget != nil && budget.Total() < need {
-		s.Log.Warn("limits.memory_budget is smaller than a message of limits.max_body_bytes needs; larger messages get 413",
-			"memory_budget", budget.Total(), "max_body_bytes", cfg.Limits.MaxBodyBytes, "largest_message", budget.Total()/limits.DefaultAmplification)
+	// Bodies are streamed; what is held in memory whole is an AS2 body
+	// that cannot be streamed (up to as2.DefaultMaxBodyBytes) and the AS4
+	// SOAP envelope (up to max_envelope_bytes).
+	inMemory := min(cfg.Limits.BodyLimit(), as2.DefaultMaxBodyBytes)
+	if need := inMemory * limits.DefaultAmplification; budget != nil && budget.Total() < need {
+		s.Log.Warn("limits.memory_budget is smaller than an AS2 message that cannot be streamed needs; larger ones get 413",
+			"memory_budget", budget.Total(), "in_memory_limit", inMemory, "largest_message", budget.Total()/limits.DefaultAmplification)
 	}
+	global := cfg.Limits.BodyLimit()
 	bodyLimits := func(protocol string, h http.Handler) http.Handler {
 		o := limits.BodyOptions{
-			MaxBytes: cfg.Limits.MaxBodyBytes, Budget: budget,
-			MinRate: cfg.Limits.MinBodyRate, Grace: cfg.Limits.MinBodyRateGrace, MaxDuration: cfg.Limits.ReadTimeout,
+			// The largest limit of any partner (max_body_bytes overrides):
+			// the endpoint applies the partner's own once it is known.
+			MaxBytesFunc: func() int64 { return s.Current().Partners.MaxBodyLimit(global) },
+			Budget:       budget,
+			MinRate:      cfg.Limits.MinBodyRate, Grace: cfg.Limits.MinBodyRateGrace, MaxDuration: cfg.Limits.ReadTimeout,
 			Protocol: protocol, Log: s.Log,
 		}
-		if protocol == "as2" {
+		switch protocol {
+		case "as2":
 			// AS2 bodies over the stream threshold are streamed: a fixed
-			// reservation, up to max_streamed_body_bytes.
-			o.MaxBytes, o.StreamAbove = max(cfg.Limits.MaxStreamedBodyBytes, cfg.Limits.MaxBodyBytes), as2.DefaultStreamThreshold
+			// reservation.
+			o.StreamAbove = as2.DefaultStreamThreshold
+		case "as4":
+			// AS4 attachments are always streamed; the envelope part, up
+			// to max_envelope_bytes, is held and parsed.
+			o.StreamAbove = cfg.Limits.MaxEnvelopeBytes
+			o.StreamReserve = limits.DefaultStreamReserve + cfg.Limits.MaxEnvelopeBytes*limits.DefaultAmplification
 		}
 		return limits.Handler(h, o)
 	}
@@ -130,7 +144,7 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 		ep, err := as2.NewEndpoint(as2.Config{
 			Partners: dir, OurID: as2IDs[0].ID, Keys: as2IDs[0].Keys, Identities: as2IDs[1:], Pipeline: s.Pipeline,
 			Outbox: s.Backend.Outbox(), Notify: s.notify, SpoolDir: s.spoolDir,
-			MaxBodyBytes: max(lim.MaxStreamedBodyBytes, lim.MaxBodyBytes), MaxInMemoryBytes: lim.MaxBodyBytes,
+			MaxBodyBytes: lim.BodyLimit(), MaxInMemoryBytes: min(lim.BodyLimit(), as2.DefaultMaxBodyBytes),
 			MaxDecompressedBytes: lim.MaxDecompressedBytes, MaxCompressionRatio: ratio,
 			Log: s.Log, ReportingUA: "gateway/" + Version, Trust: s.trust,
 		})
@@ -147,7 +161,7 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 		ep, err := endpoint.New(endpoint.Config{
 			Partners: dir, Keys: as4IDs[0].Keys, Pipeline: s.Pipeline,
 			PartyID: as4IDs[0].PartyID, PartyType: as4IDs[0].PartyType, Identities: as4IDs[1:],
-			Limits:         as4.Limits{MaxMessageSize: lim.MaxBodyBytes, MaxEnvelopeSize: lim.MaxEnvelopeBytes, SpoolDir: s.spoolDir},
+			Limits:         as4.Limits{MaxMessageSize: lim.BodyLimit(), MaxEnvelopeSize: lim.MaxEnvelopeBytes, SpoolDir: s.spoolDir},
 			MaxPayloadSize: lim.MaxDecompressedBytes, MaxCompressionRatio: ratio,
 			SpoolDir: s.spoolDir, Log: s.Log, Trust: s.trust, Peppol: pap,
 			ClientCertHeader: s.Config.AS4.ClientCertHeader, TrustedProxies: proxies,

@@ -175,15 +175,7 @@ func TestStreamedAS2GiBMemoryBounded(t *testing.T) {
 	}
 	const size = 1 << 30
 	var got int64
-	url := memoryServerWith(t, nil, func(m *exchange.Message) error {
-		rc, err := m.Payloads[0].Open()
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		got, err = io.Copy(io.Discard, rc)
-		return err
-	})
+	url := memoryServerWith(t, nil, drainPayload(&got, nil))
 	_, file, _, _ := runtime.Caller(0)
 	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
 	read := func(p string) []byte {
@@ -270,15 +262,7 @@ func TestStreamedAS2GiBSignedCompressedEncrypted(t *testing.T) {
 	}
 	const size = 1 << 30
 	var got int64
-	url := memoryServerWith(t, func(c *config.Config) { c.Limits.MaxDecompressedBytes = 2 << 30 }, func(m *exchange.Message) error {
-		rc, err := m.Payloads[0].Open()
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		got, err = io.Copy(io.Discard, rc)
-		return err
-	})
+	url := memoryServerWith(t, func(c *config.Config) { c.Limits.MaxDecompressedBytes = 2 << 30 }, drainPayload(&got, nil))
 	partner, gw := demoAS2KeyPairs(t)
 	const boundary = "----=_gateway_gib_c0ffee5eed"
 	head := "Content-Type: application/edi-consent\r\nContent-Transfer-Encoding: binary\r\nContent-Disposition: attachment; filename=catalogue.edi\r\n\r\n"

@@ -148,6 +148,7 @@ func Sign(doc *etree.Document, atts []Attachment, opts SignOptions) error {
 		uri       string
 		transform string
 		octets    []byte
+		sum       []byte // the digest, when there are no octets (attachments are digested as streams)
 	}
 	var parts []signedPart
 
@@ -165,7 +166,7 @@ func Sign(doc *etree.Document, atts []Attachment, opts SignOptions) error {
 		if err != nil {
 			return fmt.Errorf("wssec: sign: timestamp: %w", err)
 		}
-		parts = append(parts, signedPart{"#" + tsID, AlgExcC14N, c})
+		parts = append(parts, signedPart{"#" + tsID, AlgExcC14N, c, nil})
 	}
 
 	bstID, err := newID("X509-")
@@ -193,18 +194,18 @@ func Sign(doc *etree.Document, atts []Attachment, opts SignOptions) error {
 		if err != nil {
 			return fmt.Errorf("wssec: sign: %s: %w", p.el.Tag, err)
 		}
-		parts = append(parts, signedPart{"#" + p.id, AlgExcC14N, c})
+		parts = append(parts, signedPart{"#" + p.id, AlgExcC14N, c, nil})
 	}
 	for _, a := range atts {
 		cid := normalizeContentID(a.ContentID)
 		if cid == "" {
 			return errors.New("wssec: sign: attachment without Content-ID")
 		}
-		o, err := attachmentOctets(a, false, Limits{})
-		if err != nil {
+		d := digestHash.New()
+		if err := writeAttachmentOctets(d, a, false, Limits{}); err != nil {
 			return fmt.Errorf("wssec: sign: attachment %s: %w", cid, err)
 		}
-		parts = append(parts, signedPart{cidURL(cid), AlgAttachmentContentSignature, o})
+		parts = append(parts, signedPart{cidURL(cid), AlgAttachmentContentSignature, nil, d.Sum(nil)})
 	}
 
 	sigID, err := newID("SIG-")
@@ -222,7 +223,11 @@ func Sign(doc *etree.Document, atts []Attachment, opts SignOptions) error {
 		ref.CreateAttr("URI", p.uri)
 		ref.CreateElement("ds:Transforms").CreateElement("ds:Transform").CreateAttr("Algorithm", p.transform)
 		ref.CreateElement("ds:DigestMethod").CreateAttr("Algorithm", opts.DigestMethod)
-		ref.CreateElement("ds:DigestValue").SetText(base64.StdEncoding.EncodeToString(digest(digestHash, p.octets)))
+		sum := p.sum
+		if sum == nil {
+			sum = digest(digestHash, p.octets)
+		}
+		ref.CreateElement("ds:DigestValue").SetText(base64.StdEncoding.EncodeToString(sum))
 	}
 	signed, err := canonicalize(si, c14nMethod{exclusive: true}, "", nil)
 	if err != nil {

@@ -3,6 +3,7 @@ package wssec
 import (
 	"crypto/x509"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -325,9 +326,24 @@ func (s *Signature) VerifyReference(i int, atts []Attachment) (*etree.Element, e
 		default:
 			return nil, policyErr("reference %q: transform %q not supported for attachments", r.URI, r.Transforms[0].Algorithm)
 		}
-		if octets, err = attachmentOctets(att, complete, s.limits); err != nil {
-			return nil, authErrCause(err, "reference %q could not be digested", r.URI)
+		sum, ok := att.Digests[DigestKey{r.Transforms[0].Algorithm, r.DigestMethod}]
+		if !ok {
+			d := h.New()
+			if err := writeAttachmentOctets(d, att, complete, s.limits); err != nil {
+				if errors.Is(err, errReadAttachment) {
+					return nil, err // our spool, not the message
+				}
+				return nil, authErrCause(err, "reference %q could not be digested", r.URI)
+			}
+			sum = d.Sum(nil)
+		} else if sum == nil {
+			// Computed ahead, and the content could not be digested.
+			return nil, authErr("reference %q could not be digested", r.URI)
 		}
+		if !equalBytes(sum, r.digest) {
+			return nil, authErr("reference %q: digest mismatch", r.URI)
+		}
+		return nil, nil
 	default:
 		return nil, policyErr("reference URI %q not supported (want #id or cid:)", r.URI)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/textproto"
 	"net/url"
@@ -24,6 +25,23 @@ type Attachment struct {
 	Header textproto.MIMEHeader
 	// Body is the decoded (no transfer encoding), decrypted content.
 	Body []byte
+	// Open, when set, reads the content instead of Body: a part spooled to
+	// a file, digested as a stream (XML content excepted: it is read, up
+	// to the attachment limits, to be canonicalised).
+	Open func() (io.ReadCloser, error)
+	// Digests, when set, hold digests computed while the content streamed
+	// elsewhere (AttachmentDigester); a reference whose transform and
+	// digest method are among them is checked against it without reading
+	// the content again.
+	Digests map[DigestKey][]byte
+}
+
+// content reads the attachment's content.
+func (a Attachment) content() (io.ReadCloser, error) {
+	if a.Open != nil {
+		return a.Open()
+	}
+	return io.NopCloser(bytes.NewReader(a.Body)), nil
 }
 
 var xmlMediaType = regexp.MustCompile(`^(?:text/xml|application/xml|(?:application|image)/[^;]*\+xml)$`)
@@ -39,53 +57,198 @@ var xmlMediaType = regexp.MustCompile(`^(?:text/xml|application/xml|(?:applicati
 //   - the Complete transform prefixes the canonical MIME headers.
 func attachmentOctets(att Attachment, complete bool, limits Limits) ([]byte, error) {
 	var out bytes.Buffer
-	if complete {
-		h, err := canonicalMIMEHeaders(att.Header)
-		if err != nil {
-			return nil, err
-		}
-		out.WriteString(h)
+	if err := writeAttachmentOctets(&out, att, complete, limits); err != nil {
+		return nil, err
 	}
-	mt := strings.ToLower(strings.TrimSpace(att.Header.Get("Content-Type")))
+	return out.Bytes(), nil
+}
+
+// errReadAttachment wraps a failure to read an attachment's content (a
+// spool file), which says nothing about the message.
+var errReadAttachment = errors.New("attachment content could not be read")
+
+// writeAttachmentOctets writes the output of attachmentOctets to w (a
+// hash) as it reads the content: only XML content is held, up to
+// limits.MaxBytes, to be canonicalised.
+func writeAttachmentOctets(w io.Writer, att Attachment, complete bool, limits Limits) error {
+	ow, finish, err := octetWriter(w, att.Header, complete, limits)
+	if err != nil {
+		return err
+	}
+	rc, err := att.content()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errReadAttachment, err)
+	}
+	defer rc.Close()
+	if _, err := io.CopyBuffer(ow, struct{ io.Reader }{rc}, make([]byte, 64<<10)); err != nil {
+		if errors.Is(err, errXMLTooLarge) {
+			return finish()
+		}
+		return fmt.Errorf("%w: %w", errReadAttachment, err)
+	}
+	return finish()
+}
+
+// errXMLTooLarge stops the copy of XML content past the attachment limit.
+var errXMLTooLarge = errors.New("XML attachment over the limit")
+
+// octetWriter returns a writer for an attachment's content that writes the
+// transform output to w, and finish, which ends it (canonicalises XML
+// content, which is held up to limits.MaxBytes).
+func octetWriter(w io.Writer, h textproto.MIMEHeader, complete bool, limits Limits) (io.Writer, func() error, error) {
+	if complete {
+		ch, err := canonicalMIMEHeaders(h)
+		if err != nil {
+			return nil, nil, err
+		}
+		io.WriteString(w, ch)
+	}
+	mt := strings.ToLower(strings.TrimSpace(h.Get("Content-Type")))
 	if i := strings.IndexByte(mt, ';'); i >= 0 {
 		mt = strings.TrimSpace(mt[:i])
 	}
 	switch {
 	case xmlMediaType.MatchString(mt):
-		doc, err := parseXML(att.Body, limits)
-		if err != nil {
-			return nil, fmt.Errorf("XML attachment: %w", err)
-		}
-		c, err := canonicalizeDocument(doc, c14nMethod{exclusive: true})
-		if err != nil {
-			return nil, fmt.Errorf("XML attachment: %w", err)
-		}
-		out.Write(c)
+		limits = limits.withDefaults()
+		x := &xmlBuffer{max: limits.MaxBytes}
+		return x, func() error {
+			if x.over {
+				return xmlErr("document larger than %d bytes", limits.MaxBytes)
+			}
+			doc, err := parseXML(x.b.Bytes(), limits)
+			if err != nil {
+				return fmt.Errorf("XML attachment: %w", err)
+			}
+			c, err := canonicalizeDocument(doc, c14nMethod{exclusive: true})
+			if err != nil {
+				return fmt.Errorf("XML attachment: %w", err)
+			}
+			w.Write(c)
+			return nil
+		}, nil
 	case strings.HasPrefix(mt, "text/"):
-		out.Write(crlf(att.Body))
-	default:
-		out.Write(att.Body)
+		cw := &crlfWriter{w: w}
+		return cw, func() error { cw.flush(); return nil }, nil
 	}
-	return out.Bytes(), nil
+	return w, func() error { return nil }, nil
+}
+
+// xmlBuffer holds XML content up to max bytes.
+type xmlBuffer struct {
+	b    bytes.Buffer
+	max  int64
+	over bool
+}
+
+func (x *xmlBuffer) Write(p []byte) (int, error) {
+	if x.over || int64(x.b.Len()+len(p)) > x.max {
+		x.over = true
+		return 0, errXMLTooLarge
+	}
+	return x.b.Write(p)
+}
+
+// DigestKey names a digest of an attachment computed ahead: the SwA
+// transform and the digest method of the reference that needs it.
+type DigestKey struct{ Transform, DigestMethod string }
+
+// AttachmentDigester returns a writer for the content of an attachment
+// with MIME headers h and a function that, once the content is written,
+// returns the digest a cid: reference with this SwA transform and digest
+// method compares (for Attachment.Digests): so that the content is
+// digested while it streams elsewhere (decrypted into a spool file).
+func AttachmentDigester(h textproto.MIMEHeader, key DigestKey, limits Limits) (io.Writer, func() ([]byte, error), error) {
+	hash, err := lookupDigest(key.DigestMethod, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	var complete bool
+	switch key.Transform {
+	case AlgAttachmentContentSignature:
+	case AlgAttachmentCompleteSignature:
+		complete = true
+	default:
+		return nil, nil, policyErr("transform %q not supported for attachments", key.Transform)
+	}
+	d := hash.New()
+	w, finish, err := octetWriter(d, h, complete, limits)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A write error (XML over the limit) is reported by finish.
+	return errorlessWriter{w}, func() ([]byte, error) {
+		if err := finish(); err != nil {
+			return nil, err
+		}
+		return d.Sum(nil), nil
+	}, nil
+}
+
+// errorlessWriter drops its writer's errors, for a tee that must go on.
+type errorlessWriter struct{ w io.Writer }
+
+func (e errorlessWriter) Write(p []byte) (int, error) {
+	e.w.Write(p)
+	return len(p), nil
+}
+
+// ContentID is the Content-ID (without angle brackets) a cid: reference
+// names, or false for another reference.
+func (r Reference) ContentID() (string, bool) {
+	id, err := cidContentID(r.URI)
+	return id, err == nil
 }
 
 // crlf normalises bare LF and bare CR to CRLF.
 func crlf(b []byte) []byte {
-	out := make([]byte, 0, len(b)+len(b)/32)
-	for i := 0; i < len(b); i++ {
-		switch b[i] {
-		case '\r':
+	var out bytes.Buffer
+	cw := &crlfWriter{w: &out}
+	cw.Write(b)
+	cw.flush()
+	return out.Bytes()
+}
+
+// crlfWriter normalises bare LF and bare CR to CRLF as it writes; a CR at
+// the end of one write waits for the next (flush ends the stream).
+type crlfWriter struct {
+	w    io.Writer
+	cr   bool // the last byte written was a CR
+	out  []byte
+	werr error
+}
+
+func (c *crlfWriter) Write(b []byte) (int, error) {
+	out := c.out[:0]
+	for _, ch := range b {
+		switch {
+		case ch == '\n':
 			out = append(out, '\r', '\n')
-			if i+1 < len(b) && b[i+1] == '\n' {
-				i++
+			c.cr = false
+		case c.cr:
+			out = append(out, '\r', '\n')
+			c.cr = ch == '\r'
+			if !c.cr {
+				out = append(out, ch)
 			}
-		case '\n':
-			out = append(out, '\r', '\n')
+		case ch == '\r':
+			c.cr = true
 		default:
-			out = append(out, b[i])
+			out = append(out, ch)
 		}
 	}
-	return out
+	c.out = out
+	if _, err := c.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// flush ends the stream: a last bare CR becomes CRLF.
+func (c *crlfWriter) flush() {
+	if c.cr {
+		c.w.Write([]byte("\r\n"))
+		c.cr = false
+	}
 }
 
 // Headers of the Attachment-Complete-Signature-Transform, in output order.

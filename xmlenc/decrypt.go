@@ -4,13 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"crypto"
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/ecdh"
 	"crypto/hkdf"
 	"crypto/rsa"
 	"crypto/x509"
 	"errors"
+	"io"
 	"net/textproto"
 	"net/url"
 	"slices"
@@ -26,6 +25,10 @@ type Attachment struct {
 	ContentID string
 	Header    textproto.MIMEHeader
 	Body      []byte
+	// Open, when set, reads the content instead of Body (a part spooled to
+	// a file). Decrypt reads it as a stream and hands the plaintext to
+	// Options.Store.
+	Open func() (io.ReadCloser, error)
 }
 
 // Options bounds and constrains Decrypt. The zero value is usable.
@@ -54,6 +57,16 @@ type Options struct {
 	MaxXMLSize int
 	// MaxXMLDepth bounds the nesting depth of decrypted XML (default 256).
 	MaxXMLDepth int
+	// Store, when set, receives the plaintext of each encrypted attachment
+	// as a stream and keeps it (a spool file): it reads r to its end and
+	// returns how to read the content back. a names the attachment: its
+	// ContentID and its headers as restored by decryption (Body and Open
+	// unset), so that Store can digest the content on the way. r fails at its end when the
+	// GCM tag or CBC padding is wrong (an *Error); Store must then discard
+	// what it kept and return that error; any other error of Store (its
+	// storage) is returned by Decrypt as it is. Without Store the
+	// plaintext is kept in memory, in Attachment.Body.
+	Store func(a Attachment, r io.Reader) (open func() (io.ReadCloser, error), err error)
 }
 
 func (o Options) withDefaults() Options {
@@ -833,31 +846,45 @@ func (d *decryptor) decryptData(ed *etree.Element, ek *encKey) (plan, error) {
 			return p, err
 		}
 		a := d.atts[i]
-		pt, err := decryptBytes(ek.cek, dc, a.Body)
+		src, err := a.content()
+		if err != nil {
+			return p, err
+		}
+		defer src.Close()
+		cr, err := newCipherReader(ek.cek, dc, src)
 		if err != nil {
 			return p, err
 		}
 		p.att = i
 		p.part.ContentID = normCID(a.ContentID)
 		h := cloneHeader(a.Header)
+		var plain io.Reader = cr
 		if typ == TypeAttachmentContentOnly {
 			if p.part.MimeType != "" {
 				h.Set("Content-Type", p.part.MimeType)
 			}
 			h.Del("Content-Length")
-			p.newAtt = Attachment{ContentID: a.ContentID, Header: h, Body: pt}
-			return p, nil
+		} else {
+			inner, rest, err := readInnerHeader(cr)
+			if err != nil {
+				return p, err
+			}
+			for _, k := range []string{"Content-Id", "Content-Location"} {
+				if v, ok := h[k]; ok {
+					inner[k] = v
+				}
+			}
+			h, plain = inner, rest
 		}
-		inner, body, err := splitMIME(pt)
+		p.newAtt = Attachment{ContentID: a.ContentID, Header: h}
+		if d.o.Store == nil {
+			p.newAtt.Body, err = io.ReadAll(plain)
+		} else {
+			p.newAtt.Open, err = d.o.Store(Attachment{ContentID: a.ContentID, Header: h}, plain)
+		}
 		if err != nil {
 			return p, err
 		}
-		for _, k := range []string{"Content-Id", "Content-Location"} {
-			if v, ok := h[k]; ok {
-				inner[k] = v
-			}
-		}
-		p.newAtt = Attachment{ContentID: a.ContentID, Header: inner, Body: body}
 		return p, nil
 	case TypeElement, TypeContent:
 		cv := child(cd, NSXEnc, "CipherValue")
@@ -971,14 +998,15 @@ func cloneHeader(h textproto.MIMEHeader) textproto.MIMEHeader {
 
 const maxInnerHeader = 64 << 10
 
-// splitMIME separates the MIME header block of an Attachment-Complete
-// plaintext from its content.
-func splitMIME(pt []byte) (textproto.MIMEHeader, []byte, error) {
+// splitMIMEHead parses the MIME header block at the start of an
+// Attachment-Complete plaintext (head holds its first bytes, up to
+// maxInnerHeader) and returns it with the length of the block.
+func splitMIMEHead(pt []byte) (textproto.MIMEHeader, int, error) {
 	switch {
 	case bytes.HasPrefix(pt, []byte("\r\n")):
-		return textproto.MIMEHeader{}, pt[2:], nil
+		return textproto.MIMEHeader{}, 2, nil
 	case bytes.HasPrefix(pt, []byte("\n")):
-		return textproto.MIMEHeader{}, pt[1:], nil
+		return textproto.MIMEHeader{}, 1, nil
 	}
 	head := pt[:min(len(pt), maxInnerHeader)]
 	end, sep := bytes.Index(head, []byte("\r\n\r\n")), 4
@@ -986,46 +1014,12 @@ func splitMIME(pt []byte) (textproto.MIMEHeader, []byte, error) {
 		end, sep = e, 2
 	}
 	if end < 0 {
-		return nil, nil, fail(ErrMalformed, "Attachment-Complete plaintext has no MIME header block")
+		return nil, 0, fail(ErrMalformed, "Attachment-Complete plaintext has no MIME header block")
 	}
 	r := textproto.NewReader(bufio.NewReader(bytes.NewReader(append(slices.Clone(pt[:end]), "\r\n\r\n"...))))
 	h, err := r.ReadMIMEHeader()
 	if err != nil {
-		return nil, nil, fail(ErrMalformed, "Attachment-Complete MIME headers: %v", err)
+		return nil, 0, fail(ErrMalformed, "Attachment-Complete MIME headers: %v", err)
 	}
-	return h, pt[end+sep:], nil
-}
-
-// decryptBytes decrypts IV ‖ ciphertext (‖ tag) with AES-GCM (12-byte IV,
-// 16-byte tag, no AAD) or AES-CBC with ISO 10126 padding.
-func decryptBytes(key []byte, dc dataCipher, data []byte) ([]byte, error) {
-	block, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, fail(ErrDecrypt, "%v", err)
-	}
-	if dc.gcm {
-		aead, err := cipher.NewGCM(block)
-		if err != nil {
-			return nil, fail(ErrDecrypt, "%v", err)
-		}
-		if len(data) < aead.NonceSize()+aead.Overhead() {
-			return nil, fail(ErrDecrypt, "AES-GCM ciphertext too short")
-		}
-		pt, err := aead.Open(nil, data[:aead.NonceSize()], data[aead.NonceSize():], nil)
-		if err != nil {
-			return nil, fail(ErrDecrypt, "AES-GCM authentication failed")
-		}
-		return pt, nil
-	}
-	bs := block.BlockSize()
-	if len(data) < 2*bs || len(data)%bs != 0 {
-		return nil, fail(ErrDecrypt, "AES-CBC ciphertext length %d invalid", len(data))
-	}
-	pt := make([]byte, len(data)-bs)
-	cipher.NewCBCDecrypter(block, data[:bs]).CryptBlocks(pt, data[bs:])
-	pad := int(pt[len(pt)-1])
-	if pad < 1 || pad > bs {
-		return nil, fail(ErrDecrypt, "AES-CBC padding invalid")
-	}
-	return pt[:len(pt)-pad], nil
+	return h, end + sep, nil
 }

@@ -1,8 +1,8 @@
 package xmlenc
 
 import (
+	"bytes"
 	"crypto/aes"
-	"crypto/cipher"
 	"crypto/ecdh"
 	"crypto/hkdf"
 	"crypto/rand"
@@ -20,6 +20,7 @@ import (
 	"github.com/beevik/etree"
 
 	"github.com/edigateway/gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/gcmstream"
 )
 
 // KeyReference selects how the EncryptedKey names the recipient certificate.
@@ -217,21 +218,91 @@ func (e *encryptor) random(n int) ([]byte, error) {
 
 // seal returns IV ‖ ciphertext ‖ tag under the content key.
 func (e *encryptor) seal(pt []byte) ([]byte, error) {
-	block, err := aes.NewCipher(e.cek)
+	iv, err := e.random(12)
 	if err != nil {
 		return nil, err
 	}
-	aead, err := cipher.NewGCM(block)
+	r, err := newSealer(e.cek, iv, bytes.NewReader(pt))
 	if err != nil {
 		return nil, err
 	}
-	iv, err := e.random(aead.NonceSize())
+	return io.ReadAll(r)
+}
+
+// newSealer returns a reader of iv ‖ ciphertext ‖ tag of what src holds,
+// AES-GCM encrypted under key as it is read.
+func newSealer(key, iv []byte, src io.Reader) (*sealer, error) {
+	block, err := aes.NewCipher(key)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, len(iv)+len(pt)+aead.Overhead())
-	out = append(out, iv...)
-	return aead.Seal(out, iv, pt, nil), nil
+	g, err := gcmstream.New(block, iv)
+	if err != nil {
+		return nil, err
+	}
+	return &sealer{src: src, g: g, out: iv, buf: make([]byte, cipherChunk)}, nil
+}
+
+// sealer is newSealer's reader.
+type sealer struct {
+	src  io.Reader
+	g    *gcmstream.Stream
+	buf  []byte
+	out  []byte // encrypted bytes not yet returned
+	done bool
+}
+
+func (s *sealer) Read(p []byte) (int, error) {
+	for len(s.out) == 0 {
+		if s.done {
+			return 0, io.EOF
+		}
+		k, err := s.src.Read(s.buf)
+		if k > 0 {
+			s.g.Encrypt(s.buf[:k], s.buf[:k])
+			s.out = s.buf[:k]
+		}
+		if err == io.EOF {
+			tag := s.g.Tag(nil)
+			s.out = append(s.out, tag[:]...)
+			s.done = true
+		} else if err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, s.out)
+	s.out = s.out[n:]
+	return n, nil
+}
+
+// sealOnce is the Open of an attachment encrypted as a stream: its IV is
+// drawn once, so its ciphertext may be read once.
+func (e *encryptor) sealOnce(open func() (io.ReadCloser, error)) (func() (io.ReadCloser, error), error) {
+	iv, err := e.random(12)
+	if err != nil {
+		return nil, err
+	}
+	key := bytes.Clone(e.cek) // Encrypt clears e.cek when it returns
+	used := false
+	return func() (io.ReadCloser, error) {
+		if used {
+			return nil, errors.New("xmlenc: an attachment encrypted as a stream is read once")
+		}
+		used = true
+		src, err := open()
+		if err != nil {
+			return nil, err
+		}
+		r, err := newSealer(key, iv, src)
+		if err != nil {
+			src.Close()
+			return nil, err
+		}
+		return struct {
+			io.Reader
+			io.Closer
+		}{r, src}, nil
+	}, nil
 }
 
 func (e *encryptor) run(atts []Attachment) ([]Attachment, error) {
@@ -263,15 +334,19 @@ func (e *encryptor) run(atts []Attachment) ([]Attachment, error) {
 			return nil, fmt.Errorf("Content-ID %q occurs twice", cid)
 		}
 		seen[cid] = true
-		ct, err := e.seal(a.Body)
-		if err != nil {
-			return nil, fmt.Errorf("attachment %q: %w", cid, err)
-		}
 		h := cloneHeader(a.Header)
 		mime := h.Get("Content-Type")
 		h.Set("Content-Type", "application/octet-stream")
 		h.Del("Content-Length")
-		out[i] = Attachment{ContentID: a.ContentID, Header: h, Body: ct}
+		out[i] = Attachment{ContentID: a.ContentID, Header: h}
+		if a.Open != nil {
+			// Encrypted as it is read (a message too large to hold).
+			if out[i].Open, err = e.sealOnce(a.Open); err != nil {
+				return nil, fmt.Errorf("attachment %q: %w", cid, err)
+			}
+		} else if out[i].Body, err = e.seal(a.Body); err != nil {
+			return nil, fmt.Errorf("attachment %q: %w", cid, err)
+		}
 
 		edID, err := e.id("ED-")
 		if err != nil {

@@ -2,7 +2,10 @@ package xmlenc
 
 import (
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
 	"errors"
+	"io"
 	"mime/multipart"
 	"net/textproto"
 	"os"
@@ -97,6 +100,48 @@ func FuzzDecrypt(f *testing.F) {
 		}
 		if _, err := doc.WriteToBytes(); err != nil {
 			t.Fatalf("decrypted document does not serialise: %v", err)
+		}
+	})
+}
+
+// FuzzAttachmentStream feeds arbitrary ciphertext to the streaming
+// attachment decrypter (AES-GCM and AES-CBC) and arbitrary plaintext to the
+// Attachment-Complete header reader: typed errors or results, never a
+// panic; what the decrypter accepts is what the one-shot AEAD accepts.
+func FuzzAttachmentStream(f *testing.F) {
+	key := bytes.Repeat([]byte{7}, 16)
+	f.Add(true, gcmSeal(f, key, []byte("payload bytes")))
+	f.Add(false, cbcSeal(f, key, []byte("payload bytes, two blocks long")))
+	f.Add(true, []byte("short"))
+	f.Add(false, []byte("Content-Type: text/plain\r\n\r\nbody"))
+	f.Add(false, []byte("\r\nbody without headers"))
+	f.Fuzz(func(t *testing.T, gcm bool, data []byte) {
+		pt, err := decryptBytes(key, dataCipher{keyLen: 16, gcm: gcm}, data)
+		if err != nil && Code(err) != CodeFailedDecryption {
+			t.Fatalf("error without EBMS:0102: %v", err)
+		}
+		if gcm {
+			b, _ := aes.NewCipher(key)
+			aead, _ := cipher.NewGCM(b)
+			var want []byte
+			var werr error = errors.New("too short")
+			if len(data) >= 28 {
+				want, werr = aead.Open(nil, data[:12], data[12:], nil)
+			}
+			if (err == nil) != (werr == nil) || err == nil && !bytes.Equal(pt, want) {
+				t.Fatalf("stream %x %v, one-shot %x %v", pt, err, want, werr)
+			}
+		}
+		h, rest, err := readInnerHeader(bytes.NewReader(data))
+		if err != nil {
+			if Code(err) != CodeFailedDecryption {
+				t.Fatalf("header error without EBMS:0102: %v", err)
+			}
+			return
+		}
+		b, _ := io.ReadAll(rest)
+		if h == nil || len(b) > len(data) {
+			t.Fatalf("header %v, %d bytes of content from %d", h, len(b), len(data))
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/textproto"
 	"strings"
 	"testing"
@@ -174,6 +175,22 @@ func TestHandmadeCBCCompleteElement(t *testing.T) {
 	}
 	if n := len(doc.FindElement("//Security").ChildElements()); n != 0 {
 		t.Errorf("%d bookkeeping elements left", n)
+	}
+	// The same from a spooled attachment, the plaintext handed to Store:
+	// the inner MIME headers are read off the stream, Store gets the
+	// content after them.
+	spooled := []Attachment{{ContentID: atts[0].ContentID, Header: atts[0].Header, Open: func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(atts[0].Body)), nil
+	}}}
+	var stored []byte
+	res, err = Decrypt(parseDoc(t, env), spooled, []KeyPair{kp}, Options{MaxPrivateKeyOperations: 2,
+		Store: func(_ Attachment, r io.Reader) (func() (io.ReadCloser, error), error) {
+			var err error
+			stored, err = io.ReadAll(r)
+			return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(stored)), nil }, err
+		}})
+	if err != nil || string(stored) != "<order/>" || res.Attachments[0].Header.Get("Content-Description") != "order" {
+		t.Fatalf("Attachment-Complete through Store: %q %v %v", stored, err, res.Attachments[0].Header)
 	}
 }
 

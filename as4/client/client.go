@@ -42,6 +42,7 @@ import (
 	"github.com/beevik/etree"
 
 	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/internal/sendspool"
 	"github.com/edigateway/gateway/receipt"
 	"github.com/edigateway/gateway/trust"
 	"github.com/edigateway/gateway/wssec"
@@ -101,6 +102,17 @@ type Client struct {
 	// with RSA keys of 1024 to 2047 bits (legacy receivers). Either must
 	// be valid at Now in any case (trust.CheckSigner).
 	AllowWeakKeys bool
+	// GzipLevel is the compress/gzip level of Payload.Compress (default
+	// gzip.DefaultCompression; gzip.BestSpeed trades size for speed).
+	GzipLevel int
+	// SpoolDir is where Prepare writes the message and its compressed
+	// payloads (default os.TempDir()).
+	SpoolDir string
+	// Progress, when set, is called as Prepare reads the payloads: done
+	// counts the bytes read from Payload.Open (or Data) against total, the
+	// payloads' sizes times the reads each needs (one when Compress is
+	// set, two otherwise: the digest, then the encryption).
+	Progress func(done, total int64)
 }
 
 // Encryption says for whom and how attachments are encrypted.
@@ -145,9 +157,15 @@ type Payload struct {
 	MimeType     string
 	CharacterSet string
 	Data         []byte
-	// Compress gzips Data before signing (CompressionType application/gzip).
+	// Open, when set, reads the content instead of Data (a file): Prepare
+	// reads it as a stream, once when Compress is set (into a gzip spool
+	// file), twice otherwise. Size is its length, for Client.Progress.
+	Open func() (io.ReadCloser, error)
+	Size int64
+	// Compress gzips the content before signing (CompressionType
+	// application/gzip).
 	Compress bool
-	// Compressed declares that Data is already gzip-compressed.
+	// Compressed declares that the content is already gzip-compressed.
 	Compressed bool
 	// Properties are further eb:PartProperties.
 	Properties []as4.Property
@@ -158,10 +176,37 @@ type Payload struct {
 type Outgoing struct {
 	MessageID   string
 	ContentType string
-	Body        []byte
+	// Body is the HTTP body of a message made by Build; a message made by
+	// Prepare has its body in a spool file (Body is nil).
+	Body []byte
 	// References are the ds:References our signature made: the receipt
 	// must acknowledge each of them.
 	References []receipt.Reference
+
+	spool *sendspool.File
+}
+
+// Size is the HTTP body's length.
+func (o *Outgoing) Size() int64 {
+	if o.spool != nil {
+		return o.spool.Size()
+	}
+	return int64(len(o.Body))
+}
+
+// BodyReader reads the HTTP body from its start (every call anew).
+func (o *Outgoing) BodyReader() io.Reader {
+	if o.spool != nil {
+		return o.spool.Reader()
+	}
+	return bytes.NewReader(o.Body)
+}
+
+// Close releases the spool file of a message made by Prepare.
+func (o *Outgoing) Close() error {
+	err := o.spool.Close()
+	o.spool = nil
+	return err
 }
 
 func (c *Client) now() time.Time {
@@ -196,8 +241,49 @@ func (c *Client) newID() (string, error) {
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:] + "@" + c.host(), nil
 }
 
-// Build compresses, signs and encrypts m.
+// Build compresses, signs and encrypts m in memory (Message.Body).
 func (c *Client) Build(m *Message) (*Outgoing, error) {
+	var body bytes.Buffer
+	out, err := c.build(m, &body, false)
+	if err != nil {
+		return nil, err
+	}
+	out.Body = body.Bytes()
+	return out, nil
+}
+
+// Prepare compresses, signs and encrypts m as Build does, in memory that
+// does not depend on the payloads' sizes: every payload is read as a
+// stream (Payload.Open, or Data), gzipped into a spool file when it is to
+// be compressed, digested from there, then encrypted as it is written
+// after the SOAP envelope into the message's spool file in SpoolDir,
+// unlinked at once where the system allows it, read for every Post and
+// released by Outgoing.Close. The disk needs room for about twice the
+// compressed payloads while the message is built, then for the message.
+func (c *Client) Prepare(m *Message) (out *Outgoing, err error) {
+	f, err := sendspool.Create(c.SpoolDir, "gateway-send-*.as4")
+	if err != nil {
+		return nil, fmt.Errorf("as4 client: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
+	if out, err = c.build(m, f, true); err != nil {
+		return nil, err
+	}
+	if err := f.Finish(); err != nil {
+		return nil, fmt.Errorf("as4 client: %w", err)
+	}
+	out.spool = f
+	return out, nil
+}
+
+// build writes the HTTP body of m to w. With stream, payload contents are
+// read as streams and compressed into spool files (closed when build
+// returns), never held.
+func (c *Client) build(m *Message, w io.Writer, stream bool) (*Outgoing, error) {
 	if c.Signer == nil || c.Certificate == nil {
 		return nil, errors.New("as4 client: Signer and Certificate are required")
 	}
@@ -248,6 +334,15 @@ func (c *Client) Build(m *Message) (*Outgoing, error) {
 	}
 
 	var atts []wssec.Attachment
+	// The compressed payloads' spool files, read until the message is
+	// written.
+	var spools []*sendspool.File
+	defer func() {
+		for _, f := range spools {
+			f.Close()
+		}
+	}()
+	progress := newPayloadProgress(c.Progress, m.Payloads)
 	if len(m.Payloads) > 0 {
 		pinfo := um.CreateElement("eb:PayloadInfo")
 		for i, p := range m.Payloads {
@@ -266,10 +361,23 @@ func (c *Client) Build(m *Message) (*Outgoing, error) {
 			if p.CharacterSet != "" {
 				props = append(props, as4.Property{Name: as4.PropCharacterSet, Value: p.CharacterSet})
 			}
+			var open func() (io.ReadCloser, error)
+			if stream {
+				open = progress.opener(p)
+			} else if p.Open != nil && p.Data == nil {
+				var err error
+				if data, err = readAll(p.Open); err != nil {
+					return nil, err
+				}
+			}
 			if p.Compress || p.Compressed {
 				if p.Compress {
 					var err error
-					if data, err = gzipBytes(p.Data); err != nil {
+					if stream {
+						if open, err = c.gzipSpool(open, &spools); err != nil {
+							return nil, err
+						}
+					} else if data, err = c.gzipBytes(data); err != nil {
 						return nil, err
 					}
 				}
@@ -280,11 +388,15 @@ func (c *Client) Build(m *Message) (*Outgoing, error) {
 			part := pinfo.CreateElement("eb:PartInfo")
 			part.CreateAttr("href", "cid:"+cid)
 			properties(part.CreateElement("eb:PartProperties"), props)
-			atts = append(atts, wssec.Attachment{
+			att := wssec.Attachment{
 				ContentID: cid,
 				Header:    textproto.MIMEHeader{"Content-Type": {ct}, "Content-Id": {"<" + cid + ">"}},
 				Body:      data,
-			})
+			}
+			if stream {
+				att.Body, att.Open = nil, open
+			}
+			atts = append(atts, att)
 		}
 	}
 
@@ -310,7 +422,7 @@ func (c *Client) Build(m *Message) (*Outgoing, error) {
 
 	parts := make([]xmlenc.Attachment, len(atts))
 	for i, a := range atts {
-		parts[i] = xmlenc.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body}
+		parts[i] = xmlenc.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body, Open: a.Open}
 	}
 	if c.Encryption != nil && len(parts) > 0 {
 		if c.Encryption.Recipient == nil {
@@ -332,10 +444,13 @@ func (c *Client) Build(m *Message) (*Outgoing, error) {
 	}
 	out := &Outgoing{MessageID: id, References: refs}
 	if len(parts) == 0 {
-		out.ContentType, out.Body = "application/soap+xml; charset=UTF-8", soap
+		out.ContentType = "application/soap+xml; charset=UTF-8"
+		if _, err := w.Write(soap); err != nil {
+			return nil, fmt.Errorf("as4 client: %w", err)
+		}
 		return out, nil
 	}
-	if out.ContentType, out.Body, err = c.multipart(soap, parts); err != nil {
+	if out.ContentType, err = c.multipart(w, soap, parts); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -378,49 +493,73 @@ func orDefault(s, d string) string {
 	return s
 }
 
-func gzipBytes(b []byte) ([]byte, error) {
+func (c *Client) gzipBytes(b []byte) ([]byte, error) {
 	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if _, err := zw.Write(b); err != nil {
-		return nil, fmt.Errorf("as4 client: gzip: %w", err)
-	}
-	if err := zw.Close(); err != nil {
-		return nil, fmt.Errorf("as4 client: gzip: %w", err)
+	if err := c.gzip(&buf, bytes.NewReader(b)); err != nil {
+		return nil, err
 	}
 	return buf.Bytes(), nil
 }
 
-// multipart writes the SOAP part and the attachments as multipart/related
-// with binary parts.
-func (c *Client) multipart(soap []byte, parts []xmlenc.Attachment) (string, []byte, error) {
+// gzip writes the gzip stream of what r reads to w, at GzipLevel.
+func (c *Client) gzip(w io.Writer, r io.Reader) error {
+	level := c.GzipLevel
+	if level == 0 {
+		level = gzip.DefaultCompression
+	}
+	zw, err := gzip.NewWriterLevel(w, level)
+	if err != nil {
+		return fmt.Errorf("as4 client: gzip: %w", err)
+	}
+	if _, err := io.CopyBuffer(zw, struct{ io.Reader }{r}, make([]byte, 64<<10)); err != nil {
+		return fmt.Errorf("as4 client: gzip: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return fmt.Errorf("as4 client: gzip: %w", err)
+	}
+	return nil
+}
+
+// multipart writes the SOAP part and the attachments (their Body, or what
+// their Open reads) to w as multipart/related with binary parts and
+// returns its Content-Type.
+func (c *Client) multipart(w io.Writer, soap []byte, parts []xmlenc.Attachment) (string, error) {
 	rootID, err := c.newID()
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
 	rootID = "root-" + rootID
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
+	mw := multipart.NewWriter(w)
 	var b [24]byte
 	if _, err := io.ReadFull(c.rand(), b[:]); err != nil {
-		return "", nil, fmt.Errorf("as4 client: boundary: %w", err)
+		return "", fmt.Errorf("as4 client: boundary: %w", err)
 	}
 	if err := mw.SetBoundary("MIMEBoundary_" + hex.EncodeToString(b[:])); err != nil {
-		return "", nil, err
+		return "", err
 	}
-	write := func(h textproto.MIMEHeader, body []byte) error {
-		w, err := mw.CreatePart(h)
+	write := func(h textproto.MIMEHeader, body []byte, open func() (io.ReadCloser, error)) error {
+		pw, err := mw.CreatePart(h)
 		if err != nil {
 			return err
 		}
-		_, err = w.Write(body)
+		if open == nil {
+			_, err = pw.Write(body)
+			return err
+		}
+		rc, err := open()
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		_, err = io.CopyBuffer(pw, struct{ io.Reader }{rc}, make([]byte, 64<<10))
 		return err
 	}
 	if err := write(textproto.MIMEHeader{
 		"Content-Type":              {"application/soap+xml; charset=UTF-8"},
 		"Content-Transfer-Encoding": {"binary"},
 		"Content-Id":                {"<" + rootID + ">"},
-	}, soap); err != nil {
-		return "", nil, fmt.Errorf("as4 client: MIME: %w", err)
+	}, soap, nil); err != nil {
+		return "", fmt.Errorf("as4 client: MIME: %w", err)
 	}
 	for _, p := range parts {
 		cid := strings.TrimSuffix(strings.TrimPrefix(p.ContentID, "<"), ">")
@@ -428,17 +567,110 @@ func (c *Client) multipart(soap []byte, parts []xmlenc.Attachment) (string, []by
 			"Content-Type":              {p.Header.Get("Content-Type")},
 			"Content-Transfer-Encoding": {"binary"},
 			"Content-Id":                {"<" + cid + ">"},
-		}, p.Body); err != nil {
-			return "", nil, fmt.Errorf("as4 client: MIME: %w", err)
+		}, p.Body, p.Open); err != nil {
+			return "", fmt.Errorf("as4 client: MIME: attachment %s: %w", cid, err)
 		}
 	}
 	if err := mw.Close(); err != nil {
-		return "", nil, fmt.Errorf("as4 client: MIME: %w", err)
+		return "", fmt.Errorf("as4 client: MIME: %w", err)
 	}
-	ct := mime.FormatMediaType("multipart/related", map[string]string{
+	return mime.FormatMediaType("multipart/related", map[string]string{
 		"boundary": mw.Boundary(), "type": "application/soap+xml", "start": "<" + rootID + ">",
-	})
-	return ct, buf.Bytes(), nil
+	}), nil
+}
+
+// gzipSpool gzips what open reads into a new spool file, appended to
+// spools, and returns the file's opener.
+func (c *Client) gzipSpool(open func() (io.ReadCloser, error), spools *[]*sendspool.File) (func() (io.ReadCloser, error), error) {
+	f, err := sendspool.Create(c.SpoolDir, "gateway-send-*.gz")
+	if err != nil {
+		return nil, fmt.Errorf("as4 client: %w", err)
+	}
+	*spools = append(*spools, f)
+	rc, err := open()
+	if err != nil {
+		return nil, fmt.Errorf("as4 client: payload: %w", err)
+	}
+	defer rc.Close()
+	if err := c.gzip(f, rc); err != nil {
+		return nil, err
+	}
+	if err := f.Finish(); err != nil {
+		return nil, fmt.Errorf("as4 client: %w", err)
+	}
+	return f.Open, nil
+}
+
+func readAll(open func() (io.ReadCloser, error)) ([]byte, error) {
+	rc, err := open()
+	if err != nil {
+		return nil, fmt.Errorf("as4 client: payload: %w", err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fmt.Errorf("as4 client: payload: %w", err)
+	}
+	return b, nil
+}
+
+// payloadProgress counts the payload bytes Prepare reads for
+// Client.Progress.
+type payloadProgress struct {
+	fn          func(done, total int64)
+	done, total int64
+}
+
+func newPayloadProgress(fn func(done, total int64), payloads []Payload) *payloadProgress {
+	p := &payloadProgress{fn: fn}
+	for _, pl := range payloads {
+		size := pl.Size
+		if pl.Open == nil {
+			size = int64(len(pl.Data))
+		}
+		if pl.Compress {
+			p.total += size
+		} else {
+			p.total += 2 * size
+		}
+	}
+	return p
+}
+
+// opener reads the payload's content (Open, or Data), counted.
+func (p *payloadProgress) opener(pl Payload) func() (io.ReadCloser, error) {
+	open := pl.Open
+	if open == nil {
+		data := pl.Data
+		open = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+	}
+	if p.fn == nil {
+		return open
+	}
+	return func() (io.ReadCloser, error) {
+		rc, err := open()
+		if err != nil {
+			return nil, err
+		}
+		return struct {
+			io.Reader
+			io.Closer
+		}{&countingReader{r: rc, p: p}, rc}, nil
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	p *payloadProgress
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	if n > 0 {
+		c.p.done += int64(n)
+		c.p.fn(c.p.done, c.p.total)
+	}
+	return n, err
 }
 
 // Response is the partner's synchronous answer.
@@ -474,10 +706,12 @@ var ErrNoSignal = errors.New("as4 client: the answer is not an ebMS signal")
 // set in Response.Receipt and reported with an error wrapping
 // ErrNotCovered.
 func (c *Client) Post(ctx context.Context, url string, out *Outgoing) (*Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(out.Body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, out.BodyReader())
 	if err != nil {
 		return nil, fmt.Errorf("as4 client: %w", err)
 	}
+	req.ContentLength = out.Size()
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(out.BodyReader()), nil }
 	req.Header.Set("Content-Type", out.ContentType)
 	req.Header.Set("Mime-Version", "1.0")
 	hc := c.HTTP

@@ -3,13 +3,10 @@ package client_test
 import (
 	"bytes"
 	"crypto"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"errors"
-	"math/big"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -140,31 +137,14 @@ func TestInteropPhase4Receipts(t *testing.T) {
 }
 
 func otherCert(t *testing.T) *x509.Certificate {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(9), Subject: pkix.Name{CommonName: "other"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c := ed25519Cert(t, "other")
 	return c
 }
 
 // TestBuildRefusesIncompleteInput covers the sender's own checks.
 func TestBuildRefusesIncompleteInput(t *testing.T) {
 	t.Parallel()
-	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sender"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	cert, _ := x509.ParseCertificate(der)
+	priv, cert := ed25519Cert(t, "sender")
 	ok := &client.Message{From: as4.PartyID{Value: "urn:a"}, To: as4.PartyID{Value: "urn:b"}, Service: "urn:s", Action: "A",
 		Payloads: []client.Payload{{Data: []byte("x")}}}
 	if _, err := (&client.Client{}).Build(ok); err == nil {
@@ -188,6 +168,7 @@ func TestBuildRefusesIncompleteInput(t *testing.T) {
 	// The built message reads back as an AS4 message with the properties
 	// the sender declared, signed over Messaging, Body and the attachment.
 	env, err := as4.ReadMessage(out.ContentType, bytes.NewReader(out.Body), as4.Limits{})
+	defer env.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,11 +189,16 @@ func TestBuildRefusesIncompleteInput(t *testing.T) {
 	if len(out.References) != 3 || out.References[2].URI != um.PayloadInfo[0].Href {
 		t.Errorf("references %+v", out.References)
 	}
-	atts := []wssec.Attachment{{ContentID: env.Attachments[0].ContentID, Header: env.Attachments[0].Header, Body: env.Attachments[0].Body}}
+	atts := []wssec.Attachment{{ContentID: env.Attachments[0].ContentID, Header: env.Attachments[0].Header, Open: env.Attachments[0].Content}}
 	if _, err := wssec.Verify(env.Doc, atts, wssec.VerifyOptions{Trusted: []*x509.Certificate{cert}}); err != nil {
 		t.Errorf("our signature: %v", err)
 	}
-	if !bytes.Equal(env.Attachments[0].Body, []byte("x")) {
+	rc, err := env.Attachments[0].Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if b, _ := io.ReadAll(rc); !bytes.Equal(b, []byte("x")) {
 		t.Error("attachment body")
 	}
 }

@@ -1,15 +1,10 @@
 package client_test
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
@@ -21,20 +16,7 @@ import (
 // must return an error or a receipt, never panic, and accept only what the
 // trusted key signed.
 func FuzzVerifyReceipt(f *testing.F) {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		f.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "receiver"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		f.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		f.Fatal(err)
-	}
+	priv, cert := ed25519Cert(f, "receiver")
 	refs := []receipt.Reference{{URI: "cid:a@b", DigestMethod: wssec.AlgSHA256, DigestValue: "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=",
 		Transforms: []receipt.Transform{{Algorithm: wssec.AlgAttachmentContentSignature}}}}
 	um := &as4.UserMessage{MessageInfo: as4.MessageInfo{MessageID: "m@x"}}

@@ -60,9 +60,10 @@ func VerifyReceipt(contentType string, body []byte, chk ReceiptCheck) (*receipt.
 	if err != nil {
 		return nil, fmt.Errorf("as4 client: reading the answer: %w", err)
 	}
+	defer env.Close()
 	atts := make([]wssec.Attachment, len(env.Attachments))
 	for i, a := range env.Attachments {
-		atts[i] = wssec.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body}
+		atts[i] = wssec.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body, Open: a.Content}
 	}
 	res, err := wssec.Verify(env.Doc, atts, wssec.VerifyOptions{
 		Trusted: chk.Trusted, Now: chk.Now, ClockSkew: chk.ClockSkew, MinRSABits: trust.WeakRSAFloor,

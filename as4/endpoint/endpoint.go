@@ -9,22 +9,29 @@
 //
 //  1. Read the MIME/SOAP message (EBMS:0007, EBMS:0009; a body over the
 //     limit is answered 413, a body refused by the server's memory budget
-//     503 and one below its minimum rate 408, without an ebMS signal).
+//     503 and one below its minimum rate 408, without an ebMS signal). The
+//     envelope part is held (up to Limits.MaxEnvelopeSize); attachments go
+//     to spool files as they arrive. Once the envelope is parsed, its
+//     unverified eb:From picks the partner whose max_body_bytes limits the
+//     rest of the message (413 as soon as it is passed).
 //  2. Refuse unknown mustUnderstand header blocks addressed to us (EBMS:0008).
 //     Read the unverified eb:From to choose the partner whose certificates
 //     the signature must verify against. Nothing else of the unverified
 //     header is used. No partner → EBMS:0010 (see below).
 //  3. Decrypt with our keys (EBMS:0102 FailedDecryption, EBMS:0103 when the
-//     partner requires encryption and the message is not encrypted). AS4
-//     senders sign, then encrypt: the signature is verified over the
-//     decrypted, still compressed attachments.
+//     partner requires encryption and the message is not encrypted), each
+//     attachment as a stream into a spool file (the GCM tag is checked at
+//     its end, before anything of the message is used). AS4 senders sign,
+//     then encrypt: the signature is verified over the decrypted, still
+//     compressed attachments, digested from those files.
 //  4. Verify the signature: signer among the partner's certificates,
 //     eb:Messaging, soap:Body and every attachment covered, wsu:Timestamp
 //     within the partner's clock skew (EBMS:0101, EBMS:0103). Only the
 //     eb:Messaging element the signature digested is parsed from here on
 //     (signature-wrapping defence).
 //  5. Match a P-Mode of the partner (EBMS:0010), resolve the payloads
-//     (EBMS:0011, EBMS:0003) and gunzip them (EBMS:0303).
+//     (EBMS:0011, EBMS:0003) and gunzip them as streams into the
+//     exchange's spool (EBMS:0303); Payload.Open reads that final file.
 //  6. Run the pipeline: a new message gets a signed receipt whose
 //     ebbp:NonRepudiationInformation lists every ds:Reference of the
 //     message; a duplicate gets the stored receipt byte for byte; a message
@@ -69,6 +76,7 @@
 package endpoint
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -254,6 +262,9 @@ func New(cfg Config) (*Endpoint, error) {
 	if cfg.Limits.MaxMessageSize <= 0 {
 		cfg.Limits.MaxMessageSize = as4.DefaultMaxMessageSize
 	}
+	if cfg.Limits.SpoolDir == "" {
+		cfg.Limits.SpoolDir = cfg.SpoolDir // attachments as they arrive
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
@@ -291,9 +302,11 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "AS4 messages are POSTed", http.StatusMethodNotAllowed)
 		return
 	}
-	limit := e.cfg.Limits.MaxMessageSize
+	// Before the partner is known, the largest limit any partner has;
+	// once the envelope names the partner, its own (see receive).
+	limit := e.cfg.Partners.MaxBodyLimit(e.cfg.Limits.MaxMessageSize)
 	if r.ContentLength > limit {
-		e.tooLarge(w, r, start)
+		e.tooLarge(w, r, start, limit)
 		return
 	}
 	body := &countingReader{r: r.Body}
@@ -304,13 +317,13 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.log.Warn("as4 client certificate header ignored: not from a trusted proxy", "protocol", string(exchange.AS4), "remote", ignored, "header", e.cfg.ClientCertHeader)
 	}
 	reply, large := e.receive(r.Context(), r.Header.Get("Content-Type"), body, limit, &tr)
-	if large {
+	if large > 0 {
 		if st := limits.Status(body.err); st != 0 && st != http.StatusRequestEntityTooLarge {
 			// Memory budget (503) or too slow a body (408): logged by limits.
 			limits.Refuse(w, body.err)
 			return
 		}
-		e.tooLarge(w, r, start)
+		e.tooLarge(w, r, start, large)
 		return
 	}
 	reply.Write(w)
@@ -365,12 +378,12 @@ func statusOf(r exchange.Reply) int {
 	return r.Status
 }
 
-func (e *Endpoint) tooLarge(w http.ResponseWriter, r *http.Request, start time.Time) {
+func (e *Endpoint) tooLarge(w http.ResponseWriter, r *http.Request, start time.Time, limit int64) {
 	e.log.Warn("as4 message rejected", "partner", "", "protocol", string(exchange.AS4), "message_id", "",
 		"status", http.StatusRequestEntityTooLarge, "content_length", r.ContentLength,
-		"limit", e.cfg.Limits.MaxMessageSize, "duration_ms", time.Since(start).Milliseconds())
+		"limit", limit, "duration_ms", time.Since(start).Milliseconds())
 	w.Header().Set("Connection", "close")
-	http.Error(w, fmt.Sprintf("message larger than %d bytes", e.cfg.Limits.MaxMessageSize), http.StatusRequestEntityTooLarge)
+	http.Error(w, fmt.Sprintf("message larger than %d bytes", limit), http.StatusRequestEntityTooLarge)
 }
 
 // countingReader counts the bytes read from the request body, so that a
@@ -391,9 +404,9 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return k, err
 }
 
-// receive processes one request body and returns the reply; large reports
-// a body over the size limit.
-func (e *Endpoint) receive(ctx context.Context, contentType string, body *countingReader, limit int64, tr *trace) (reply exchange.Reply, large bool) {
+// receive processes one request body and returns the reply; large, when
+// positive, reports a body over that size limit.
+func (e *Endpoint) receive(ctx context.Context, contentType string, body *countingReader, limit int64, tr *trace) (reply exchange.Reply, large int64) {
 	defer func() {
 		// Parsers of partner bytes return errors; this is the last line of
 		// defence, so that a bug answers an error signal instead of
@@ -401,17 +414,63 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 		if p := recover(); p != nil {
 			e.log.Error("as4 endpoint panic", "partner", tr.partner, "protocol", string(exchange.AS4), "message_id", tr.messageID, "panic", fmt.Sprint(p))
 			reply = e.reject(tr, as4.Other("internal error while processing the message", fmt.Errorf("panic: %v", p)), "")
-			large = false
+			large = 0
 		}
 	}()
-	env, err := as4.ReadMessage(contentType, body, e.cfg.Limits)
-	if err != nil {
-		if body.n > limit || limits.Status(body.err) != 0 {
-			return exchange.Reply{}, true
+	lim := e.cfg.Limits
+	lim.MaxMessageSize = limit
+	lim.AfterEnvelope = func(env *as4.Envelope) (int64, error) {
+		// The unverified eb:From names the partner whose size limit
+		// applies from here on; the attachments follow the envelope.
+		limit = e.cfg.Limits.MaxMessageSize
+		if p := e.unverifiedPartner(env); p != nil {
+			limit = partners.BodyLimit(p, limit)
 		}
-		return e.reject(tr, as4.AsError(err), ""), false
+		return limit, nil
 	}
-	return e.process(ctx, env, tr), false
+	env, err := as4.ReadMessage(contentType, body, lim)
+	defer func() {
+		if err := env.Close(); err != nil {
+			e.log.Warn("as4 spool cleanup failed", "partner", tr.partner, "message_id", tr.messageID, "err", err)
+		}
+	}()
+	if err != nil {
+		if errors.Is(err, as4.ErrMessageLimit) || body.n > limit || limits.Status(body.err) != 0 {
+			return exchange.Reply{}, limit
+		}
+		if errors.Is(err, limits.ErrSpool) {
+			tr.err = as4.Other("an attachment could not be spooled", err)
+			return retryLater("the message could not be stored temporarily"), 0
+		}
+		return e.reject(tr, as4.AsError(err), ""), 0
+	}
+	return e.process(ctx, env, tr), 0
+}
+
+// unverifiedPartner is the partner the unverified eb:From of env names,
+// nil when none does (the message is refused later, EBMS:0010).
+func (e *Endpoint) unverifiedPartner(env *as4.Envelope) *partners.Partner {
+	mel, err := env.Messaging()
+	if err != nil {
+		return nil
+	}
+	m, err := as4.ParseMessaging(mel)
+	if err != nil || m.UserMessage == nil {
+		return nil
+	}
+	p, _, ok := e.partnerFor(m.UserMessage.From)
+	if !ok {
+		return nil
+	}
+	return p
+}
+
+// retryLater answers 503 with Retry-After: our side could not keep the
+// message (spool), the partner should send it again.
+func retryLater(reason string) exchange.Reply {
+	return exchange.Reply{Status: http.StatusServiceUnavailable, Disposition: "http-503",
+		Header: http.Header{"Retry-After": {fmt.Sprint(int(limits.DefaultRetryAfter / time.Second))}, "Content-Type": {"text/plain; charset=utf-8"}},
+		Body:   []byte(reason + "; retry later\n")}
 }
 
 // process runs the steps after reading: partner, decryption, signature,
@@ -469,10 +528,57 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	// covers the plaintext (still compressed) attachments.
 	atts := make([]xmlenc.Attachment, len(env.Attachments))
 	for i, p := range env.Attachments {
-		atts[i] = xmlenc.Attachment{ContentID: p.ContentID, Header: p.Header, Body: p.Body}
+		atts[i] = xmlenc.Attachment{ContentID: p.ContentID, Header: p.Header, Body: p.Body, Open: p.Content}
+	}
+	// Decrypted attachments go to spool files (the GCM tag is checked at
+	// the end of each; a failed message keeps nothing), removed when the
+	// exchange ends.
+	var plain []*limits.BodyFile
+	defer func() {
+		for _, f := range plain {
+			if err := f.Remove(); err != nil {
+				e.log.Warn("as4 spool cleanup failed", "partner", partner.ID, "message_id", msgID, "err", err)
+			}
+		}
+	}()
+	// The signature's attachment references are known from the envelope:
+	// each decrypted attachment is digested on its way to the spool file,
+	// not read again for the signature check.
+	wanted := attachmentDigests(env.Doc)
+	digests := map[string]map[wssec.DigestKey][]byte{}
+	store := func(a xmlenc.Attachment, r io.Reader) (func() (io.ReadCloser, error), error) {
+		cid := strings.TrimSpace(a.ContentID)
+		cid = strings.TrimSuffix(strings.TrimPrefix(cid, "<"), ">")
+		var ws []io.Writer
+		var keys []wssec.DigestKey
+		var sums []func() ([]byte, error)
+		for _, k := range wanted[cid] {
+			w, sum, err := wssec.AttachmentDigester(a.Header, k, wssec.Limits{})
+			if err != nil {
+				continue // Verify reports it
+			}
+			ws, keys, sums = append(ws, w), append(keys, k), append(sums, sum)
+		}
+		if len(ws) > 0 {
+			r = io.TeeReader(r, io.MultiWriter(ws...))
+		}
+		f, err := limits.SpoolLayer(r, e.cfg.SpoolDir, 0)
+		if err != nil {
+			return nil, err
+		}
+		plain = append(plain, f)
+		if len(sums) > 0 {
+			d := map[wssec.DigestKey][]byte{}
+			for i, k := range keys {
+				d[k], _ = sums[i]() // nil: could not be digested
+			}
+			digests[cid] = d
+		}
+		return func() (io.ReadCloser, error) { return io.NopCloser(f.Reader()), nil }, nil
 	}
 	keys := e.decryptionKeys(tr.id)
 	dec, err := xmlenc.Decrypt(env.Doc, atts, keys, xmlenc.Options{
+		Store:                       store,
 		AllowedAlgorithms:           allowed,
 		RequireEncryptedAttachments: pa.RequireEncryption,
 		// Senders that wrap the key once per attachment use one private-key
@@ -480,6 +586,10 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		// from an unauthenticated request.
 		MaxPrivateKeyOperations: maxKeyOperationsPerMessage * max(1, len(keys)),
 	})
+	if errors.Is(err, limits.ErrSpool) {
+		tr.err = as4.Other("a decrypted attachment could not be spooled", err)
+		return retryLater("the message could not be stored temporarily")
+	}
 	if err != nil {
 		return e.reject(tr, decryptError(err), msgID)
 	}
@@ -493,7 +603,8 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	}
 	watts := make([]wssec.Attachment, len(dec.Attachments))
 	for i, a := range dec.Attachments {
-		watts[i] = wssec.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body}
+		cid := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(a.ContentID), "<"), ">")
+		watts[i] = wssec.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body, Open: a.Open, Digests: digests[cid]}
 	}
 	vopts := wssec.VerifyOptions{
 		Trusted:   e.cfg.Partners.AS4Certificates(partner),
@@ -547,7 +658,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	}
 	for i := range env.Attachments {
 		a := dec.Attachments[i]
-		env.Attachments[i] = as4.Part{ContentID: env.Attachments[i].ContentID, Header: a.Header, Body: a.Body}
+		env.Attachments[i] = as4.Part{ContentID: env.Attachments[i].ContentID, Header: a.Header, Body: a.Body, Content: a.Open}
 	}
 	resolved, err := as4.ResolvePayloads(env, um)
 	if err != nil {
@@ -563,9 +674,11 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	if errors.Is(err, limits.ErrBusy) {
 		e.log.Warn("as4 message not processed: memory budget exhausted while decompressing", "partner", partner.ID, "message_id", msgID, "err", err)
 		tr.err = as4.Other("memory budget exhausted", err)
-		return exchange.Reply{Status: http.StatusServiceUnavailable, Disposition: "http-503",
-			Header: http.Header{"Retry-After": {fmt.Sprint(int(limits.DefaultRetryAfter / time.Second))}, "Content-Type": {"text/plain; charset=utf-8"}},
-			Body:   []byte("the gateway is busy with other messages; retry later\n")}
+		return retryLater("the gateway is busy with other messages")
+	}
+	if errors.Is(err, limits.ErrSpool) {
+		tr.err = as4.Other("a payload could not be spooled", err)
+		return retryLater("the message could not be stored temporarily")
 	}
 	if err != nil {
 		return e.reject(tr, as4.AsError(err).WithRef(msgID), msgID)
@@ -611,6 +724,29 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		}
 	}
 	return reply
+}
+
+// attachmentDigests lists, by Content-ID, the digests the signature of doc
+// asks of each attachment (SwA transform and digest method of its cid:
+// references); empty when the signature cannot be read yet (Verify will
+// say why).
+func attachmentDigests(doc *etree.Document) map[string][]wssec.DigestKey {
+	sig, err := wssec.ParseSignature(doc, wssec.VerifyOptions{AllowSHA1: true})
+	if err != nil {
+		return nil
+	}
+	out := map[string][]wssec.DigestKey{}
+	for _, r := range sig.References {
+		cid, ok := r.ContentID()
+		if !ok || len(r.Transforms) != 1 {
+			continue
+		}
+		k := wssec.DigestKey{Transform: r.Transforms[0].Algorithm, DigestMethod: r.DigestMethod}
+		if !slices.Contains(out[cid], k) {
+			out[cid] = append(out[cid], k)
+		}
+	}
+	return out
 }
 
 // cbcAlgorithms are the AES-CBC content encryption algorithms.
@@ -739,68 +875,83 @@ func (e *Endpoint) pmodes(pa *partners.AS4) []as4.PMode {
 	return out
 }
 
-// payloads decompresses every resolved payload and spools it. The caps on
-// decompressed size and expansion ratio apply to each payload and to all
-// of them together; decompressed bytes grow the request's memory
-// reservation.
+// payloads decompresses every resolved payload as a stream into the
+// exchange's spool. The caps on decompressed size and expansion ratio apply
+// to each payload and to all of them together; a payload kept in memory
+// (up to the spool threshold) grows the request's memory reservation.
 func (e *Endpoint) payloads(ctx context.Context, spool *exchange.Spool, resolved []as4.Payload) ([]exchange.Payload, error) {
 	out := make([]exchange.Payload, 0, len(resolved))
 	res := limits.ReservationFrom(ctx)
 	lim := limits.Inflation{MaxBytes: e.cfg.MaxPayloadSize, MaxRatio: e.cfg.MaxCompressionRatio, SpoolDir: e.cfg.SpoolDir}
+	inMemory := e.cfg.SpoolThreshold
+	if inMemory <= 0 {
+		inMemory = exchange.DefaultSpoolThreshold
+	}
 	var inflated, compressed int64
 	for i, p := range resolved {
-		var raw []byte
+		var src io.ReadCloser
 		var ct, cid, filename string
 		switch {
 		case p.Part != nil:
-			raw, ct, cid = p.Part.Body, p.Part.ContentType(), p.Part.ContentID
+			rc, err := p.Part.Open()
+			if err != nil {
+				return nil, fmt.Errorf("payload %d: %w: %w", i+1, limits.ErrSpool, err)
+			}
+			src, ct, cid = rc, p.Part.ContentType(), p.Part.ContentID
 			filename = dispositionFilename(p.Part.Header)
 		case p.Element != nil:
 			b, err := elementBytes(p.Element)
 			if err != nil {
 				return nil, as4.Other(fmt.Sprintf("payload %d: SOAP body element could not be serialised", i+1), err)
 			}
-			raw, ct = b, "application/xml"
+			src, ct = io.NopCloser(bytes.NewReader(b)), "application/xml"
 		default:
 			return nil, as4.ExternalPayloadError(fmt.Sprintf("payload %d resolves to nothing", i+1), nil)
 		}
 		props := p.PartInfo.PropertyMap()
-		if props[as4.PropCompressionType] != "" {
-			compressed += int64(len(raw))
-		}
+		zipped := props[as4.PropCompressionType] != ""
+		cr := &countingReader{r: src}
 		var reserved int64
-		data, err := as4.DecompressLimited(raw, props, lim, func(n int64) error {
+		r, err := as4.DecompressReader(cr, props, lim, func(n int64) error {
 			if inflated+n > lim.MaxBytes {
 				return fmt.Errorf("payloads inflate beyond %d bytes in total: %w", lim.MaxBytes, limits.ErrTooLarge)
 			}
-			if err := lim.CheckRatio(inflated+n, compressed); err != nil {
+			if err := lim.CheckRatio(inflated+n, compressed+cr.n); err != nil {
 				return fmt.Errorf("payloads in total: %w", err)
 			}
-			if n > reserved {
-				if err := res.Grow(n - reserved); err != nil {
+			if m := min(n, inMemory); m > reserved {
+				if err := res.Grow(m - reserved); err != nil {
 					return err
 				}
-				reserved = n
+				reserved = m
 			}
 			return nil
 		})
+		var body exchange.Body
+		var size int64
+		var sum string
+		if err == nil {
+			body, size, sum, err = spool.Store(r)
+		}
+		src.Close()
 		if errors.Is(err, limits.ErrBusy) {
 			return nil, err
 		}
-		if props[as4.PropCompressionType] != "" {
-			inflated += int64(len(data))
+		if zipped {
+			inflated += size
+			compressed += cr.n
 		}
-		if err != nil {
-			ae := as4.AsError(err)
+		var ae *as4.Error
+		if errors.As(err, &ae) {
 			ae.Detail = fmt.Sprintf("payload %s: %s", payloadName(p.PartInfo.Href, i), ae.Detail)
 			return nil, ae
 		}
+		if err != nil {
+			// Our disk, not the message: the sender should retry.
+			return nil, fmt.Errorf("payload %d could not be stored: %w: %w", i+1, limits.ErrSpool, err)
+		}
 		if p.PartInfo.MimeType != "" {
 			ct = p.PartInfo.MimeType
-		}
-		body, size, sum, err := spool.Bytes(data)
-		if err != nil {
-			return nil, as4.Other("the payload could not be stored", err)
 		}
 		out = append(out, exchange.NewPayload(exchange.Payload{
 			ContentID: cid, ContentType: ct, Filename: filename, Size: size, SHA256: sum, Properties: props,

@@ -278,6 +278,7 @@ type harnessOptions struct {
 	party       as4.PartyID
 	now         func() time.Time
 	maxBody     int64
+	spoolDir    string // default: a fresh temporary directory
 	lease       time.Duration
 	// ledger turns on business-level (interchange) dedup; onDrift replaces
 	// acme's on_drift (default reject); quarantine is set as the
@@ -351,12 +352,15 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	if o.ledger {
 		pl.Ledger = st
 	}
+	if o.spoolDir == "" {
+		o.spoolDir = t.TempDir()
+	}
 	ep, err := endpoint.New(endpoint.Config{
 		Partners: dir, Keys: o.keys, Pipeline: pl,
 		PartyID: o.party.Value, PartyType: o.party.Type,
 		Limits: as4.Limits{MaxMessageSize: o.maxBody},
 		Now:    o.now, Log: log, Host: "gateway.test",
-		SpoolDir: t.TempDir(), SpoolThreshold: 64 << 10, Peppol: o.peppol,
+		SpoolDir: o.spoolDir, SpoolThreshold: 64 << 10, Peppol: o.peppol,
 	})
 	if err != nil {
 		t.Fatal(err)

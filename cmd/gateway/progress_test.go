@@ -70,33 +70,29 @@ func TestSendProgressOnTerminalOnly(t *testing.T) {
 	args := []string{"send", "-as2-from", "DEMO", "-as2-to", "GATEWAY",
 		"-key", demoPath(t, "keys/demo-partner.key"), "-cert", demoPath(t, "partners/demo-partner.pem"),
 		"-recipient-cert", demoPath(t, "keys/gateway.pem"), "-url", g.url, "-file", file, "-spool-dir", spool}
+	progressOnTerminalOnly(t, args, "result:       OK", spool)
+}
+
+// progressOnTerminalOnly runs the send command args (which prints ok when
+// it succeeds) with stderr a pseudo-terminal, which must show both bars up
+// to 100 %; with -quiet, which must show none; and with stderr a pipe,
+// which must get nothing. spool, its -spool-dir, must be empty afterwards.
+func progressOnTerminalOnly(t *testing.T, args []string, ok, spool string) {
+	t.Helper()
 	// sendTo runs the command with stderr w and returns what came out of
 	// the other end, r.
 	sendTo := func(r io.Reader, w *os.File, extra ...string) string {
-		got := make(chan string)
-		go func() {
-			var b bytes.Buffer
-			buf := make([]byte, 4096)
-			for {
-				n, err := r.Read(buf)
-				b.Write(buf[:n])
-				if err != nil || strings.Contains(b.String(), "\x00end") {
-					break
-				}
+		return stderrOf(r, w, func() {
+			var out bytes.Buffer
+			// extra flags right after the command: send-as4's files come last.
+			if code := run(append(append([]string{args[0]}, extra...), args[1:]...), &out, w); code != 0 {
+				t.Fatalf("exit %d\n%s", code, out.String())
 			}
-			got <- b.String()
-		}()
-		var out bytes.Buffer
-		if code := run(append(append([]string{}, args...), extra...), &out, w); code != 0 {
-			t.Fatalf("exit %d\n%s", code, out.String())
-		}
-		if !strings.Contains(out.String(), "result:       OK") {
-			t.Fatalf("output:\n%s", out.String())
-		}
-		w.Write([]byte("\x00end"))
-		return strings.TrimSuffix(<-got, "\x00end")
+			if !strings.Contains(out.String(), ok) {
+				t.Fatalf("output:\n%s", out.String())
+			}
+		})
 	}
-
 	master, tty := openPTY(t)
 	e := sendTo(master, tty)
 	for _, want := range []string{"\rpreparing [", "\rsending   [", "] 100%  ", " total"} {
@@ -119,6 +115,27 @@ func TestSendProgressOnTerminalOnly(t *testing.T) {
 	if left, _ := os.ReadDir(spool); len(left) != 0 {
 		t.Errorf("-spool-dir keeps %d files after the sends", len(left))
 	}
+}
+
+// stderrOf runs send, which writes to w, and returns what came out of the
+// other end of w, r (a pseudo-terminal's master or a pipe's reader).
+func stderrOf(r io.Reader, w *os.File, send func()) string {
+	got := make(chan string)
+	go func() {
+		var b bytes.Buffer
+		buf := make([]byte, 4096)
+		for {
+			n, err := r.Read(buf)
+			b.Write(buf[:n])
+			if err != nil || strings.Contains(b.String(), "\x00end") {
+				break
+			}
+		}
+		got <- b.String()
+	}()
+	send()
+	w.Write([]byte("\x00end"))
+	return strings.TrimSuffix(<-got, "\x00end")
 }
 
 // TestProgressTransport: send-as4's bar follows the request body through

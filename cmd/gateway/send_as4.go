@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,7 +32,9 @@ Builds one AS4 user message with every FILE as a gzip-compressed attachment, sig
 (RSA: rsa-sha256 by default; Ed25519 keys: eddsa-ed25519, eDelivery AS4 2.0), encrypts it
 for -encrypt-cert (RSA: RSA-OAEP; X25519: eDelivery AS4 2.0 key agreement), posts it and
 verifies the signed receipt and its NonRepudiationInformation. Exit status 0 only for a
-verified receipt.
+verified receipt. Files of any size are sent in fixed memory: the message is built as a
+stream into a spool file (-spool-dir) and posted from there with its length; -repeat and
+the resends after a 503 (-retry-for) send those same bytes.
 -profile bdew applies the BDEW AS4 profile: brainpoolP256r1 keys, ecdsa-sha256 with an
 X509PKIPathv1 token, ECDH-ES + ConcatKDF + kw-aes128 (recipient by X509SKI) and
 aes128-gcm, encryption required, GLN party types and the BDEW agreement by default;
@@ -96,8 +99,14 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	saveReceipt := fs.String("save-receipt", "", "write the answer (receipt or error signal) to this file")
 	profile := fs.String("profile", "", "bdew: send as the BDEW AS4 profile prescribes (see above)")
 	quiet := fs.Bool("quiet", false, "no progress bar (it is shown only when stderr is a terminal)")
+	spoolDir := fs.String("spool-dir", "", "where the message is built before it is sent: room for about twice its size (default: the system's temporary directory)")
+	repeat := fs.Int("repeat", 1, "send the identical bytes this many times (duplicates after the first)")
+	retryFor := fs.Duration("retry-for", 0, "on HTTP 503 (message in flight, store unavailable) resend after Retry-After for up to this long")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *repeat < 1 {
+		return fmt.Errorf("%w: -repeat must be at least 1", errUsage)
 	}
 	bdew := false
 	switch *profile {
@@ -144,7 +153,7 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	}
 	c := &client.Client{
 		Signer: signer, Certificate: cert, ReceiptSigners: receiptSigners,
-		HTTP: &http.Client{Timeout: *timeout}, AllowWeakKeys: *allowWeak, PKIPath: bdew,
+		HTTP: &http.Client{Timeout: *timeout}, AllowWeakKeys: *allowWeak, PKIPath: bdew, SpoolDir: *spoolDir,
 	}
 	if _, ok := signer.(*brainpool.PrivateKey); bdew && !ok {
 		return fmt.Errorf("send-as4: -profile bdew signs with a brainpoolP256r1 key; %s is %T", *keyFile, signer)
@@ -188,32 +197,91 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		Service: *service, ServiceType: *serviceType, Action: *action,
 	}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		st, err := os.Stat(f)
 		if err != nil {
 			return fmt.Errorf("send-as4: %w", err)
+		}
+		if !st.Mode().IsRegular() {
+			return fmt.Errorf("send-as4: %s is not a regular file", f)
 		}
 		mt := *mimeType
 		if mt == "" {
 			mt = typeByExtension(f)
 		}
-		msg.Payloads = append(msg.Payloads, client.Payload{MimeType: mt, Data: data, Compress: *compress})
+		msg.Payloads = append(msg.Payloads, client.Payload{MimeType: mt, Compress: *compress,
+			Open: func() (io.ReadCloser, error) { return os.Open(f) }, Size: st.Size()})
 	}
 
-	out, err := c.Build(msg)
-	if err != nil {
-		return err
+	// The message is built as a stream into a spool file (every file
+	// gzipped into a spool file of its own, digested, then encrypted as it
+	// is written after the envelope), in fixed memory, and sent from there,
+	// with its length, as often as asked.
+	bar := newProgress(stderr, *quiet)
+	bar.phase("preparing")
+	if bar != nil {
+		c.Progress = bar.update
 	}
-	if bar := newProgress(stderr, *quiet); bar != nil {
+	out, err := c.Prepare(msg)
+	bar.end()
+	if err != nil {
+		return fmt.Errorf("send-as4: %w", err)
+	}
+	defer out.Close()
+	if bar != nil {
 		c.HTTP.Transport = progressTransport{bar, c.HTTP.Transport}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	resp, err := c.Post(ctx, *url, out)
-	if resp != nil && *saveReceipt != "" {
-		if werr := os.WriteFile(*saveReceipt, resp.Body, 0o644); werr != nil {
-			fmt.Fprintln(stderr, "send-as4: saving the answer:", werr)
+	failed := 0
+	for i := 1; i <= *repeat; i++ {
+		if *repeat > 1 {
+			fmt.Fprintf(stdout, "send %d of %d\n", i, *repeat)
+		}
+		deadline := time.Now().Add(*retryFor)
+		resp, err := postAS4(c, *url, out, *timeout)
+		for errors.Is(err, client.ErrNoSignal) && resp.Status == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+			pause := min(max(retryAfter(resp.RetryAfter), time.Second), time.Until(deadline))
+			fmt.Fprintf(stdout, "busy: HTTP 503; resending in %s\n", pause.Round(time.Second))
+			time.Sleep(pause)
+			resp, err = postAS4(c, *url, out, *timeout)
+		}
+		if resp != nil && *saveReceipt != "" {
+			if werr := os.WriteFile(*saveReceipt, resp.Body, 0o644); werr != nil {
+				fmt.Fprintln(stderr, "send-as4: saving the answer:", werr)
+			}
+		}
+		if err := reportAS4(stdout, out, len(msg.Payloads), resp, err); err != nil {
+			if *repeat == 1 {
+				return err
+			}
+			fmt.Fprintln(stdout, err)
+			failed++
 		}
 	}
+	if failed > 0 {
+		return fmt.Errorf("send-as4: %d of %d sends of %s not acknowledged", failed, *repeat, out.MessageID)
+	}
+	return nil
+}
+
+// postAS4 posts out once, within timeout.
+func postAS4(c *client.Client, url string, out *client.Outgoing, timeout time.Duration) (*client.Response, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return c.Post(ctx, url, out)
+}
+
+// retryAfter reads a Retry-After header in seconds (zero when absent or
+// not a number of seconds).
+func retryAfter(v string) time.Duration {
+	s, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || s < 0 {
+		return 0
+	}
+	return time.Duration(s) * time.Second
+}
+
+// reportAS4 prints the outcome of one post of out; the error is for
+// anything but a verified receipt.
+func reportAS4(stdout io.Writer, out *client.Outgoing, payloads int, resp *client.Response, err error) error {
 	if errors.Is(err, client.ErrNotCovered) && resp.Receipt != nil {
 		fmt.Fprintf(stdout, "sent %s again: the receiver answered with receipt %s of %s for an earlier transmission of this message id\n"+
 			"(duplicate; signature valid, but it acknowledges the earlier transmission's references, not this one's)\n",
@@ -231,7 +299,7 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("send-as4: message %s: %w", out.MessageID, err)
 	}
 	fmt.Fprintf(stdout, "sent %s (%d attachments, %d bytes)\nreceipt %s at %s: signature valid, %d of %d references acknowledged\n",
-		out.MessageID, len(msg.Payloads), len(out.Body), resp.Receipt.MessageID, resp.Receipt.Timestamp.UTC().Format(time.RFC3339),
+		out.MessageID, payloads, out.Size(), resp.Receipt.MessageID, resp.Receipt.Timestamp.UTC().Format(time.RFC3339),
 		len(out.References), len(out.References))
 	return nil
 }

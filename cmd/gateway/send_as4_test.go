@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"math/rand/v2"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -27,36 +30,18 @@ import (
 func TestSendAS4Demo(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	demo := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "demo")
-	dir, err := partners.Load(filepath.Join(demo, "partners"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := endpoint.LoadKeyPair(filepath.Join(demo, "keys", "gateway.pem"), filepath.Join(demo, "keys", "gateway.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var calls atomic.Int64
 	var got atomic.Value
-	pl := &exchange.Pipeline{Store: dedup.NewMemoryStore(dedup.Options{Lease: time.Minute}), Log: slog.New(slog.DiscardHandler),
-		Handler: exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error {
-			calls.Add(1)
-			got.Store(m)
-			return nil
-		})}
-	ep, err := endpoint.New(endpoint.Config{Partners: dir, Keys: []xmlenc.KeyPair{gw}, Pipeline: pl,
-		PartyID: "urn:demo:gateway", PartyType: "urn:oasis:names:tc:ebcore:partyid-type:unregistered",
-		Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(ep)
-	defer srv.Close()
+	url := startDemoAS4(t, func(m *exchange.Message) {
+		calls.Add(1)
+		got.Store(m)
+	})
 
 	payload := filepath.Join(t.TempDir(), "invoice.xml")
 	os.WriteFile(payload, []byte("<Invoice>demo</Invoice>\n"), 0o600)
 	saved := filepath.Join(t.TempDir(), "receipt.xml")
 	args := func(action, id string) []string {
-		return []string{"send-as4", "-url", srv.URL + "/as4",
+		return []string{"send-as4", "-url", url,
 			"-key", filepath.Join(demo, "keys", "demo-partner.key"), "-cert", filepath.Join(demo, "partners", "demo-partner.pem"),
 			"-receipt-cert", filepath.Join(demo, "keys", "gateway.pem"), "-encrypt-cert", filepath.Join(demo, "keys", "gateway.pem"),
 			"-from", "urn:demo:partner", "-from-type", "urn:oasis:names:tc:ebcore:partyid-type:unregistered",
@@ -126,5 +111,149 @@ func TestSendAS4Demo(t *testing.T) {
 		}
 	} else if os.Getenv("CI") != "" {
 		t.Fatal("openssl not installed (CI needs it to build the PKCS#12 key)")
+	}
+}
+
+// startDemoAS4 serves demoAS4Endpoint and returns its URL.
+func startDemoAS4(t *testing.T, handle func(m *exchange.Message)) string {
+	t.Helper()
+	srv := httptest.NewServer(demoAS4Endpoint(t, handle))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/as4"
+}
+
+// demoAS4Endpoint is an AS4 endpoint configured like the demo gateway
+// (memory dedup store) that hands every message to handle.
+func demoAS4Endpoint(t *testing.T, handle func(m *exchange.Message)) http.Handler {
+	t.Helper()
+	dir, err := partners.Load(demoPath(t, "partners"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := endpoint.LoadKeyPair(demoPath(t, "keys/gateway.pem"), demoPath(t, "keys/gateway.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := &exchange.Pipeline{Store: dedup.NewMemoryStore(dedup.Options{Lease: time.Minute}), Log: slog.New(slog.DiscardHandler),
+		Handler: exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error {
+			handle(m)
+			return nil
+		})}
+	ep, err := endpoint.New(endpoint.Config{Partners: dir, Keys: []xmlenc.KeyPair{gw}, Pipeline: pl,
+		PartyID: "urn:demo:gateway", PartyType: "urn:oasis:names:tc:ebcore:partyid-type:unregistered",
+		Log: slog.New(slog.DiscardHandler), SpoolDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ep
+}
+
+// demoAS4Args are send-as4's flags to send as the demo partner to
+// startDemoAS4's URL (the files follow further flags).
+func demoAS4Args(t *testing.T, url string) []string {
+	const unregistered = "urn:oasis:names:tc:ebcore:partyid-type:unregistered"
+	return []string{"send-as4", "-url", url,
+		"-key", demoPath(t, "keys/demo-partner.key"), "-cert", demoPath(t, "partners/demo-partner.pem"),
+		"-receipt-cert", demoPath(t, "keys/gateway.pem"), "-encrypt-cert", demoPath(t, "keys/gateway.pem"),
+		"-from", "urn:demo:partner", "-from-type", unregistered, "-to", "urn:demo:gateway", "-to-type", unregistered,
+		"-service", "urn:demo:invoicing", "-action", "Deliver"}
+}
+
+// TestSendAS4StreamsSeveralFilesAndRepeats: send-as4 with two files, one
+// of them 3 MiB, gzipped and encrypted, sent twice with -repeat 2: the
+// handler runs once and gets both files exactly, both sends get a receipt
+// that acknowledges every reference of the (identical) message, and
+// -spool-dir is empty afterwards.
+func TestSendAS4StreamsSeveralFilesAndRepeats(t *testing.T) {
+	var calls atomic.Int64
+	var got [][]byte
+	url := startDemoAS4(t, func(m *exchange.Message) {
+		calls.Add(1)
+		for _, p := range m.Payloads {
+			rc, err := p.Open()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			b, _ := io.ReadAll(rc)
+			rc.Close()
+			got = append(got, b)
+		}
+	})
+	big := make([]byte, 3<<20)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range big {
+		big[i] = "0123456789ABCDEF"[rng.Uint32()%16]
+	}
+	small := []byte("<Invoice>demo</Invoice>\n")
+	spool := t.TempDir()
+	args := append(demoAS4Args(t, url), "-message-id", "repeat-1@demo", "-repeat", "2", "-spool-dir", spool,
+		writePayload(t, "big.txt", big), writePayload(t, "invoice.xml", small))
+	var out, errb bytes.Buffer
+	if code := run(args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out.String(), errb.String())
+	}
+	if n := strings.Count(out.String(), "signature valid, 4 of 4 references acknowledged"); n != 2 || !strings.Contains(out.String(), "send 2 of 2") {
+		t.Fatalf("%d verified receipts:\n%s", n, out.String())
+	}
+	if calls.Load() != 1 || len(got) != 2 || !bytes.Equal(got[0], big) || !bytes.Equal(got[1], small) {
+		t.Fatalf("handler ran %d times with %d payloads", calls.Load(), len(got))
+	}
+	if left, _ := os.ReadDir(spool); len(left) != 0 {
+		t.Errorf("-spool-dir keeps %d files", len(left))
+	}
+	if code := run(append(demoAS4Args(t, url), "-repeat", "0", "x"), &out, &errb); code != 2 {
+		t.Errorf("-repeat 0: exit %d", code)
+	}
+}
+
+// TestSendAS4ProgressOnTerminalOnly: send-as4 of a 3 MiB file draws its
+// progress bar (preparing, then sending) on a terminal only.
+func TestSendAS4ProgressOnTerminalOnly(t *testing.T) {
+	url := startDemoAS4(t, func(*exchange.Message) {})
+	big := make([]byte, 3<<20)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range big {
+		big[i] = byte(rng.Uint32())
+	}
+	spool := t.TempDir()
+	args := append(demoAS4Args(t, url), "-spool-dir", spool, writePayload(t, "big.bin", big))
+	progressOnTerminalOnly(t, args, "references acknowledged", spool)
+}
+
+// TestSendAS4RetriesWhileBusy: a first answer 503 with Retry-After is
+// followed, with -retry-for, by a resend of the very same bytes, which gets
+// the receipt; without -retry-for the command fails naming the Retry-After.
+func TestSendAS4RetriesWhileBusy(t *testing.T) {
+	var calls atomic.Int64
+	ep := demoAS4Endpoint(t, func(*exchange.Message) { calls.Add(1) })
+	var bodies [][]byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies = append(bodies, b)
+		if len(bodies) == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		ep.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	file := writePayload(t, "order.edi", []byte("UNB+UNOC:3+DEMO+GATEWAY'"))
+	var out, errb bytes.Buffer
+	if code := run(append(demoAS4Args(t, srv.URL+"/as4"), "-retry-for", "30s", file), &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), "busy: HTTP 503; resending in 1s") || !strings.Contains(out.String(), "3 of 3 references acknowledged") {
+		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	if len(bodies) != 2 || !bytes.Equal(bodies[0], bodies[1]) || calls.Load() != 1 {
+		t.Fatalf("%d posts (identical: %v), handler ran %d times", len(bodies), len(bodies) == 2 && bytes.Equal(bodies[0], bodies[1]), calls.Load())
+	}
+	bodies = nil
+	out.Reset()
+	errb.Reset()
+	if code := run(append(demoAS4Args(t, srv.URL+"/as4"), file), &out, &errb); code != 1 || !strings.Contains(errb.String(), "HTTP 503, retry after 1 s") {
+		t.Fatalf("without -retry-for: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 }

@@ -1,4 +1,7 @@
-package cms
+// Package gcmstream is AES-GCM (NIST SP 800-38D) over a stream, for
+// content too large to hold: CMS AuthEnvelopedData (package cms) and XML
+// Encryption attachments (package xmlenc) decrypt and encrypt with it.
+package gcmstream
 
 import (
 	"crypto/cipher"
@@ -6,6 +9,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+)
+
+// Errors of Stream; callers wrap them in their own.
+var (
+	// ErrAuth: the tag does not match (the plaintext must be discarded).
+	ErrAuth = errors.New("GCM authentication: message authentication failed")
+	// ErrParams: a block cipher, nonce or tag length GCM cannot use.
+	ErrParams = errors.New("GCM parameters")
 )
 
 // Streaming AES-GCM decryption (NIST SP 800-38D) for content too large to
@@ -79,7 +90,7 @@ func gfPow(h gfElem, n uint64) gfElem {
 	return r
 }
 
-const gcmChunk = 64 << 10 // bytes of ciphertext per GHASH call
+const Chunk = 64 << 10 // bytes of ciphertext per GHASH call
 
 // ghashStream computes U = GHASH-state·H of a byte stream (zero-padded to
 // whole blocks at the end) in chunks.
@@ -87,7 +98,7 @@ type ghashStream struct {
 	aead   cipher.AEAD
 	ej0z   [16]byte // E(K, J0') for the zero nonce
 	h      gfElem
-	hChunk gfElem // H^(gcmChunk/16)
+	hChunk gfElem // H^(Chunk/16)
 	u      gfElem
 	buf    []byte
 	n      uint64 // bytes hashed
@@ -97,16 +108,16 @@ type ghashStream struct {
 func newGHASHStream(block cipher.Block) (*ghashStream, error) {
 	aead, err := cipher.NewGCM(block)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDecrypt, err)
+		return nil, fmt.Errorf("%w: %v", ErrParams, err)
 	}
-	g := &ghashStream{aead: aead, buf: make([]byte, 0, gcmChunk)}
+	g := &ghashStream{aead: aead, buf: make([]byte, 0, Chunk)}
 	var zero, hb [16]byte
 	block.Encrypt(hb[:], zero[:])
 	g.h = gfLoad(hb[:])
 	j0 := zero
 	j0[15] = 1
 	block.Encrypt(g.ej0z[:], j0[:])
-	g.hChunk = gfPow(g.h, gcmChunk/16)
+	g.hChunk = gfPow(g.h, Chunk/16)
 	return g, nil
 }
 
@@ -134,7 +145,7 @@ func (g *ghashStream) flush() {
 	uc := t.xor(l) // S(chunk)·H
 	blocks := uint64(len(g.buf)+15) / 16
 	hm := g.hChunk
-	if blocks != gcmChunk/16 {
+	if blocks != Chunk/16 {
 		hm = gfPow(g.h, blocks)
 	}
 	g.u = gfMul(g.u, hm).xor(uc)
@@ -148,8 +159,9 @@ func (g *ghashStream) sum() (gfElem, uint64) {
 	return g.u, g.n
 }
 
-// gcmStreamDecrypter decrypts GCM ciphertext as it is written.
-type gcmStreamDecrypter struct {
+// Stream decrypts (or encrypts) GCM content as it is written: Decrypt
+// and Encrypt feed it in pieces of any size, Tag and Verify end it.
+type Stream struct {
 	block   cipher.Block
 	g       *ghashStream
 	j0      [16]byte
@@ -160,15 +172,15 @@ type gcmStreamDecrypter struct {
 	n       uint64
 }
 
-func newGCMStreamDecrypter(block cipher.Block, nonce []byte) (*gcmStreamDecrypter, error) {
+func New(block cipher.Block, nonce []byte) (*Stream, error) {
 	if block.BlockSize() != 16 || len(nonce) == 0 {
-		return nil, fmt.Errorf("%w: GCM needs a 128-bit block cipher and a nonce", ErrMalformed)
+		return nil, fmt.Errorf("%w: GCM needs a 128-bit block cipher and a nonce", ErrParams)
 	}
 	g, err := newGHASHStream(block)
 	if err != nil {
 		return nil, err
 	}
-	d := &gcmStreamDecrypter{block: block, g: g, out: make([]byte, 32<<10)}
+	d := &Stream{block: block, g: g, out: make([]byte, 32<<10)}
 	if len(nonce) == 12 {
 		copy(d.j0[:], nonce)
 		d.j0[15] = 1
@@ -189,7 +201,7 @@ func newGCMStreamDecrypter(block cipher.Block, nonce []byte) (*gcmStreamDecrypte
 }
 
 // restartCTR starts CTR at inc32 of ctrNext (first: inc32(J0)).
-func (d *gcmStreamDecrypter) restartCTR(first bool) {
+func (d *Stream) restartCTR(first bool) {
 	c := d.ctrNext
 	low := binary.BigEndian.Uint32(c[12:])
 	if first {
@@ -204,7 +216,7 @@ func (d *gcmStreamDecrypter) restartCTR(first bool) {
 }
 
 // xorKeyStream XORs the next len(p) keystream bytes into dst.
-func (d *gcmStreamDecrypter) xorKeyStream(dst, p []byte) {
+func (d *Stream) xorKeyStream(dst, p []byte) {
 	done := 0
 	for done < len(p) {
 		k := uint64(len(p) - done)
@@ -220,9 +232,9 @@ func (d *gcmStreamDecrypter) xorKeyStream(dst, p []byte) {
 	}
 }
 
-// decrypt turns ciphertext p into plaintext in d.out (valid until the next
-// call) and returns it.
-func (d *gcmStreamDecrypter) decrypt(p []byte) []byte {
+// Decrypt turns ciphertext p into plaintext in an internal buffer (valid
+// until the next call) and returns it.
+func (d *Stream) Decrypt(p []byte) []byte {
 	if cap(d.out) < len(p) {
 		d.out = make([]byte, len(p))
 	}
@@ -233,28 +245,37 @@ func (d *gcmStreamDecrypter) decrypt(p []byte) []byte {
 	return out
 }
 
-// verify checks tag over the ciphertext written and aad.
-func (d *gcmStreamDecrypter) verify(aad, tag []byte) error {
+// Encrypt turns plaintext p into ciphertext in dst (len(dst) >= len(p)).
+func (d *Stream) Encrypt(dst, p []byte) {
+	dst = dst[:len(p)]
+	d.xorKeyStream(dst, p)
+	d.g.write(dst)
+	d.n += uint64(len(p))
+}
+
+// Verify checks tag over the ciphertext written and aad; ErrAuth when it
+// does not match.
+func (d *Stream) Verify(aad, tag []byte) error {
 	if len(tag) < 12 || len(tag) > 16 {
-		return fmt.Errorf("GCM tag length %d: %w", len(tag), ErrUnsupportedAlgorithm)
+		return fmt.Errorf("GCM tag length %d: %w", len(tag), ErrParams)
 	}
 	want, err := d.tagErr(aad)
 	if err != nil {
 		return err
 	}
 	if subtle.ConstantTimeCompare(want[:len(tag)], tag) != 1 {
-		return fmt.Errorf("%w: GCM authentication: %v", ErrDecrypt, errors.New("message authentication failed"))
+		return ErrAuth
 	}
 	return nil
 }
 
-// tag is the full GCM tag over the ciphertext written and aad.
-func (d *gcmStreamDecrypter) tag(aad []byte) [16]byte {
+// Tag is the full GCM tag over the ciphertext written and aad.
+func (d *Stream) Tag(aad []byte) [16]byte {
 	t, _ := d.tagErr(aad)
 	return t
 }
 
-func (d *gcmStreamDecrypter) tagErr(aad []byte) ([16]byte, error) {
+func (d *Stream) tagErr(aad []byte) ([16]byte, error) {
 	uc, cn := d.g.sum()
 	var ua gfElem
 	if len(aad) > 0 {
