@@ -21,7 +21,7 @@ import (
 )
 
 // readAhead is the piece in which a multipart body is read.
-const readAhead = 256 << 10
+const readAhead = 64 << 10
 
 // Default limits, used for every zero field of Limits.
 const (
@@ -138,7 +138,7 @@ type Envelope struct {
 	// Attachments are the other MIME parts, in message order.
 	Attachments []Part
 	// files are the spooled attachments, removed by Close.
-	files []*glimits.BodyFile
+	files []*glimits.Spooled
 }
 
 // Close removes the files the attachments were spooled to.
@@ -420,11 +420,11 @@ func readPart[T any](p *multipart.Part, cid string, read func(io.Reader) (T, err
 }
 
 // spoolPart writes an attachment, transfer-decoded, to a spool file as it
-// arrives.
+// arrives (a small one stays in memory).
 func (env *Envelope) spoolPart(p *multipart.Part, limits Limits) (Part, error) {
 	cid := stripAngles(p.Header.Get("Content-ID"))
-	f, err := readPart(p, cid, func(r io.Reader) (*glimits.BodyFile, error) {
-		f, err := glimits.SpoolLayer(r, limits.SpoolDir, limits.MaxPartSize)
+	f, err := readPart(p, cid, func(r io.Reader) (*glimits.Spooled, error) {
+		f, err := glimits.SpoolSmall(r, limits.SpoolDir, limits.MaxPartSize, glimits.SmallInMemory)
 		if errors.Is(err, glimits.ErrTooLarge) {
 			return nil, fmt.Errorf("part <%s> over %d bytes: %w", cid, limits.MaxPartSize, ErrLimit)
 		}

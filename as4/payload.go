@@ -180,7 +180,7 @@ func DecompressReader(src io.Reader, props map[string]string, lim limits.Inflati
 	}
 	cs := &sourceReader{r: src}
 	// gzip reads a byte at a time from what is not an io.ByteReader.
-	zr, err := gzip.NewReader(bufio.NewReaderSize(cs, 256<<10))
+	zr, err := gzip.NewReader(bufio.NewReaderSize(cs, 64<<10))
 	if err != nil {
 		if cs.err != nil {
 			return nil, cs.err

@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -149,13 +150,6 @@ func SpoolBody(r io.Reader, dir string, max int64) (*BodyFile, error) {
 	return spool(r, dir, max, sha256.New())
 }
 
-// SpoolLayer is SpoolBody without the hash (SHA256 stays empty), for an
-// intermediate layer whose bytes are digested otherwise (an AS4 attachment
-// before and after decryption).
-func SpoolLayer(r io.Reader, dir string, max int64) (*BodyFile, error) {
-	return spool(r, dir, max, nil)
-}
-
 func spool(r io.Reader, dir string, max int64, h hash.Hash) (*BodyFile, error) {
 	f, err := spareBodies.take(dir)
 	if f == nil && err == nil {
@@ -297,4 +291,62 @@ func (s *spareFiles) put(dir, name string) bool {
 	}
 	s.byDir[dir] = append(s.byDir[dir], name)
 	return true
+}
+
+// SmallInMemory is what the AS4 endpoint keeps of an attachment in memory
+// before it spools it (SpoolSmall's keep): a typical message's parts
+// need no file, a message of 32 parts holds at most 2 MiB.
+const SmallInMemory = 64 << 10
+
+// Spooled is content kept in memory when it is small (a few KiB of a
+// typical message: no file to create and remove) and in a spool file
+// otherwise.
+type Spooled struct {
+	mem  []byte
+	file *BodyFile
+	// Size is the number of bytes.
+	Size int64
+}
+
+// SpoolSmall reads r to its end: up to keep bytes stay in memory, more go
+// to a spool file in dir like SpoolLayer (no hash), failing with an error
+// wrapping ErrTooLarge past max bytes (max > 0). The caller must Remove it.
+func SpoolSmall(r io.Reader, dir string, max, keep int64) (*Spooled, error) {
+	buf := make([]byte, keep+1)
+	n := 0
+	for n < len(buf) {
+		k, err := r.Read(buf[n:])
+		n += k
+		if max > 0 && int64(n) > max {
+			return nil, fmt.Errorf("more than %d bytes: %w", max, ErrTooLarge)
+		}
+		if err == io.EOF {
+			return &Spooled{mem: buf[:n:n], Size: int64(n)}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	f, err := spool(io.MultiReader(bytes.NewReader(buf[:n]), r), dir, max, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Spooled{file: f, Size: f.Size}, nil
+}
+
+// Reader returns a fresh reader over the content.
+func (s *Spooled) Reader() io.Reader {
+	if s.file != nil {
+		return s.file.Reader()
+	}
+	return bytes.NewReader(s.mem)
+}
+
+// Remove deletes the spool file, if any.
+func (s *Spooled) Remove() error {
+	if s == nil {
+		return nil
+	}
+	s.mem = nil
+	return s.file.Remove()
 }

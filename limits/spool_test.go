@@ -185,3 +185,34 @@ func TestOpenSpoolAreaConcurrentStarts(t *testing.T) {
 		}
 	}
 }
+
+// SpoolSmall keeps up to keep bytes in memory (no file in the directory),
+// spools more, refuses past max, and Remove leaves nothing.
+func TestSpoolSmall(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []int{0, 10, 64, 65, 300} {
+		data := bytes.Repeat([]byte("z"), n)
+		s, err := SpoolSmall(bytes.NewReader(data), dir, 1000, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ents, _ := os.ReadDir(dir)
+		if got, _ := io.ReadAll(s.Reader()); !bytes.Equal(got, data) || s.Size != int64(n) || (len(ents) == 1) != (n > 64) {
+			t.Fatalf("%d bytes: read %d, size %d, %d files", n, len(got), s.Size, len(ents))
+		}
+		if err := s.Remove(); err != nil {
+			t.Fatal(err)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Fatalf("%d bytes: %d files after Remove", n, len(ents))
+		}
+	}
+	for _, n := range []int{60, 1001} {
+		if _, err := SpoolSmall(bytes.NewReader(make([]byte, n)), dir, 50, 64); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("%d bytes over max 50: %v", n, err)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("%d files left after refusals", len(ents))
+	}
+}

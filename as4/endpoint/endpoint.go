@@ -533,7 +533,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	// Decrypted attachments go to spool files (the GCM tag is checked at
 	// the end of each; a failed message keeps nothing), removed when the
 	// exchange ends.
-	var plain []*limits.BodyFile
+	var plain []*limits.Spooled
 	defer func() {
 		for _, f := range plain {
 			if err := f.Remove(); err != nil {
@@ -562,7 +562,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		if len(ws) > 0 {
 			r = io.TeeReader(r, io.MultiWriter(ws...))
 		}
-		f, err := limits.SpoolLayer(r, e.cfg.SpoolDir, 0)
+		f, err := limits.SpoolSmall(r, e.cfg.SpoolDir, 0, limits.SmallInMemory)
 		if err != nil {
 			return nil, err
 		}

@@ -3,10 +3,13 @@ package endpoint_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/edigateway/gateway/as4/client"
 )
 
 // A message whose attachments cannot be spooled (our disk, not the
@@ -17,7 +20,13 @@ func TestSpoolFailureAnswersRetryLater(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "spool")
 	h := newHarness(t, harnessOptions{spoolDir: dir})
 	c := rsaClient(getKeys(t))
-	out, err := c.Build(testMessage("spool-1@acme"))
+	// Attachments up to limits.SmallInMemory stay in memory: this one is
+	// spooled (random bytes: gzip keeps it large).
+	m := testMessage("spool-1@acme")
+	big := make([]byte, 256<<10)
+	rand.Read(big)
+	m.Payloads = append(m.Payloads, client.Payload{MimeType: "application/octet-stream", Data: big, Compress: true})
+	out, err := c.Build(m)
 	if err != nil {
 		t.Fatal(err)
 	}
