@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/edigateway/gateway/internal/interop"
+	"github.com/edigateway/gateway/internal/spooltest"
 )
 
 // interopSeeds returns the AS4 interop files when they are present, without
@@ -60,8 +61,8 @@ func FuzzReadMessage(f *testing.F) {
 		env, err := ReadMessage(contentType, bytes.NewReader(body), limits)
 		defer func() {
 			env.Close()
-			if ents, _ := os.ReadDir(spool); len(ents) != 0 {
-				t.Fatalf("%d spool files left", len(ents))
+			if left := spooltest.Leftovers(t, spool); len(left) != 0 {
+				t.Fatalf("spool files left: %v", left)
 			}
 		}()
 		if err != nil {

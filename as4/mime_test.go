@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/beevik/etree"
+
+	"github.com/edigateway/gateway/internal/spooltest"
 )
 
 func TestReadMessageGenerated(t *testing.T) {
@@ -327,14 +329,14 @@ func TestReadMessageSpoolsAndAfterEnvelope(t *testing.T) {
 	if err := env.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-		t.Fatalf("%d files left after Close", len(ents))
+	if left := spooltest.Leftovers(t, dir); len(left) != 0 {
+		t.Fatalf("files left after Close: %v", left)
 	}
 	_, err = ReadMessage(ct, bytes.NewReader(body), Limits{SpoolDir: dir, AfterEnvelope: func(*Envelope) (int64, error) { return 100_000, nil }})
 	if !errors.Is(err, ErrMessageLimit) {
 		t.Fatalf("over the limit AfterEnvelope set: %v", err)
 	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-		t.Fatalf("%d files left after a refused message", len(ents))
+	if left := spooltest.Leftovers(t, dir); len(left) != 0 {
+		t.Fatalf("files left after a refused message: %v", left)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/spooltest"
 )
 
 // spoolFiles lists the regular files under dir except the areas' lock files.
@@ -35,21 +36,6 @@ func spoolFiles(t *testing.T, dir string) []string {
 	})
 	if err != nil {
 		t.Error(err)
-	}
-	return out
-}
-
-// leftData is spoolFiles without the emptied body files kept for reuse
-// (limits.SpoolBody): what still holds bytes of a message, or is not a
-// body file.
-func leftData(t *testing.T, dir string) []string {
-	t.Helper()
-	var out []string
-	for _, f := range spoolFiles(t, dir) {
-		st, err := os.Stat(filepath.Join(dir, f))
-		if err != nil || st.Size() != 0 || !strings.HasPrefix(filepath.Base(f), "gateway-body-") {
-			out = append(out, f)
-		}
 	}
 	return out
 }
@@ -108,7 +94,7 @@ func TestSpoolFilesLiveOnlyDuringTheExchange(t *testing.T) {
 	if !hasPrefixed(during, "gateway-body-") || !hasPrefixed(during, "gateway-spool-") {
 		t.Errorf("AS2: spool files during the handler %v, want the body and the payload", during)
 	}
-	if left := leftData(t, cfg.SpoolDir); len(left) != 0 {
+	if left := spooltest.Leftovers(t, cfg.SpoolDir); len(left) != 0 {
 		t.Errorf("AS2: spool files left after the exchange: %v", left)
 	}
 
@@ -135,7 +121,7 @@ func TestSpoolFilesLiveOnlyDuringTheExchange(t *testing.T) {
 	if !hasPrefixed(during, "gateway-spool-") {
 		t.Errorf("AS4: spool files during the handler %v, want the payload", during)
 	}
-	if left := leftData(t, cfg.SpoolDir); len(left) != 0 {
+	if left := spooltest.Leftovers(t, cfg.SpoolDir); len(left) != 0 {
 		t.Errorf("AS4: spool files left after the exchange: %v", left)
 	}
 }

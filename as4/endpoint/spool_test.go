@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/internal/spooltest"
 )
 
 // A message whose attachments cannot be spooled (our disk, not the
@@ -45,7 +46,7 @@ func TestSpoolFailureAnswersRetryLater(t *testing.T) {
 	if err != nil || resp.Status != http.StatusOK || resp.Receipt == nil || h.handler.count() != 1 {
 		t.Fatalf("spool back: %v HTTP %d, handler ran %d times", err, resp.Status, h.handler.count())
 	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-		t.Fatalf("%d files left in the spool directory", len(ents))
+	if left := spooltest.Leftovers(t, dir); len(left) != 0 {
+		t.Fatalf("files left in the spool directory: %v", left)
 	}
 }
