@@ -338,7 +338,7 @@ var defaults = map[string]any{
 // limitDefaults are the defaults of the limits that bound hostile input
 // (kept apart so that the table above stays as it is).
 var limitDefaults = map[string]any{
-	"limits.max_decompressed_bytes": int64(256 << 20),
+	"limits.max_decompressed_bytes": int64(4 << 30),
 	"limits.max_compression_ratio":  200.0,
 	"limits.max_envelope_bytes":     int64(4 << 20),
 	"limits.memory_budget":          int64(1 << 30),

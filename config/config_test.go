@@ -109,7 +109,7 @@ func TestHostileInputLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := c.Limits
-	if l.MaxDecompressedBytes != 256<<20 || l.MaxCompressionRatio != 200 || l.MaxEnvelopeBytes != 4<<20 ||
+	if l.MaxDecompressedBytes != 4<<30 || l.MaxCompressionRatio != 200 || l.MaxEnvelopeBytes != 4<<20 ||
 		l.MemoryBudget != 1<<30 || l.MinBodyRate != 4096 || l.MinBodyRateGrace != 10*time.Second {
 		t.Fatalf("defaults: %+v", l)
 	}

@@ -160,7 +160,7 @@ type Inflation struct {
 
 // Defaults for inflation.
 const (
-	DefaultMaxDecompressedBytes = 256 << 20
+	DefaultMaxDecompressedBytes = 4 << 30
 	DefaultMaxCompressionRatio  = 200
 	DefaultRatioFloor           = 1 << 20
 	DefaultMaxCompressedLayers  = 3

@@ -27,7 +27,7 @@ const DefaultContentType = "application/edi-consent"
 // Defaults for Options.
 const (
 	DefaultMaxLayers = 8
-	DefaultMaxSize   = 256 << 20
+	DefaultMaxSize   = limits.DefaultMaxDecompressedBytes
 )
 
 // Options configures Unwrap.
