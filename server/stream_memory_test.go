@@ -262,7 +262,7 @@ func TestStreamedAS2GiBSignedCompressedEncrypted(t *testing.T) {
 	}
 	const size = 1 << 30
 	var got int64
-	url := memoryServerWith(t, func(c *config.Config) { c.Limits.MaxDecompressedBytes = 2 << 30 }, drainPayload(&got, nil))
+	url := memoryServerWith(t, nil, drainPayload(&got, nil))
 	partner, gw := demoAS2KeyPairs(t)
 	const boundary = "----=_gateway_gib_c0ffee5eed"
 	head := "Content-Type: application/edi-consent\r\nContent-Transfer-Encoding: binary\r\nContent-Disposition: attachment; filename=catalogue.edi\r\n\r\n"
