@@ -168,8 +168,9 @@ func (ic *Interchange) Key(partner string) dedup.Key {
 // ISA shorter than 106 bytes, separators not at their fixed positions or not
 // distinct; no ST (or TA1); IEA missing or IEA02 differing from ISA13; for
 // both, a segment left unterminated (except a last X12 segment whose
-// newline terminator was stripped) and anything but white space after the
-// trailer: one payload carries one interchange. UBL and SBDH: malformed or
+// newline terminator was stripped), a service segment longer than
+// MaxSegmentLength, and anything but white space after the trailer: one
+// payload carries one interchange. UBL and SBDH: malformed or
 // truncated XML, a DOCTYPE (refused; an XML payload of another kind with a
 // DOCTYPE is simply ErrNoEnvelope), an encoding other than UTF-8, US-ASCII or
 // ISO-8859-1, nesting deeper than 64, markup (a tag, comment, processing
