@@ -20,22 +20,45 @@ const MaxSegmentLength = 1 << 20
 type segmentReader struct {
 	br            *bufio.Reader
 	term, release byte // release is 0 when not used
-	buf           []byte
-	n             int64 // length of the current segment
+	// win is the reader's buffered data, of which pos bytes are read (and
+	// discarded from br when win is refilled).
+	win []byte
+	pos int
+	// buf is the current segment (its first MaxSegmentLength bytes), valid
+	// until the next call of read, skipSpace or rest: either own or, for a
+	// segment found whole in win, part of win.
+	buf []byte
+	own []byte
+	n   int64 // length of the current segment
+}
+
+// fill makes unread data available in win; more is false at the end of the
+// data.
+func (s *segmentReader) fill() (more bool, err error) {
+	if s.pos < len(s.win) {
+		return true, nil
+	}
+	s.br.Discard(s.pos)
+	s.win, s.pos = nil, 0
+	if _, err := s.br.Peek(1); err == io.EOF {
+		return false, nil
+	} else if err != nil {
+		return false, readErr(err)
+	}
+	s.win, _ = s.br.Peek(s.br.Buffered())
+	return true, nil
 }
 
 // skipSpace skips white space; more is false at the end of the data.
 func (s *segmentReader) skipSpace() (more bool, err error) {
 	for {
-		b, err := s.br.ReadByte()
-		if err == io.EOF {
-			return false, nil
+		if more, err := s.fill(); !more || err != nil {
+			return false, err
 		}
-		if err != nil {
-			return false, readErr(err)
+		for s.pos < len(s.win) && isSpace(s.win[s.pos]) {
+			s.pos++
 		}
-		if !isSpace(b) {
-			s.br.UnreadByte()
+		if s.pos < len(s.win) {
 			return true, nil
 		}
 	}
@@ -47,33 +70,41 @@ func (s *segmentReader) skipSpace() (more bool, err error) {
 // the data ends first; oddRelease then tells whether it ends in an odd run
 // of release characters.
 func (s *segmentReader) read() (terminated, oddRelease bool, err error) {
-	s.buf, s.n = s.buf[:0], 0
+	s.own, s.n = s.own[:0], 0
 	run := 0 // release characters at the end of the segment so far
-	for {
-		if s.br.Buffered() == 0 {
-			if _, err := s.br.Peek(1); err == io.EOF {
-				return false, run%2 == 1, nil
-			} else if err != nil {
-				return false, false, readErr(err)
-			}
+	for first := true; ; first = false {
+		more, err := s.fill()
+		if err != nil {
+			return false, false, err
 		}
-		chunk, _ := s.br.Peek(s.br.Buffered())
+		if !more {
+			s.buf = s.own
+			return false, run%2 == 1, nil
+		}
+		chunk := s.win[s.pos:]
 		i := bytes.IndexByte(chunk, s.term)
 		part := chunk
 		if i >= 0 {
 			part = chunk[:i]
 		}
 		run = s.releaseRun(part, run)
+		if first && i >= 0 && run%2 == 0 && i <= MaxSegmentLength {
+			// The whole segment is in the buffer: no copy.
+			s.buf, s.n = part, int64(i)
+			s.pos += i + 1
+			return true, false, nil
+		}
 		s.keep(part)
 		switch {
 		case i < 0:
-			s.br.Discard(len(chunk))
+			s.pos = len(s.win)
 		case run%2 == 1: // an escaped terminator
 			s.keep(chunk[i : i+1])
-			s.br.Discard(i + 1)
+			s.pos += i + 1
 			run = 0
 		default:
-			s.br.Discard(i + 1)
+			s.pos += i + 1
+			s.buf = s.own
 			return true, false, nil
 		}
 	}
@@ -97,8 +128,8 @@ func (s *segmentReader) releaseRun(part []byte, prev int) int {
 
 func (s *segmentReader) keep(p []byte) {
 	s.n += int64(len(p))
-	if room := MaxSegmentLength - len(s.buf); room > 0 {
-		s.buf = append(s.buf, p[:min(room, len(p))]...)
+	if room := MaxSegmentLength - len(s.own); room > 0 {
+		s.own = append(s.own, p[:min(room, len(p))]...)
 	}
 }
 
@@ -111,9 +142,12 @@ func (s *segmentReader) rest() (int64, error) {
 	if _, err := s.skipSpace(); err != nil {
 		return 0, err
 	}
-	n, err := io.Copy(io.Discard, s.br)
+	n := int64(len(s.win) - s.pos)
+	s.br.Discard(len(s.win))
+	s.win, s.pos = nil, 0
+	m, err := io.Copy(io.Discard, s.br)
 	if err != nil {
 		return 0, readErr(err)
 	}
-	return n, nil
+	return n + m, nil
 }
