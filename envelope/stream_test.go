@@ -55,6 +55,17 @@ func (r *repeatReader) size() int64 {
 	return int64(len(r.parts[0])) + int64(r.n)*int64(len(r.parts[1])) + int64(len(r.parts[2]))
 }
 
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
 var heapSample = []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}}
 
 func heapNow() uint64 {
@@ -111,14 +122,15 @@ func TestExtractReaderLargeEDIFACT(t *testing.T) {
 		ic  *Interchange
 		err error
 	)
-	grew := heapGrowth(func() { ic, err = ExtractReader(r) })
+	cr := &countingReader{r: r}
+	grew := heapGrowth(func() { ic, err = ExtractReader(cr) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &Interchange{Standard: StandardEDIFACT, Sender: "5412345000013", SenderQualifier: "14", Recipient: "4012345000023", RecipientQualifier: "14",
 		Reference: "PC0001", Date: "240315", Time: "0930", Type: "PRICAT", TypeVersion: "D:96A:UN:EAN008", Syntax: "UNOC:3"}
-	if *ic != *want {
-		t.Errorf("got %+v\nwant %+v", *ic, *want)
+	if *ic != *want || cr.n < 200<<20 {
+		t.Errorf("read %d bytes, got %+v\nwant %+v", cr.n, *ic, *want)
 	}
 	t.Logf("200 MiB EDIFACT: heap growth %.1f MiB", float64(grew)/(1<<20))
 	if grew > maxHeapGrowth {
@@ -146,14 +158,15 @@ func TestExtractReaderLargeUBLAttachment(t *testing.T) {
 		ic  *Interchange
 		err error
 	)
-	grew := heapGrowth(func() { ic, err = ExtractTypedReader("application/xml", r) })
+	cr := &countingReader{r: r}
+	grew := heapGrowth(func() { ic, err = ExtractTypedReader("application/xml", cr) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &Interchange{Standard: StandardUBL, Sender: "5412345000013", SenderQualifier: "0088", Recipient: "4012345000023", RecipientQualifier: "0088",
 		Reference: "INV-2024-0042", Date: "2024-03-15", Type: "Invoice", TypeVersion: "2.1", Syntax: nsInvoice}
-	if *ic != *want {
-		t.Errorf("got %+v\nwant %+v", *ic, *want)
+	if *ic != *want || cr.n < 100<<20 {
+		t.Errorf("read %d bytes, got %+v\nwant %+v", cr.n, *ic, *want)
 	}
 	t.Logf("UBL with a 100 MiB attachment: heap growth %.1f MiB", float64(grew)/(1<<20))
 	if grew > maxHeapGrowth {

@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 )
@@ -93,6 +94,9 @@ func (f *xmlFilter) Read(p []byte) (int, error) {
 				continue
 			}
 		}
+		if f.skip() {
+			continue
+		}
 		b := f.in[f.i]
 		f.i++
 		emit, err := f.step(b, f.tmp[:])
@@ -108,6 +112,45 @@ func (f *xmlFilter) Read(p []byte) (int, error) {
 		return 0, f.err
 	}
 	return out, nil
+}
+
+// skip drops, in one go, input that step would drop byte by byte: the
+// rest of a cut text run up to the next '<', the rest of a cut CDATA
+// section up to the next ']'. It reports whether it dropped anything.
+func (f *xmlFilter) skip() bool {
+	if f.run < f.bound || f.cont != 0 {
+		return false
+	}
+	in := f.in[f.i:f.n]
+	var j int
+	switch f.state {
+	case xText:
+		if f.ref > 0 && f.refPass {
+			return false // a reference begun before the cut is passed whole
+		}
+		if j = bytes.IndexByte(in, '<'); j < 0 {
+			j = len(in)
+		}
+		f.ref = 0 // one begun after the cut is dropped whole
+	case xCDATA:
+		if f.prev[1] == ']' {
+			return false // the next byte may end the section
+		}
+		if j = bytes.IndexByte(in, ']'); j < 0 {
+			j = len(in)
+		}
+		if j > 0 {
+			f.brs, f.prev = 0, [2]byte{}
+		}
+	default:
+		return false
+	}
+	if j == 0 {
+		return false
+	}
+	f.i += j
+	f.cut = true
+	return true
 }
 
 // step handles one input byte, writing what passes to p (room for 3
