@@ -118,21 +118,29 @@ func TestExtractReaderLargeEDIFACT(t *testing.T) {
 	if r.size() < 200<<20 {
 		t.Fatalf("generated %d bytes", r.size())
 	}
+	want := &Interchange{Standard: StandardEDIFACT, Sender: "5412345000013", SenderQualifier: "14", Recipient: "4012345000023", RecipientQualifier: "14",
+		Reference: "PC0001", Date: "240315", Time: "0930", Type: "PRICAT", TypeVersion: "D:96A:UN:EAN008", Syntax: "UNOC:3"}
+	extractLarge(t, "200 MiB EDIFACT", "application/edifact", r, 200<<20, want)
+}
+
+// extractLarge extracts the envelope of a generated payload of at least
+// size bytes and checks the result, that every byte was read and the heap
+// growth.
+func extractLarge(t *testing.T, name, contentType string, r io.Reader, size int64, want *Interchange) {
+	t.Helper()
 	var (
 		ic  *Interchange
 		err error
 	)
 	cr := &countingReader{r: r}
-	grew := heapGrowth(func() { ic, err = ExtractReader(cr) })
+	grew := heapGrowth(func() { ic, err = ExtractTypedReader(contentType, cr) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Interchange{Standard: StandardEDIFACT, Sender: "5412345000013", SenderQualifier: "14", Recipient: "4012345000023", RecipientQualifier: "14",
-		Reference: "PC0001", Date: "240315", Time: "0930", Type: "PRICAT", TypeVersion: "D:96A:UN:EAN008", Syntax: "UNOC:3"}
-	if *ic != *want || cr.n < 200<<20 {
+	if *ic != *want || cr.n < size {
 		t.Errorf("read %d bytes, got %+v\nwant %+v", cr.n, *ic, *want)
 	}
-	t.Logf("200 MiB EDIFACT: heap growth %.1f MiB", float64(grew)/(1<<20))
+	t.Logf("%s: heap growth %.1f MiB", name, float64(grew)/(1<<20))
 	if grew > maxHeapGrowth {
 		t.Errorf("heap grew %d bytes, more than %d", grew, maxHeapGrowth)
 	}
@@ -154,24 +162,9 @@ func TestExtractReaderLargeUBLAttachment(t *testing.T) {
 		`<cac:AccountingCustomerParty><cac:Party><cbc:EndpointID schemeID="0088">4012345000023</cbc:EndpointID></cac:Party></cac:AccountingCustomerParty>` +
 		`</Invoice>` + "\n"
 	r := newRepeatReader(head, body, tail, 100<<20/len(body)+1)
-	var (
-		ic  *Interchange
-		err error
-	)
-	cr := &countingReader{r: r}
-	grew := heapGrowth(func() { ic, err = ExtractTypedReader("application/xml", cr) })
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := &Interchange{Standard: StandardUBL, Sender: "5412345000013", SenderQualifier: "0088", Recipient: "4012345000023", RecipientQualifier: "0088",
 		Reference: "INV-2024-0042", Date: "2024-03-15", Type: "Invoice", TypeVersion: "2.1", Syntax: nsInvoice}
-	if *ic != *want || cr.n < 100<<20 {
-		t.Errorf("read %d bytes, got %+v\nwant %+v", cr.n, *ic, *want)
-	}
-	t.Logf("UBL with a 100 MiB attachment: heap growth %.1f MiB", float64(grew)/(1<<20))
-	if grew > maxHeapGrowth {
-		t.Errorf("heap grew %d bytes, more than %d", grew, maxHeapGrowth)
-	}
+	extractLarge(t, "UBL with a 100 MiB attachment", "application/xml", r, 100<<20, want)
 }
 
 // TestLongSegments: a service segment longer than MaxSegmentLength makes the
