@@ -1,8 +1,10 @@
 package envelope
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"strings"
 )
 
@@ -69,52 +71,35 @@ func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\r' || b == '\
 // edifactScanner walks the segments of an interchange. White space between
 // segments is skipped.
 type edifactScanner struct {
-	data []byte
-	pos  int
+	segs segmentReader
 	d    edifactDelimiters
 }
 
 // next returns the next segment without its terminator, release characters
-// still in place; ok is false at the end of the data.
-func (s *edifactScanner) next() (seg []byte, ok bool, err error) {
-	for s.pos < len(s.data) && isSpace(s.data[s.pos]) {
-		s.pos++
+// still in place; ok is false at the end of the data. Of a segment longer
+// than MaxSegmentLength only that many bytes are returned and long is true.
+func (s *edifactScanner) next() (seg []byte, long, ok bool, err error) {
+	more, err := s.segs.skipSpace()
+	if err != nil || !more {
+		return nil, false, false, err
 	}
-	if s.pos >= len(s.data) {
-		return nil, false, nil
+	terminated, oddRelease, err := s.segs.read()
+	if err != nil {
+		return nil, false, false, err
 	}
-	start := s.pos
-	for from := start; ; {
-		i := bytes.IndexByte(s.data[from:], s.d.terminator)
-		if i < 0 {
-			if s.releaseRun(start, len(s.data))%2 == 1 {
-				return nil, false, damagedf(StandardEDIFACT, "segment %s ends in a release character at the end of the data", s.tag(s.data[start:]))
-			}
-			return nil, false, damagedf(StandardEDIFACT, "segment %s is not terminated (no %s before the end of the data)", s.tag(s.data[start:]), quoteByte(s.d.terminator))
+	seg = s.segs.buf
+	if !terminated {
+		if oddRelease {
+			return nil, false, false, damagedf(StandardEDIFACT, "segment %s ends in a release character at the end of the data", s.tag(seg))
 		}
-		end := from + i
-		// A release character escapes the next one, so the terminator is
-		// escaped exactly when an odd run of release characters precedes it.
-		if s.releaseRun(start, end)%2 == 1 {
-			from = end + 1
-			continue
-		}
-		s.pos = end + 1
-		return s.data[start:end], true, nil
+		return nil, false, false, damagedf(StandardEDIFACT, "segment %s is not terminated (no %s before the end of the data)", s.tag(seg), quoteByte(s.d.terminator))
 	}
+	return seg, s.segs.long(), true, nil
 }
 
-// releaseRun counts the release characters immediately before data[end],
-// not looking before start.
-func (s *edifactScanner) releaseRun(start, end int) int {
-	if s.d.release == 0 {
-		return 0
-	}
-	n := 0
-	for i := end - 1; i >= start && s.data[i] == s.d.release; i-- {
-		n++
-	}
-	return n
+// tooLong is the error for a service segment longer than MaxSegmentLength.
+func (s *edifactScanner) tooLong(seg []byte) error {
+	return damagedf(StandardEDIFACT, "segment %s is longer than %d bytes", s.tag(seg), MaxSegmentLength)
 }
 
 // tag returns the segment tag, quoted, for messages and comparisons.
@@ -187,21 +172,24 @@ func (g edifactSegment) join(e, from, to int) string {
 	return strings.Join(parts, ":")
 }
 
-func extractEDIFACT(data []byte) (*Interchange, error) {
+// extractEDIFACT reads an interchange from br, which starts with "UNA" or
+// "UNB".
+func extractEDIFACT(br *bufio.Reader) (*Interchange, error) {
 	d := edifactLevelA
-	start := 0
-	if bytes.HasPrefix(data, []byte("UNA")) {
-		var err error
-		if d, err = parseUNA(data); err != nil {
+	if head, err := br.Peek(9); bytes.HasPrefix(head, []byte("UNA")) {
+		if err != nil && err != io.EOF {
+			return nil, readErr(err)
+		}
+		if d, err = parseUNA(head); err != nil {
 			return nil, err
 		}
-		start = 9
-	} else if len(data) > 3 && data[3] == edifactLevelB.element {
+		br.Discard(9)
+	} else if len(head) > 3 && head[3] == edifactLevelB.element {
 		d = edifactLevelB
 	}
-	s := &edifactScanner{data: data, pos: start, d: d}
+	s := &edifactScanner{segs: segmentReader{br: br, term: d.terminator, release: d.release}, d: d}
 
-	seg, ok, err := s.next()
+	seg, long, ok, err := s.next()
 	if err != nil {
 		return nil, err
 	}
@@ -210,6 +198,9 @@ func extractEDIFACT(data []byte) (*Interchange, error) {
 	}
 	if len(seg) < 4 || string(seg[:3]) != "UNB" || seg[3] != d.element {
 		return nil, damagedf(StandardEDIFACT, "interchange does not start with UNB followed by the data element separator %s (found %s)", quoteByte(d.element), s.tag(seg))
+	}
+	if long {
+		return nil, s.tooLong(seg)
 	}
 	unb := s.split(seg)
 	ic := &Interchange{
@@ -240,7 +231,7 @@ func extractEDIFACT(data []byte) (*Interchange, error) {
 
 	sawUNH := false
 	for {
-		seg, ok, err := s.next()
+		seg, long, ok, err := s.next()
 		if err != nil {
 			return nil, err
 		}
@@ -252,6 +243,9 @@ func extractEDIFACT(data []byte) (*Interchange, error) {
 			if sawUNH {
 				continue
 			}
+			if long {
+				return nil, s.tooLong(seg)
+			}
 			sawUNH = true
 			unh := s.split(seg)
 			ic.Type = unh.get(2, 0)
@@ -262,6 +256,9 @@ func extractEDIFACT(data []byte) (*Interchange, error) {
 		case "UNA", "UNB":
 			return nil, damagedf(StandardEDIFACT, "%s inside interchange %q before its UNZ", s.rawTag(seg), ic.Reference)
 		case "UNZ":
+			if long {
+				return nil, s.tooLong(seg)
+			}
 			ref := s.split(seg).get(2, 0)
 			if ref != ic.Reference {
 				return nil, damagedf(StandardEDIFACT, "UNZ 0020 %q does not match UNB 0020 %q", ref, ic.Reference)
@@ -269,8 +266,12 @@ func extractEDIFACT(data []byte) (*Interchange, error) {
 			if !sawUNH {
 				return nil, damagedf(StandardEDIFACT, "interchange %q holds no UNH message", ic.Reference)
 			}
-			if rest := bytes.TrimLeft(data[s.pos:], " \t\r\n"); len(rest) > 0 {
-				return nil, damagedf(StandardEDIFACT, "%d bytes after the UNZ of interchange %q (only one interchange per payload is read)", len(rest), ic.Reference)
+			rest, err := s.segs.rest()
+			if err != nil {
+				return nil, err
+			}
+			if rest > 0 {
+				return nil, damagedf(StandardEDIFACT, "%d bytes after the UNZ of interchange %q (only one interchange per payload is read)", rest, ic.Reference)
 			}
 			return ic, nil
 		}

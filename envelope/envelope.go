@@ -13,10 +13,12 @@
 package envelope
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"strconv"
 	"strings"
@@ -166,11 +168,13 @@ func (ic *Interchange) Key(partner string) dedup.Key {
 // ISA shorter than 106 bytes, separators not at their fixed positions or not
 // distinct; no ST (or TA1); IEA missing or IEA02 differing from ISA13; for
 // both, a segment left unterminated (except a last X12 segment whose
-// newline terminator was stripped) and anything but white space after the
-// trailer: one payload carries one interchange. UBL and SBDH: malformed or
+// newline terminator was stripped), a service segment longer than
+// MaxSegmentLength, and anything but white space after the trailer: one
+// payload carries one interchange. UBL and SBDH: malformed or
 // truncated XML, a DOCTYPE (refused; an XML payload of another kind with a
 // DOCTYPE is simply ErrNoEnvelope), an encoding other than UTF-8, US-ASCII or
-// ISO-8859-1, nesting deeper than 64, more than 128 MiB, a key element twice
+// ISO-8859-1, nesting deeper than 64, markup (a tag, comment, processing
+// instruction or declaration) longer than 1 MiB, a key element twice
 // or containing elements, no cbc:UUID/cbc:ID or no InstanceIdentifier, and a
 // UBL root element that is not the document element of its namespace. Any
 // field longer than MaxFieldLength is damaged too.
@@ -185,23 +189,97 @@ func (ic *Interchange) Key(partner string) dedup.Key {
 // cac:DeliveryCustomerParty; ReceiptAdvice the other way round;
 // ApplicationResponse from cac:SenderParty to cac:ReceiverParty.
 //
-// Extract does not modify payload and keeps no reference to it.
+// Extract does not modify payload and keeps no reference to it. It is
+// ExtractReader over the bytes of payload.
 func Extract(payload []byte) (*Interchange, error) {
-	data := bytes.TrimPrefix(payload, []byte("\xef\xbb\xbf"))
-	data = bytes.TrimLeft(data, " \t\r\n")
+	return ExtractReader(bytes.NewReader(payload))
+}
+
+// ExtractReader is Extract reading the payload from r, in one pass and in
+// memory that does not depend on the payload's size: EDIFACT and X12 are
+// read segment by segment (service segments, which are all this package
+// reads, may be at most MaxSegmentLength bytes long; other segments of any
+// length are skipped without being kept), and XML is decoded with every run
+// of character data, CDATA section, comment and processing instruction cut
+// to xmlRunBound bytes, which no value read here comes near. r is read to
+// its end when the envelope is complete (to check nothing follows the
+// trailer); an error reading r is returned wrapped, and is not ErrDamaged.
+func ExtractReader(r io.Reader) (*Interchange, error) {
+	s, err := start(r)
+	if err != nil {
+		return nil, err
+	}
+	return s.extract()
+}
+
+// payloadStart is a payload positioned after its byte order mark and white
+// space, with what ExtractTyped needs to know about its beginning.
+type payloadStart struct {
+	br    *bufio.Reader
+	utf16 bool // starts with a UTF-16 byte order mark
+	empty bool // nothing but a byte order mark and white space
+	first byte // first byte after them
+}
+
+func start(r io.Reader) (*payloadStart, error) {
+	br := bufio.NewReaderSize(r, readBufferSize)
+	s := &payloadStart{br: br}
+	head, err := br.Peek(3)
+	if err != nil && err != io.EOF {
+		return nil, readErr(err)
+	}
+	s.utf16 = bytes.HasPrefix(head, []byte{0xfe, 0xff}) || bytes.HasPrefix(head, []byte{0xff, 0xfe})
+	if bytes.Equal(head, []byte("\xef\xbb\xbf")) {
+		br.Discard(3)
+	}
+	for {
+		b, err := br.ReadByte()
+		if err == io.EOF {
+			s.empty = true
+			return s, nil
+		}
+		if err != nil {
+			return nil, readErr(err)
+		}
+		if b != ' ' && b != '\t' && b != '\r' && b != '\n' {
+			br.UnreadByte()
+			s.first = b
+			return s, nil
+		}
+	}
+}
+
+// readBufferSize is the buffer through which payloads are read.
+const readBufferSize = 64 << 10
+
+func readErr(err error) error { return fmt.Errorf("envelope: read payload: %w", err) }
+
+// hasTag reports whether the payload continues with the segment tag
+// followed by something that can be a separator (or nothing: a truncated
+// envelope), so that plain text such as "UNBOUND" or "ISAAC" is not taken
+// for EDI.
+func (s *payloadStart) hasTag(tag string) bool {
+	data, _ := s.br.Peek(len(tag) + 1)
+	if !bytes.HasPrefix(data, []byte(tag)) {
+		return false
+	}
+	return len(data) == len(tag) || !isAlnum(data[len(tag)])
+}
+
+func (s *payloadStart) extract() (*Interchange, error) {
 	var (
 		ic  *Interchange
 		err error
 	)
 	switch {
-	case len(data) == 0:
+	case s.empty:
 		return nil, ErrNoEnvelope
-	case hasTag(data, "UNA") || hasTag(data, "UNB"):
-		ic, err = extractEDIFACT(data)
-	case hasTag(data, "ISA"):
-		ic, err = extractX12(data)
-	case data[0] == '<':
-		ic, err = extractXML(data)
+	case s.hasTag("UNA") || s.hasTag("UNB"):
+		ic, err = extractEDIFACT(s.br)
+	case s.hasTag("ISA"):
+		ic, err = extractX12(s.br)
+	case s.first == '<':
+		ic, err = extractXML(s.br)
 	default:
 		return nil, ErrNoEnvelope
 	}
@@ -224,21 +302,28 @@ const standardXML = "xml"
 // declaration nor an element (after a UTF-8 byte order mark and white
 // space) it is damaged, with standard "xml". A UTF-16 payload (byte order
 // mark FE FF or FF FE) is not read and gives ErrNoEnvelope. Otherwise the
-// type does not matter: the content decides, as for Extract.
+// type does not matter: the content decides, as for Extract. It is
+// ExtractTypedReader over the bytes of payload.
 func ExtractTyped(contentType string, payload []byte) (*Interchange, error) {
-	ic, err := Extract(payload)
-	if err != ErrNoEnvelope || !isXMLType(contentType) {
+	return ExtractTypedReader(contentType, bytes.NewReader(payload))
+}
+
+// ExtractTypedReader is ExtractTyped reading the payload from r, as
+// ExtractReader does.
+func ExtractTypedReader(contentType string, r io.Reader) (*Interchange, error) {
+	s, err := start(r)
+	if err != nil {
+		return nil, err
+	}
+	ic, err := s.extract()
+	if err != ErrNoEnvelope || !isXMLType(contentType) || s.utf16 {
 		return ic, err
 	}
-	if bytes.HasPrefix(payload, []byte{0xfe, 0xff}) || bytes.HasPrefix(payload, []byte{0xff, 0xfe}) {
-		return nil, ErrNoEnvelope
-	}
-	data := bytes.TrimLeft(bytes.TrimPrefix(payload, []byte("\xef\xbb\xbf")), " \t\r\n")
 	mt := mediaType(contentType)
 	switch {
-	case len(data) == 0:
+	case s.empty:
 		return nil, damagedf(standardXML, "the payload is declared %s but is empty", mt)
-	case data[0] != '<':
+	case s.first != '<':
 		return nil, damagedf(standardXML, "the payload is declared %s but does not start with an XML declaration or element", mt)
 	}
 	return nil, ErrNoEnvelope // XML with a root that is no business document
@@ -268,21 +353,15 @@ func Reason(err error) string {
 	if !errors.As(err, &d) {
 		return "the business envelope could not be read"
 	}
+	var ml *markupTooLongError
+	if errors.As(d.err, &ml) {
+		return d.msg + ": " + ml.Error()
+	}
 	var se *xml.SyntaxError
 	if errors.As(d.err, &se) {
 		return fmt.Sprintf("%s (line %d)", d.msg, se.Line)
 	}
 	return d.msg
-}
-
-// hasTag reports whether data starts with the segment tag followed by
-// something that can be a separator (or nothing: a truncated envelope), so
-// that plain text such as "UNBOUND" or "ISAAC" is not taken for EDI.
-func hasTag(data []byte, tag string) bool {
-	if !bytes.HasPrefix(data, []byte(tag)) {
-		return false
-	}
-	return len(data) == len(tag) || !isAlnum(data[len(tag)])
 }
 
 func isAlnum(b byte) bool {

@@ -1,7 +1,9 @@
 package envelope
 
 import (
+	"bufio"
 	"bytes"
+	"io"
 	"strings"
 )
 
@@ -24,7 +26,12 @@ var isaOffsets = func() (o [16]int) {
 	return o
 }()
 
-func extractX12(data []byte) (*Interchange, error) {
+// extractX12 reads an interchange from br, which starts with "ISA".
+func extractX12(br *bufio.Reader) (*Interchange, error) {
+	data, err := br.Peek(isaLength)
+	if err != nil && err != io.EOF {
+		return nil, readErr(err)
+	}
 	if len(data) < isaLength {
 		return nil, damagedf(StandardX12, "ISA segment truncated: %d of %d bytes", len(data), isaLength)
 	}
@@ -32,7 +39,8 @@ func extractX12(data []byte) (*Interchange, error) {
 	if isAlnum(sep) || isSpace(sep) {
 		return nil, damagedf(StandardX12, "ISA element separator %s cannot be a separator", quoteByte(sep))
 	}
-	isa := data[:isaLength]
+	isa := bytes.Clone(data[:isaLength])
+	br.Discard(isaLength)
 	for n := 1; n <= 16; n++ {
 		if off := isaOffsets[n-1]; isa[off-1] != sep {
 			return nil, damagedf(StandardX12, "ISA is not 106 bytes of fixed-width elements: expected the element separator %s before ISA%02d at offset %d, found %s", quoteByte(sep), n, off-1, quoteByte(isa[off-1]))
@@ -86,27 +94,31 @@ func extractX12(data []byte) (*Interchange, error) {
 	}
 
 	var (
-		pos            = isaLength
+		segs           = segmentReader{br: br, term: term}
 		gs08, st03     string
 		sawGS, sawTA1  bool
 		sawST          bool
 		lenientFinalOK = term == '\r' || term == '\n'
 	)
 	for {
-		for pos < len(data) && isSpace(data[pos]) {
-			pos++
+		more, err := segs.skipSpace()
+		if err != nil {
+			return nil, err
 		}
-		if pos >= len(data) {
+		if !more {
 			return nil, damagedf(StandardX12, "IEA interchange trailer missing (ISA13 %q)", ic.Reference)
 		}
-		var seg []byte
-		if i := bytes.IndexByte(data[pos:], term); i >= 0 {
-			seg, pos = data[pos:pos+i], pos+i+1
-		} else if lenientFinalOK {
-			// A newline terminator is often stripped from the last line.
-			seg, pos = data[pos:], len(data)
-		} else {
-			return nil, damagedf(StandardX12, "segment %q is not terminated (no %s before the end of the data)", x12Tag(data[pos:], sep), quoteByte(term))
+		terminated, _, err := segs.read()
+		if err != nil {
+			return nil, err
+		}
+		seg := segs.buf
+		if !terminated && !lenientFinalOK {
+			return nil, damagedf(StandardX12, "segment %q is not terminated (no %s before the end of the data)", x12Tag(seg, sep), quoteByte(term))
+		}
+		// (A newline terminator is often stripped from the last line.)
+		if segs.long() && bytes.IndexByte(seg, sep) < 0 {
+			return nil, damagedf(StandardX12, "segment %q has no element separator in its first %d bytes", x12Tag(seg, sep), MaxSegmentLength)
 		}
 		tag := seg
 		if i := bytes.IndexByte(seg, sep); i >= 0 {
@@ -117,6 +129,9 @@ func extractX12(data []byte) (*Interchange, error) {
 		case "GS", "ST", "TA1", "ISA", "IEA":
 		default:
 			continue // no segment this package reads; do not split it
+		}
+		if segs.long() && (string(tag) == "IEA" || string(tag) == "GS" && !sawGS || string(tag) == "ST" && !sawST) {
+			return nil, damagedf(StandardX12, "segment %q is longer than %d bytes", string(tag), MaxSegmentLength)
 		}
 		elems := bytes.Split(seg, []byte{sep})
 		el := func(i int) string {
@@ -157,8 +172,12 @@ func extractX12(data []byte) (*Interchange, error) {
 			if ic.TypeVersion == "" {
 				ic.TypeVersion = gs08
 			}
-			if rest := bytes.TrimLeft(data[pos:], " \t\r\n"); len(rest) > 0 {
-				return nil, damagedf(StandardX12, "%d bytes after the IEA of interchange %q (only one interchange per payload is read)", len(rest), ic.Reference)
+			rest, err := segs.rest()
+			if err != nil {
+				return nil, err
+			}
+			if rest > 0 {
+				return nil, damagedf(StandardX12, "%d bytes after the IEA of interchange %q (only one interchange per payload is read)", rest, ic.Reference)
 			}
 			return ic, nil
 		}

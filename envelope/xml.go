@@ -9,14 +9,9 @@ import (
 	"unicode/utf8"
 )
 
-const (
-	// maxXMLDepth bounds element nesting; UBL and SBDH documents stay far
-	// below it.
-	maxXMLDepth = 64
-	// maxXMLSize bounds the bytes of XML read (after any charset
-	// conversion).
-	maxXMLSize = 128 << 20
-)
+// maxXMLDepth bounds element nesting; UBL and SBDH documents stay far
+// below it.
+const maxXMLDepth = 64
 
 // XML namespaces, matched by URI, never by prefix.
 const (
@@ -70,9 +65,36 @@ func sbdhPath(locals ...string) []xml.Name {
 	return p
 }
 
-func extractXML(data []byte) (*Interchange, error) {
+// extractXML reads an XML document from r, which starts with '<'. The
+// decoder reads through an xmlRunBound filter, so that memory does not grow
+// with the size of the document or of any text in it.
+func extractXML(r io.Reader) (*Interchange, error) {
+	src := &readErrRecorder{r: r}
+	ic, err := extractXMLFrom(newXMLRunBound(src, xmlRunBound))
+	if src.err != nil {
+		return nil, readErr(src.err)
+	}
+	return ic, err
+}
+
+// readErrRecorder remembers a read error other than io.EOF, which the XML
+// decoder would report as malformed XML.
+type readErrRecorder struct {
+	r   io.Reader
+	err error
+}
+
+func (e *readErrRecorder) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
+
+func extractXMLFrom(r io.Reader) (*Interchange, error) {
 	var cs charsetState
-	d := xml.NewDecoder(bytes.NewReader(data))
+	d := xml.NewDecoder(r)
 	d.Strict = true
 	d.CharsetReader = cs.reader
 
@@ -92,9 +114,6 @@ prolog:
 		}
 		if err != nil {
 			return nil, damagedWrap(standardXML, err, "malformed XML before the root element")
-		}
-		if d.InputOffset() > maxXMLSize {
-			return nil, damagedf(standardXML, "document larger than %d bytes", maxXMLSize)
 		}
 		switch t := tok.(type) {
 		case xml.StartElement:
@@ -196,9 +215,6 @@ func walkXML(d *xml.Decoder, std string, root xml.StartElement, captures []*xmlC
 		}
 		if err != nil {
 			return damagedWrap(std, err, "malformed XML")
-		}
-		if d.InputOffset() > maxXMLSize {
-			return damagedf(std, "document larger than %d bytes", maxXMLSize)
 		}
 		switch t := tok.(type) {
 		case xml.StartElement:

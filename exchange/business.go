@@ -17,10 +17,6 @@ import (
 	"github.com/edigateway/gateway/envelope"
 )
 
-// DefaultMaxEnvelopeBytes bounds how much of a payload is read to find its
-// business envelope; larger payloads get transport dedup only.
-const DefaultMaxEnvelopeBytes = 64 << 20
-
 // InterchangeDuplicate describes an interchange that was already accepted
 // under another transport id.
 type InterchangeDuplicate struct {
@@ -45,29 +41,21 @@ type payloadInterchange struct {
 	hash    string
 }
 
-// extractInterchanges finds the business envelope of each payload. A
-// damaged envelope is a *damagedEnvelope: the message is refused rather
-// than processed without its business key. Any other error is ours (a
-// payload that cannot be read back).
+// extractInterchanges finds the business envelope of each payload, whatever
+// its size: the payload is read once more, as a stream from memory or its
+// spool file, in memory that does not depend on its size. A damaged
+// envelope is a *damagedEnvelope: the message is refused rather than
+// processed without its business key. Any other error is ours (a payload
+// that cannot be read back).
 func (p *Pipeline) extractInterchanges(m *Message) ([]payloadInterchange, error) {
-	limit := p.MaxEnvelopeBytes
-	if limit <= 0 {
-		limit = DefaultMaxEnvelopeBytes
-	}
 	var out []payloadInterchange
 	for i, pl := range m.Payloads {
-		if pl.Size > limit {
-			p.log().Warn("payload too large to read its envelope; transport dedup only", "partner", m.Partner,
-				"protocol", string(m.Protocol), "message_id", m.MessageID, "size", pl.Size)
-			continue
-		}
-		b, err := payloadBytes(pl, limit)
-		if err != nil {
-			return nil, fmt.Errorf("exchange: read payload %d: %w", i+1, err)
-		}
-		env, err := envelope.ExtractTyped(pl.ContentType, b)
+		env, err := extractPayload(pl)
 		if err == envelope.ErrNoEnvelope {
 			continue
+		}
+		if err != nil && !errors.Is(err, envelope.ErrDamaged) {
+			return nil, fmt.Errorf("exchange: read payload %d: %w", i+1, err)
 		}
 		if err != nil {
 			return nil, &damagedEnvelope{reason: fmt.Sprintf("payload %d: %s", i+1, envelope.Reason(err)),
@@ -372,27 +360,16 @@ func writeFileSync(path string, r io.Reader) error {
 	return err
 }
 
-// payloadBytes returns at most limit bytes of a payload: the bytes
-// themselves when it is held in memory, else read into one buffer of its
-// size (no copy, no doubling buffer).
-func payloadBytes(pl Payload, limit int64) ([]byte, error) {
-	if mb, ok := pl.body.(MemoryBody); ok {
-		return mb[:min(int64(len(mb)), limit)], nil
-	}
+// extractPayload reads the business envelope of a payload from its body.
+// An error that is neither envelope.ErrNoEnvelope nor a damaged envelope
+// means the payload could not be read.
+func extractPayload(pl Payload) (*envelope.Interchange, error) {
 	r, err := pl.Open()
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	buf := make([]byte, min(max(pl.Size, 0), limit)+1) // +1: a body longer than its Size still ends the read
-	n, err := io.ReadFull(r, buf)
-	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
-		return nil, err
-	}
-	if int64(n) > limit {
-		n = int(limit)
-	}
-	return buf[:n:n], nil
+	return envelope.ExtractTypedReader(pl.ContentType, r)
 }
 
 // claimInterchange claims an interchange in the ledger. With an atomic

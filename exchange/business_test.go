@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -316,4 +317,61 @@ func TestQuarantineKeepsEveryPayloadOfADriftedMessage(t *testing.T) {
 			t.Errorf("quarantined %s: %q", files[0], b)
 		}
 	})
+}
+
+// cycleReader repeats s without end.
+type cycleReader struct {
+	s   string
+	off int
+}
+
+func (c *cycleReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		k := copy(p[n:], c.s[c.off:])
+		n += k
+		c.off = (c.off + k) % len(c.s)
+	}
+	return n, nil
+}
+
+// TestLargeInterchangeResentIsDuplicate: a 70 MiB EDIFACT price catalogue
+// (more than the 64 MiB the envelope scan used to read whole) spooled to a
+// file and resent under a new message id is a duplicate interchange: the
+// handler runs once.
+func TestLargeInterchangeResentIsDuplicate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spools 2 × 70 MiB")
+	}
+	const size = 70 << 20
+	line := "LIN+1++4000862141404:SRS'PIA+1+ABC123:SA'PRI+AAA:27.50:CT'QTY+21:5'\n"
+	sp := &Spool{Dir: t.TempDir(), Threshold: 1 << 20}
+	defer sp.Cleanup()
+	f := newLedgerFixture(t)
+	send := func(id string) Reply {
+		r := io.MultiReader(strings.NewReader("UNA:+.? 'UNB+UNOC:3+SENDER:14+RECEIVER:14+261130:0930+PC7'UNH+1+PRICAT:D:96A:UN'"),
+			io.LimitReader(&cycleReader{s: line}, size/int64(len(line))*int64(len(line))), strings.NewReader("UNT+9+1'UNZ+1+PC7'"))
+		body, n, h, err := sp.Store(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := body.(FileBody); !ok || n <= 64<<20 {
+			t.Fatalf("stored %T of %d bytes", body, n)
+		}
+		in := f.proto.inbound("acme", id, "")
+		in.Message.Payloads = []Payload{NewPayload(Payload{ContentType: "application/edifact", SHA256: h, Size: n}, body)}
+		in.Replies = dupReplies{in.Replies.(testReplies)}
+		return f.p.Process(context.Background(), in)
+	}
+	r1 := send("m1")
+	r2 := send("m2")
+	if f.h.n() != 1 {
+		t.Fatalf("handler ran %d times", f.h.n())
+	}
+	if !strings.HasPrefix(string(r1.Body), "receipt") || string(r2.Body) != "duplicate interchange PC7 retries=1" {
+		t.Fatalf("replies: %q / %q", r1.Body, r2.Body)
+	}
+	if got := decisions(f.a); got != "new,new-interchange,new,duplicate-interchange" {
+		t.Errorf("audit decisions %s", got)
+	}
 }

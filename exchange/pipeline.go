@@ -150,11 +150,9 @@ type Pipeline struct {
 	Ledger dedup.Ledger
 	// Quarantine is the directory for payloads under on_drift: quarantine.
 	Quarantine string
-	// MaxEnvelopeBytes bounds how much of a payload is read for its envelope.
-	MaxEnvelopeBytes int64
-	Audit            audit.Sink
-	Handler          Handler
-	Log              *slog.Logger
+	Audit      audit.Sink
+	Handler    Handler
+	Log        *slog.Logger
 	// Lease is the store's lease; the handler's context ends a margin before
 	// it, so that a slow handler cannot outlive its claim.
 	Lease time.Duration
