@@ -13,7 +13,7 @@
 # msgs/s ÷ bound, and figures a busy machine disturbs far less: the
 # gateway's CPU ms per message (its process_cpu_seconds_total on the admin
 # /metrics) and what of it is not the two RSA operations, the gateway
-# process's fsync + fdatasync calls per message (counted by strace, start-up
+# process's fsync + fdatasync calls per message (with STRACE=1, counted by strace, start-up
 # and shutdown included) and, on PostgreSQL with psql at hand, the
 # database's commits and the cluster's WAL syncs per message (exact only
 # when nothing else uses the database meanwhile).
@@ -24,8 +24,10 @@
 # Settings (environment): STORE (the served configuration's store URL; the
 # -store argument wins; default an SQLite file in the temporary directory),
 # AS2_N (2000), AS4_N (1000), CONCURRENCY (8), SIZE (10240 bytes), DUPLICATES
-# (0: fraction resent with identical bytes), OP_TIME (3s), STRACE (auto:
-# count fsyncs when strace is installed; 0 never, 1 always), PROFILE=1 turns on
+# (0: fraction resent with identical bytes), OP_TIME (3s), STRACE (0: off;
+# 1: count fsyncs with strace; auto: when strace can trace here; a traced
+# gateway is slower: on the 2-core machine 86 instead of 135 AS2 msgs/s,
+# so take msgs/s and the ratio from an untraced run), PROFILE=1 turns on
 # admin.pprof and saves a 10 s CPU profile of the gateway taken during each
 # load as $PROFILE_DIR/{as2,as4}.cpu.pprof (PROFILE_DIR default: the current
 # directory), GATEWAY_BIN (serve this binary instead of building
@@ -68,7 +70,7 @@ while [[ $# -gt 0 ]]; do
 	esac
 done
 use_strace=0
-case "${STRACE:-auto}" in
+case "${STRACE:-0}" in
 1) use_strace=1 ;;
 auto)
 	# Only where it can trace (a container may forbid ptrace or seccomp).
