@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -176,19 +175,7 @@ func TestStreamedAS2GiBMemoryBounded(t *testing.T) {
 	const size = 1 << 30
 	var got int64
 	url := memoryServerWith(t, nil, drainPayload(&got, nil))
-	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
-	read := func(p string) []byte {
-		b, err := os.ReadFile(filepath.Join(demo, p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	partner, err := cms.ParseKeyPair(read("partners/demo-partner.pem"), read("keys/demo-partner.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	partner, _ := demoAS2KeyPairs(t)
 	const boundary = "----=_gateway_gib_7f3a9c1e5b2d4f60"
 	head := "Content-Type: application/octet-stream\r\nContent-Transfer-Encoding: binary\r\nContent-Disposition: attachment; filename=cad.bin\r\n\r\n"
 	// First pass: the signed part's digest (the MIC), then the signature.
