@@ -419,16 +419,27 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 	}()
 	lim := e.cfg.Limits
 	lim.MaxMessageSize = limit
+	var unknownSender *as4.Envelope
 	lim.AfterEnvelope = func(env *as4.Envelope) (int64, error) {
 		// The unverified eb:From names the partner whose size limit
 		// applies from here on; the attachments follow the envelope.
 		limit = e.cfg.Limits.MaxMessageSize
-		if p := e.unverifiedPartner(env); p != nil {
+		p, unknown := e.unverifiedPartner(env)
+		if unknown {
+			// No agreement with the sender: process refuses it
+			// (EBMS:0010) without its attachments being read.
+			unknownSender = env
+			return 0, errUnknownSender
+		}
+		if p != nil {
 			limit = partners.BodyLimit(p, limit)
 		}
 		return limit, nil
 	}
 	env, err := as4.ReadMessage(contentType, body, lim)
+	if errors.Is(err, errUnknownSender) {
+		env, err = unknownSender, nil
+	}
 	defer func() {
 		if err := env.Close(); err != nil {
 			e.log.Warn("as4 spool cleanup failed", "partner", tr.partner, "message_id", tr.messageID, "err", err)
@@ -447,22 +458,31 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 	return e.process(ctx, env, tr), 0
 }
 
-// unverifiedPartner is the partner the unverified eb:From of env names,
-// nil when none does (the message is refused later, EBMS:0010).
-func (e *Endpoint) unverifiedPartner(env *as4.Envelope) *partners.Partner {
+// errUnknownSender stops reading a message whose unverified eb:From names
+// no partner: it costs no more than its envelope.
+var errUnknownSender = errors.New("as4: eb:From names no trading partner")
+
+// unverifiedPartner is the partner the unverified eb:From of env names (nil
+// for a Peppol access point without a partner file, or when the header does
+// not parse: refused later with its own error); unknown reports a user
+// message whose eb:From names no partner, which process refuses with
+// EBMS:0010 whatever follows the envelope.
+func (e *Endpoint) unverifiedPartner(env *as4.Envelope) (p *partners.Partner, unknown bool) {
 	mel, err := env.Messaging()
 	if err != nil {
-		return nil
+		return nil, false
 	}
 	m, err := as4.ParseMessaging(mel)
 	if err != nil || m.UserMessage == nil {
-		return nil
+		return nil, false
 	}
-	p, _, ok := e.partnerFor(m.UserMessage.From)
-	if !ok {
-		return nil
+	if p, _, ok := e.partnerFor(m.UserMessage.From); ok {
+		return p, false
 	}
-	return p
+	if _, _, ok := e.peppolPartner(m.UserMessage.From); ok {
+		return nil, false
+	}
+	return nil, true
 }
 
 // retryLater answers 503 with Retry-After: our side could not keep the
