@@ -9,7 +9,6 @@
 package as2client
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/rand"
@@ -119,20 +118,10 @@ type Message struct {
 }
 
 // Size is the HTTP body's length.
-func (m *Message) Size() int64 {
-	if m.spool != nil {
-		return m.spool.Size()
-	}
-	return int64(len(m.Body))
-}
+func (m *Message) Size() int64 { return sendspool.BodySize(m.spool, m.Body) }
 
 // body reads the HTTP body from its start.
-func (m *Message) body() io.Reader {
-	if m.spool != nil {
-		return m.spool.Reader()
-	}
-	return bytes.NewReader(m.Body)
-}
+func (m *Message) body() io.Reader { return sendspool.BodyReader(m.spool, m.Body) }
 
 // Close releases the spool file of a message made by PrepareStream.
 func (m *Message) Close() error {

@@ -187,20 +187,10 @@ type Outgoing struct {
 }
 
 // Size is the HTTP body's length.
-func (o *Outgoing) Size() int64 {
-	if o.spool != nil {
-		return o.spool.Size()
-	}
-	return int64(len(o.Body))
-}
+func (o *Outgoing) Size() int64 { return sendspool.BodySize(o.spool, o.Body) }
 
 // BodyReader reads the HTTP body from its start (every call anew).
-func (o *Outgoing) BodyReader() io.Reader {
-	if o.spool != nil {
-		return o.spool.Reader()
-	}
-	return bytes.NewReader(o.Body)
-}
+func (o *Outgoing) BodyReader() io.Reader { return sendspool.BodyReader(o.spool, o.Body) }
 
 // Close releases the spool file of a message made by Prepare.
 func (o *Outgoing) Close() error {

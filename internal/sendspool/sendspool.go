@@ -7,6 +7,7 @@ package sendspool
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -86,4 +87,22 @@ func (s *File) Close() error {
 	}
 	s.f = nil
 	return err
+}
+
+// BodySize is the length of a message body kept in s, or in mem when s is
+// nil (a message built in memory).
+func BodySize(s *File, mem []byte) int64 {
+	if s != nil {
+		return s.Size()
+	}
+	return int64(len(mem))
+}
+
+// BodyReader reads a message body from its start: from s, or from mem when
+// s is nil.
+func BodyReader(s *File, mem []byte) io.Reader {
+	if s != nil {
+		return s.Reader()
+	}
+	return bytes.NewReader(mem)
 }
