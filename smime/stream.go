@@ -13,6 +13,7 @@ import (
 	"mime/quotedprintable"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/edigateway/gateway/cms"
 	"github.com/edigateway/gateway/internal/base64body"
@@ -325,24 +326,53 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 				compressedBase = der.N
 			}
 			lim := limits.Inflation{MaxBytes: maxSize, MaxRatio: maxRatio}
-			n, err = cms.DecompressStream(der.readerAt(), der.N, f, lim, func(total int64) error {
-				if inflated+total > maxSize {
-					return fmt.Errorf("compressed layers inflate beyond %d bytes in total: %w", maxSize, limits.ErrTooLarge)
-				}
-				if err := lim.CheckRatio(inflated+total, compressedBase); err != nil {
-					return fmt.Errorf("compressed layers in total: %w", err)
-				}
-				return nil
-			})
-			if errors.Is(err, cms.ErrInvalidBER) {
-				res.Layers = res.Layers[:len(res.Layers)-1]
-				return res, fmt.Errorf("smime: %s: %w", mt, err)
+			// The inflater writes the layer file while, when the layer
+			// is multipart/signed, this goroutine splits and hashes it as
+			// it grows (two cores, one pass); the layer is used only once
+			// both have ended without error.
+			g := newGrowingLayer(f)
+			go func() {
+				k, err := cms.DecompressStream(der.readerAt(), der.N, g, lim, func(total int64) error {
+					if inflated+total > maxSize {
+						return fmt.Errorf("compressed layers inflate beyond %d bytes in total: %w", maxSize, limits.ErrTooLarge)
+					}
+					if err := lim.CheckRatio(inflated+total, compressedBase); err != nil {
+						return fmt.Errorf("compressed layers in total: %w", err)
+					}
+					return nil
+				})
+				g.finish(k, err)
+			}()
+			before := *res
+			content, pipelined, verr := res.signedWhileInflating(g, opts)
+			if verr != nil {
+				g.stop()
 			}
-			if err != nil {
+			n, err = g.wait()
+			if err != nil && !(verr != nil && errors.Is(err, errLayerAborted)) {
+				// The inflater's refusal is the reason, whatever the
+				// split made of the cut layer.
+				*res = before
+				if errors.Is(err, cms.ErrInvalidBER) {
+					res.Layers = res.Layers[:len(res.Layers)-1]
+					return res, fmt.Errorf("smime: %s: %w", mt, err)
+				}
 				return res, fmt.Errorf("smime: %w", err)
 			}
 			inflated += n
 			res.Compressed = true
+			if verr != nil {
+				return res, fmt.Errorf("smime: %w", verr)
+			}
+			if pipelined {
+				for _, s := range []*Section{&content.Body, &content.Raw, &res.mic.sec, &res.bodySum.sec} {
+					g.onFile(s)
+				}
+				inner := Section{R: f, N: n}
+				innerUnsigned = &inner
+				cur = content
+				continue
+			}
 		case cms.TypeSignedData:
 			return res, fmt.Errorf("smime: opaque signed-data: %w", ErrNotStreamable)
 		default:
@@ -385,6 +415,35 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 	}
 	return res, nil
 }
+
+// signedWhileInflating verifies the layer g is being inflated into while it
+// grows, when it is multipart/signed (the usual AS2 layering: signed, then
+// compressed). It reports false, without reading further, for any other
+// layer or one whose writer ended before its header was seen: the caller
+// waits for the whole layer then and goes on the usual way.
+func (r *StreamResult) signedWhileInflating(g *growingLayer, opts StreamOptions) (*streamEntity, bool, error) {
+	g.waitFor(maxHeaderBytes + 1)
+	if g.complete() {
+		return nil, false, nil
+	}
+	// The layer's size is known only at its end: the section runs to the
+	// end of what the writer writes.
+	next, err := parseStreamEntity(Section{R: g, N: 1 << 62})
+	if err != nil || !hasMIMEHeader(next.Header) {
+		return nil, false, nil
+	}
+	mt, params, err := next.mediaType()
+	if err != nil || mt != "multipart/signed" {
+		return nil, false, nil
+	}
+	pipelinedLayers.Add(1)
+	content, err := r.verifySignedStream(next, params, opts)
+	return content, true, err
+}
+
+// pipelinedLayers counts the layers verified while they were inflated (the
+// tests check that the concurrent path ran).
+var pipelinedLayers atomic.Int64
 
 // setUnsignedMICStream is setUnsignedMIC for sections.
 func (r *StreamResult) setUnsignedMICStream(innerEntity, content Section, opts Options) {

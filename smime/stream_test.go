@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/edigateway/gateway/cms"
 	"github.com/edigateway/gateway/internal/interop"
@@ -169,5 +170,88 @@ func TestUnwrapStreamBase64PastPadding(t *testing.T) {
 	// The fallback gives the in-memory answer: malformed.
 	if _, err := UnwrapEntity(&Entity{Header: hdr, Body: body}, Options{}); !errors.Is(err, ErrMalformedMIME) {
 		t.Fatalf("in memory: %v, want ErrMalformedMIME", err)
+	}
+}
+
+// slowReaderAt delays every read, so that the inflater of a compressed layer
+// is still writing when the layer's header is read.
+type slowReaderAt struct{ r io.ReaderAt }
+
+func (s slowReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	time.Sleep(200 * time.Microsecond)
+	return s.r.ReadAt(p, off)
+}
+
+// A signed-then-compressed message whose multipart/signed layer is split and
+// hashed while it is inflated agrees with the in-memory unwrap: the payload,
+// its SHA-256 and MIC on success; the error class and layers when the
+// signer is not trusted, the body is cut, or the inflated layer passes
+// MaxSize (the inflater's refusal is the reason, not the cut layer's).
+func TestUnwrapStreamVerifiesWhileInflating(t *testing.T) {
+	sender := newKeyPair(t, "sender", 0)
+	receiver := newKeyPair(t, "receiver", 1)
+	other := newKeyPair(t, "other", 2)
+	payload := bytes.Repeat(testPayload(), 3000) // ~4.5 MB
+	opts := Options{Keys: []cms.KeyPair{receiver}, Trusted: []*x509.Certificate{sender.Cert}}
+	for _, enc := range []string{"", "aes128-gcm"} {
+		t.Run("enc="+enc, func(t *testing.T) {
+			b, err := Build(payload, "application/EDIFACT", "orders.edi", BuildOptions{
+				SignCert: sender.Cert, SignKey: sender.Key, SignDigest: "sha256",
+				EncryptCerts: []*x509.Certificate{receiver.Cert}, Cipher: enc,
+				Compression: SignThenCompress, TransferEncoding: "binary",
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			unwrap := func(e *Entity, o Options) (*Result, *StreamResult, error, error) {
+				mem, merr := UnwrapEntity(e, o)
+				sres, serr := UnwrapStream(e.Header, Section{R: slowReaderAt{bytes.NewReader(e.Body)}, N: int64(len(e.Body))}, StreamOptions{
+					Options: o, NewFile: func() (*os.File, error) { return os.CreateTemp(t.TempDir(), "layer-*") },
+				})
+				if !slices.Equal(mem.Layers, sres.Layers) || mem.Signed != sres.Signed || mem.Compressed != sres.Compressed {
+					t.Fatalf("in memory %+v (%v)\nstream %+v (%v)", mem, merr, sres.Result, serr)
+				}
+				return mem, sres, merr, serr
+			}
+			before := pipelinedLayers.Load()
+			mem, sres, merr, serr := unwrap(httpEntity(b), opts)
+			if merr != nil || serr != nil {
+				t.Fatalf("in memory: %v; stream: %v", merr, serr)
+			}
+			if pipelinedLayers.Load() == before {
+				t.Fatal("the signed layer was not verified while it was inflated")
+			}
+			got, err := io.ReadAll(sres.Body.Reader())
+			if err != nil || !bytes.Equal(got, mem.Payload) {
+				t.Fatalf("payload: %d bytes streamed, %d in memory (%v)", len(got), len(mem.Payload), err)
+			}
+			if _, ok := sres.Body.R.(*os.File); !ok {
+				t.Fatalf("payload section over %T, not the layer file", sres.Body.R)
+			}
+			if want := sha256.Sum256(got); !bytes.Equal(sres.BodySHA256(), want[:]) {
+				t.Fatal("payload SHA-256 missing or wrong")
+			}
+			mmic, _ := mem.MIC("sha-256")
+			smic, err := sres.MIC("sha-256")
+			if err != nil || mmic != smic {
+				t.Fatalf("MIC %q vs %q (%v)", smic, mmic, err)
+			}
+
+			_, _, merr, serr = unwrap(httpEntity(b), Options{Keys: opts.Keys, Trusted: []*x509.Certificate{other.Cert}})
+			if merr == nil || serr == nil || errors.Is(merr, cms.ErrUnknownSigner) != errors.Is(serr, cms.ErrUnknownSigner) {
+				t.Fatalf("untrusted signer: in memory %v; stream %v", merr, serr)
+			}
+			trunc := httpEntity(b)
+			trunc.Body = trunc.Body[:len(trunc.Body)*3/4]
+			if _, _, merr, serr = unwrap(trunc, opts); merr == nil || serr == nil {
+				t.Fatalf("cut body: in memory %v; stream %v", merr, serr)
+			}
+			small := opts
+			small.MaxSize = int64(len(payload)) / 2
+			_, _, merr, serr = unwrap(httpEntity(b), small)
+			if !errors.Is(merr, cms.ErrTooLarge) || !errors.Is(serr, cms.ErrTooLarge) {
+				t.Fatalf("over MaxSize: in memory %v; stream %v", merr, serr)
+			}
+		})
 	}
 }
