@@ -99,17 +99,22 @@ func TestUnwrapStreamInteropVectors(t *testing.T) {
 	streamBoth(t, e, Options{Trusted: mendelsonCerts(t)}) // no key: ErrNoRecipient on both
 }
 
+// streamParties makes the sender, the receiver, a third party and the
+// receiver's options (its key, the sender trusted).
+func streamParties(t *testing.T) (sender, receiver, other cms.KeyPair, opts Options) {
+	t.Helper()
+	sender, receiver, other = newKeyPair(t, "sender", 0), newKeyPair(t, "receiver", 1), newKeyPair(t, "other", 2)
+	return sender, receiver, other, Options{Keys: []cms.KeyPair{receiver}, Trusted: []*x509.Certificate{sender.Cert}}
+}
+
 // Every combination `gateway send` builds (sign × encrypt × compress ×
 // transfer encoding), a payload of several buffers with bare LFs, and the
 // failures (tampered signature content, untrusted signer, wrong key, a
 // signed part whose CRLFs a proxy turned into LF) agree streamed and in
 // memory.
 func TestUnwrapStreamMatchesUnwrap(t *testing.T) {
-	sender := newKeyPair(t, "sender", 0)
-	receiver := newKeyPair(t, "receiver", 1)
-	other := newKeyPair(t, "other", 2)
+	sender, receiver, other, opts := streamParties(t)
 	payload := bytes.Repeat(testPayload(), 400) // ~600 KB
-	opts := Options{Keys: []cms.KeyPair{receiver}, Trusted: []*x509.Certificate{sender.Cert}}
 	for _, sign := range []string{"", "sha1", "sha256"} {
 		for _, enc := range []string{"", "3des", "aes256-cbc", "aes128-gcm"} {
 			for _, comp := range []Compression{NoCompression, CompressThenSign, SignThenCompress} {
@@ -188,11 +193,8 @@ func (s slowReaderAt) ReadAt(p []byte, off int64) (int, error) {
 // signer is not trusted, the body is cut, or the inflated layer passes
 // MaxSize (the inflater's refusal is the reason, not the cut layer's).
 func TestUnwrapStreamVerifiesWhileInflating(t *testing.T) {
-	sender := newKeyPair(t, "sender", 0)
-	receiver := newKeyPair(t, "receiver", 1)
-	other := newKeyPair(t, "other", 2)
+	sender, receiver, other, opts := streamParties(t)
 	payload := bytes.Repeat(testPayload(), 3000) // ~4.5 MB
-	opts := Options{Keys: []cms.KeyPair{receiver}, Trusted: []*x509.Certificate{sender.Cert}}
 	for _, enc := range []string{"", "aes128-gcm"} {
 		t.Run("enc="+enc, func(t *testing.T) {
 			b, err := Build(payload, "application/EDIFACT", "orders.edi", BuildOptions{
