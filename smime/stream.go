@@ -12,6 +12,7 @@ import (
 	"io"
 	"mime/quotedprintable"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -59,6 +60,9 @@ type StreamOptions struct {
 	// MaxSignatureBytes bounds the signature part of multipart/signed read
 	// into memory (default 1 MiB).
 	MaxSignatureBytes int64
+	// sequential: every layer is written whole before the next is read
+	// (the retry after a decryption that discarded what it wrote).
+	sequential bool
 }
 
 // StreamResult is a message unwrapped by UnwrapStream. Its Result has the
@@ -259,8 +263,83 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 	if opts.NewFile == nil {
 		return nil, errors.New("smime: UnwrapStream needs NewFile")
 	}
+	var dec *decryptRun
+	res, err := unwrapStream(header, body, opts, &dec)
+	if dec == nil {
+		return res, err
+	}
+	// The layers after the decrypted one were read while it was being
+	// decrypted: the decryption's outcome decides what they are worth.
+	size, derr := dec.g.wait()
+	if derr != nil {
+		// As one after the other: the decryption's refusal is the reason,
+		// whatever the later layers made of unauthenticated bytes.
+		return dec.fail(derr)
+	}
+	if dec.g.wasRewound() {
+		// One of several keys failed after writing: what the later layers
+		// read was discarded. Read the message again, one layer after the
+		// other (rare: several of our keys addressed, the first wrong).
+		opts.sequential = true
+		sequentialRetries.Add(1)
+		return unwrapStream(header, body, opts, &dec)
+	}
+	res.Decryption = dec.info
+	for _, s := range []*Section{&res.Body, &res.mic.sec, &res.bodySum.sec} {
+		dec.g.onFile(s)
+	}
+	if err == nil && dec.compressed {
+		// The compression ratio was checked against the encrypted
+		// layer's size while the decrypted one grew; now its size is known.
+		if rerr := dec.lim.CheckRatio(dec.inflated, size-dec.compressedAt); rerr != nil {
+			*res = dec.beforeInflate
+			res.Decryption = dec.info
+			return res, fmt.Errorf("smime: cms: decompress: %w: %w", cms.ErrTooLarge, rerr)
+		}
+	}
+	return res, err
+}
+
+// decryptRun is a decryption that runs while the layers after it are read
+// from its growing output (the first encrypted layer of a message larger
+// than maxHeaderBytes, unless StreamOptions.sequential).
+type decryptRun struct {
+	g      *growingLayer
+	mt     string // the encrypted entity's media type
+	before StreamResult
+	info   cms.DecryptInfo // once g is done
+	// The compressed layer read from g, when there is one: what the final
+	// ratio check needs.
+	compressed    bool
+	compressedAt  int64 // its DER's offset in g
+	inflated      int64
+	lim           limits.Inflation
+	beforeInflate StreamResult
+}
+
+// fail is the result of a failed decryption, as UnwrapStream reports it
+// when it decrypts before it reads on.
+func (d *decryptRun) fail(err error) (*StreamResult, error) {
+	res := d.before
+	if errors.Is(err, cms.ErrInvalidBER) {
+		res.Layers = res.Layers[:len(res.Layers)-1]
+		return &res, fmt.Errorf("smime: %s: %w", d.mt, err)
+	}
+	res.Decryption = d.info
+	return &res, fmt.Errorf("smime: %w", err)
+}
+
+// clone copies r with its own Layers.
+func (r *StreamResult) clone() StreamResult {
+	c := *r
+	c.Layers = slices.Clone(r.Layers)
+	return c
+}
+
+func unwrapStream(header Header, body Section, opts StreamOptions, dec **decryptRun) (*StreamResult, error) {
+	*dec = nil
 	maxLayers, maxSize, maxRatio, maxCompressed := opts.layerLimits()
-	var inflated, compressedBase int64
+	var inflated, compressedBase, encryptedSize int64
 	compressedLayers := 0
 	res := &StreamResult{}
 	cur := &streamEntity{Header: header, Body: body}
@@ -297,10 +376,41 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 			return res, fmt.Errorf("smime: %w", err)
 		}
 		var n int64
+		var innerR io.ReaderAt = f
 		switch kind {
 		case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
 			res.Layers = append(res.Layers, LayerEncrypted)
-			info, err := cms.DecryptStream(der.readerAt(), der.N, opts.Keys, f)
+			var info cms.DecryptInfo
+			var err error
+			if !opts.sequential && !res.Encrypted && *dec == nil {
+				// The decrypter writes the layer file while the next
+				// layers are read from it as it grows (two cores); the
+				// outcome is settled in UnwrapStream.
+				d := &decryptRun{g: newGrowingLayer(f), mt: mt, before: res.clone()}
+				go func() {
+					var err error
+					d.info, err = cms.DecryptStream(der.readerAt(), der.N, opts.Keys, d.g)
+					d.g.finish(err)
+				}()
+				d.g.waitFor(maxHeaderBytes + 1)
+				if !d.g.complete() {
+					*dec = d
+					pipelinedDecrypts.Add(1)
+					res.Encrypted = true
+					encryptedSize = der.N
+					innerR, n = d.g, openSize
+					break
+				}
+				// A small layer: decrypted already, go on as one after
+				// the other.
+				n, err = d.g.wait()
+				info = d.info
+			} else {
+				info, err = cms.DecryptStream(der.readerAt(), der.N, opts.Keys, f)
+				if err == nil {
+					n, err = f.Seek(0, io.SeekCurrent)
+				}
+			}
 			if errors.Is(err, cms.ErrInvalidBER) {
 				// A broken encoding: in memory this is found before the
 				// layer is known; report it the same way.
@@ -314,25 +424,30 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 				return res, fmt.Errorf("smime: %w", err)
 			}
 			res.Encrypted = true
-			if n, err = f.Seek(0, io.SeekCurrent); err != nil {
-				return res, fmt.Errorf("smime: %w", err)
-			}
 		case cms.TypeCompressedData:
 			res.Layers = append(res.Layers, LayerCompressed)
 			if compressedLayers++; compressedLayers > maxCompressed {
 				return res, fmt.Errorf("smime: more than %d nested compressed layers: %w", maxCompressed, cms.ErrTooLarge)
 			}
+			lim := limits.Inflation{MaxBytes: maxSize, MaxRatio: maxRatio}
 			if compressedBase == 0 {
 				compressedBase = der.N
+				if d := *dec; d != nil && der.R == io.ReaderAt(d.g) {
+					// The layer is being decrypted: its size is known at
+					// the end; until then the encrypted layer's, a little
+					// larger, is the ratio's base. UnwrapStream checks the
+					// ratio again against the real size.
+					compressedBase = encryptedSize
+					d.compressed, d.compressedAt, d.lim = true, der.Off, lim
+				}
 			}
-			lim := limits.Inflation{MaxBytes: maxSize, MaxRatio: maxRatio}
 			// The inflater writes the layer file while, when the layer
 			// is multipart/signed, this goroutine splits and hashes it as
 			// it grows (two cores, one pass); the layer is used only once
 			// both have ended without error.
 			g := newGrowingLayer(f)
 			go func() {
-				k, err := cms.DecompressStream(der.readerAt(), der.N, g, lim, func(total int64) error {
+				_, err := cms.DecompressStream(der.readerAt(), der.N, g, lim, func(total int64) error {
 					if inflated+total > maxSize {
 						return fmt.Errorf("compressed layers inflate beyond %d bytes in total: %w", maxSize, limits.ErrTooLarge)
 					}
@@ -341,7 +456,7 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 					}
 					return nil
 				})
-				g.finish(k, err)
+				g.finish(err)
 			}()
 			before := *res
 			content, pipelined, verr := res.signedWhileInflating(g, opts)
@@ -360,6 +475,13 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 				return res, fmt.Errorf("smime: %w", err)
 			}
 			inflated += n
+			if d := *dec; d != nil && d.compressed {
+				d.inflated = inflated
+				if d.inflated == n {
+					d.beforeInflate = before
+					d.beforeInflate.Layers = slices.Clone(before.Layers)
+				}
+			}
 			res.Compressed = true
 			if verr != nil {
 				return res, fmt.Errorf("smime: %w", verr)
@@ -378,7 +500,7 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 		default:
 			return res, fmt.Errorf("smime: %s holds CMS %s: %w", mt, kind, cms.ErrUnsupportedAlgorithm)
 		}
-		inner := Section{R: f, N: n}
+		inner := Section{R: innerR, N: n}
 		innerUnsigned = &inner
 		next, err := parseStreamEntity(inner)
 		if err != nil || !hasMIMEHeader(next.Header) {
@@ -428,7 +550,7 @@ func (r *StreamResult) signedWhileInflating(g *growingLayer, opts StreamOptions)
 	}
 	// The layer's size is known only at its end: the section runs to the
 	// end of what the writer writes.
-	next, err := parseStreamEntity(Section{R: g, N: 1 << 62})
+	next, err := parseStreamEntity(Section{R: g, N: openSize})
 	if err != nil || !hasMIMEHeader(next.Header) {
 		return nil, false, nil
 	}
@@ -444,6 +566,11 @@ func (r *StreamResult) signedWhileInflating(g *growingLayer, opts StreamOptions)
 // pipelinedLayers counts the layers verified while they were inflated (the
 // tests check that the concurrent path ran).
 var pipelinedLayers atomic.Int64
+
+// pipelinedDecrypts counts the encrypted layers whose next layers were read
+// while they were decrypted, and sequentialRetries the messages read again
+// one layer after the other because a decryption discarded what it wrote.
+var pipelinedDecrypts, sequentialRetries atomic.Int64
 
 // setUnsignedMICStream is setUnsignedMIC for sections.
 func (r *StreamResult) setUnsignedMICStream(innerEntity, content Section, opts Options) {

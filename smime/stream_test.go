@@ -2,11 +2,15 @@ package smime
 
 import (
 	"bytes"
+	"crypto"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"testing"
@@ -21,9 +25,15 @@ import (
 // type, filename, payload bytes, MIC under several digests, error class.
 func streamBoth(t *testing.T, e *Entity, opts Options) (*Result, *StreamResult) {
 	t.Helper()
+	return streamBothFrom(t, e, opts, func(r io.ReaderAt) io.ReaderAt { return r })
+}
+
+// streamBothFrom is streamBoth with the streamed body read through src.
+func streamBothFrom(t *testing.T, e *Entity, opts Options, src func(io.ReaderAt) io.ReaderAt) (*Result, *StreamResult) {
+	t.Helper()
 	dir := t.TempDir()
 	mem, merr := UnwrapEntity(e, opts)
-	sres, serr := UnwrapStream(e.Header, Section{R: bytes.NewReader(e.Body), N: int64(len(e.Body))}, StreamOptions{
+	sres, serr := UnwrapStream(e.Header, Section{R: src(bytes.NewReader(e.Body)), N: int64(len(e.Body))}, StreamOptions{
 		Options: opts, NewFile: func() (*os.File, error) { return os.CreateTemp(dir, "layer-*") },
 	})
 	if errors.Is(serr, ErrNotStreamable) {
@@ -256,4 +266,122 @@ func TestUnwrapStreamVerifiesWhileInflating(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An encrypted message whose next layers are read while it is decrypted
+// (compressed then signed, or signed only; CBC and GCM) agrees with the
+// in-memory unwrap in everything streamBoth compares: on success; when
+// the GCM tag does not verify (the decryption's refusal is the reason,
+// whatever the later layers made of the bytes); when the first of two of
+// our keys addressed is wrong (the decrypter discards what it wrote and
+// the message is read again one layer after the other); and when the
+// compression ratio passes the limit only against the decrypted layer's
+// real size, known at its end.
+func TestUnwrapStreamReadsWhileDecrypting(t *testing.T) {
+	sender, receiver, _, opts := streamParties(t)
+	// ~4 MB of hex lines: about 2:1 compressible, so that the encrypted
+	// layer is large when compressed too.
+	rng := rand.New(rand.NewPCG(1, 2))
+	var payload []byte
+	for len(payload) < 4<<20 {
+		line := make([]byte, 38)
+		for i := range line {
+			line[i] = byte(rng.Uint32())
+		}
+		payload = append(hex.AppendEncode(payload, line), '\r', '\n')
+	}
+	slow := func(r io.ReaderAt) io.ReaderAt { return slowReaderAt{r} }
+	for _, enc := range []string{"aes256-cbc", "aes128-gcm"} {
+		for _, comp := range []Compression{NoCompression, SignThenCompress} {
+			t.Run(fmt.Sprintf("%s/comp=%d", enc, comp), func(t *testing.T) {
+				b, err := Build(payload, "application/EDIFACT", "orders.edi", BuildOptions{
+					SignCert: sender.Cert, SignKey: sender.Key, SignDigest: "sha256",
+					EncryptCerts: []*x509.Certificate{receiver.Cert}, Cipher: enc,
+					Compression: comp, TransferEncoding: "binary",
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				before := pipelinedDecrypts.Load()
+				mem, sres := streamBothFrom(t, httpEntity(b), opts, slow)
+				if !bytes.Equal(mem.Payload, payload) {
+					t.Fatal("payload differs")
+				}
+				if pipelinedDecrypts.Load() == before {
+					t.Fatal("the next layer was not read while the message was decrypted")
+				}
+				if _, ok := sres.Body.R.(*os.File); !ok {
+					t.Fatalf("payload section over %T, not a layer file", sres.Body.R)
+				}
+
+				// A changed byte in the middle of the ciphertext: GCM
+				// refuses it at the tag; CBC garbles two blocks that the
+				// later layers refuse.
+				bad := httpEntity(b)
+				bad.Body = slices.Clone(bad.Body)
+				bad.Body[len(bad.Body)/2] ^= 0x40
+				mem, _ = streamBothFrom(t, bad, opts, slow)
+				if enc == "aes128-gcm" && !errors.Is(unwrapErr(t, bad, opts), cms.ErrDecrypt) {
+					t.Fatal("a changed GCM ciphertext is not refused as a decryption failure")
+				}
+
+				// Our certificate twice, the first with a key whose key
+				// transport yields a wrong content key (as RSA PKCS#1 v1.5
+				// implicit rejection does): its content fails after it was
+				// written, the second is tried.
+				two := opts
+				two.Keys = []cms.KeyPair{{Cert: receiver.Cert, Key: wrongSessionKey{receiver.Key.(*rsa.PrivateKey)}}, receiver}
+				retries := sequentialRetries.Load()
+				mem, _ = streamBothFrom(t, httpEntity(b), two, slow)
+				if !bytes.Equal(mem.Payload, payload) {
+					t.Fatal("payload differs with the second key")
+				}
+				if sequentialRetries.Load() == retries {
+					t.Fatal("the discarded attempt was not followed by a sequential read")
+				}
+
+				if comp != SignThenCompress {
+					return
+				}
+				// MaxRatio between inflated ÷ the encrypted layer's size
+				// and inflated ÷ the compressed layer's real size.
+				plain, _, err := cms.Decrypt(httpEntity(b).Body, opts.Keys)
+				if err != nil {
+					t.Fatal(err)
+				}
+				der := plain[bytes.Index(plain, []byte("\r\n\r\n"))+4:]
+				inflated, err := cms.Decompress(der, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ratio := opts
+				i, c, e := float64(len(inflated)), float64(len(der)), float64(len(httpEntity(b).Body))
+				ratio.MaxRatio = (i/c + i/e) / 2
+				mem, sres = streamBothFrom(t, httpEntity(b), ratio, slow)
+				if !errors.Is(unwrapErr(t, httpEntity(b), ratio), cms.ErrTooLarge) {
+					t.Fatalf("ratio %.4f (%.4f…%.4f) not refused", ratio.MaxRatio, i/e, i/c)
+				}
+			})
+		}
+	}
+}
+
+// unwrapErr is the in-memory unwrap's error (streamBoth checked that the
+// streamed one is of the same class).
+func unwrapErr(t *testing.T, e *Entity, opts Options) error {
+	t.Helper()
+	_, err := UnwrapEntity(e, opts)
+	return err
+}
+
+// wrongSessionKey answers every PKCS#1 v1.5 key transport with the same
+// wrong content key of the length asked for.
+type wrongSessionKey struct{ *rsa.PrivateKey }
+
+func (k wrongSessionKey) Decrypt(_ io.Reader, _ []byte, opts crypto.DecrypterOpts) ([]byte, error) {
+	o, ok := opts.(*rsa.PKCS1v15DecryptOptions)
+	if !ok {
+		return nil, errors.New("not PKCS#1 v1.5")
+	}
+	return bytes.Repeat([]byte{0x42}, o.SessionKeyLen), nil
 }
