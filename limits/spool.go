@@ -151,15 +151,11 @@ func SpoolBody(r io.Reader, dir string, max int64) (*BodyFile, error) {
 }
 
 func spool(r io.Reader, dir string, max int64, h hash.Hash) (*BodyFile, error) {
-	f, err := spareBodies.take(dir)
-	if f == nil && err == nil {
-		f, err = os.CreateTemp(dir, "gateway-body-*")
-	}
+	b, err := newBodyFile(dir)
 	if err != nil {
-		return nil, fmt.Errorf("limits: spool body: %w: %w", ErrSpool, err)
+		return nil, err
 	}
-	b := &BodyFile{f: f, dir: dir}
-	if err := b.fill(r, h, max); err != nil {
+	if err := b.fill(r, h, max, nil); err != nil {
 		b.Remove()
 		return nil, err
 	}
@@ -169,17 +165,134 @@ func spool(r io.Reader, dir string, max int64, h hash.Hash) (*BodyFile, error) {
 	return b, nil
 }
 
+func newBodyFile(dir string) (*BodyFile, error) {
+	f, err := spareBodies.take(dir)
+	if f == nil && err == nil {
+		f, err = os.CreateTemp(dir, "gateway-body-*")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("limits: spool body: %w: %w", ErrSpool, err)
+	}
+	return &BodyFile{f: f, dir: dir}, nil
+}
+
+// GrowingBody is a body being spooled by SpoolBodyAsync: its bytes can be
+// read while they arrive.
+type GrowingBody struct {
+	mu      sync.Mutex
+	more    *sync.Cond
+	b       *BodyFile
+	written int64
+	done    bool
+	err     error
+}
+
+// SpoolBodyAsync is SpoolBody running in its own goroutine: it returns at
+// once, and the GrowingBody's ReadAt gives the body's bytes as they are
+// written to the file (waiting for those not yet arrived), so that the
+// body can be unwrapped while it is received. Wait returns what SpoolBody
+// would have; it must be called, once nothing reads the GrowingBody any
+// more, and the caller removes the BodyFile it returns.
+func SpoolBodyAsync(r io.Reader, dir string, max int64) *GrowingBody {
+	g := &GrowingBody{}
+	g.more = sync.NewCond(&g.mu)
+	go func() {
+		b, err := newBodyFile(dir)
+		if err != nil {
+			g.end(err)
+			return
+		}
+		g.mu.Lock()
+		g.b = b
+		g.mu.Unlock()
+		h := sha256.New()
+		err = b.fill(r, h, max, func(n int64) {
+			g.mu.Lock()
+			g.written = n
+			g.more.Broadcast()
+			g.mu.Unlock()
+		})
+		if err == nil {
+			b.SHA256 = hex.EncodeToString(h.Sum(nil))
+		}
+		g.end(err)
+	}()
+	return g
+}
+
+func (g *GrowingBody) end(err error) {
+	g.mu.Lock()
+	g.done, g.err = true, err
+	g.more.Broadcast()
+	g.mu.Unlock()
+}
+
+// ReadAt waits for off+len(p) bytes or the body's end; it fails with the
+// spooling's error once that has failed.
+func (g *GrowingBody) ReadAt(p []byte, off int64) (int, error) {
+	end := off + int64(len(p))
+	g.mu.Lock()
+	for !g.done && g.written < end {
+		g.more.Wait()
+	}
+	written, err, b := g.written, g.err, g.b
+	g.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	if off >= written {
+		return 0, io.EOF
+	}
+	n, rerr := b.f.ReadAt(p[:min(end, written)-off], off)
+	if rerr == nil && end > written {
+		rerr = io.EOF
+	}
+	return n, rerr
+}
+
+// Wait waits for the body's end and returns the spooled body, or the error
+// SpoolBody would have returned (the partial file removed then).
+func (g *GrowingBody) Wait() (*BodyFile, error) {
+	g.mu.Lock()
+	for !g.done {
+		g.more.Wait()
+	}
+	b, err := g.b, g.err
+	g.mu.Unlock()
+	if err != nil {
+		b.Remove()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Path is the spool file's name.
+func (g *GrowingBody) Path() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.b == nil {
+		return ""
+	}
+	return g.b.Path()
+}
+
 // spoolChunk is the piece SpoolBody reads before it writes: large enough
 // that a body arriving in small reads (a MIME part reader hands out a few
 // KiB at a time) costs few write calls.
 const spoolChunk = 256 << 10
 
-func (b *BodyFile) fill(r io.Reader, h hash.Hash, max int64) error {
+func (b *BodyFile) fill(r io.Reader, h hash.Hash, max int64, written func(int64)) error {
 	buf := make([]byte, spoolChunk)
 	for {
-		k, rerr := io.ReadFull(r, buf)
-		if rerr == io.ErrUnexpectedEOF {
-			rerr = io.EOF
+		// Fill buf, ending at io.EOF only: io.ReadFull would turn a body
+		// cut short (net/http's io.ErrUnexpectedEOF) into a short read,
+		// and a cut body into a complete one.
+		k := 0
+		var rerr error
+		for k < len(buf) && rerr == nil {
+			var m int
+			m, rerr = r.Read(buf[k:])
+			k += m
 		}
 		if k > 0 {
 			b.Size += int64(k)
@@ -191,6 +304,9 @@ func (b *BodyFile) fill(r io.Reader, h hash.Hash, max int64) error {
 			}
 			if _, err := b.f.Write(buf[:k]); err != nil {
 				return fmt.Errorf("limits: spool body: %w: %w", ErrSpool, err)
+			}
+			if written != nil {
+				written(b.Size)
 			}
 		}
 		if rerr == io.EOF {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/edigateway/gateway/internal/spooltest"
 )
@@ -217,5 +218,77 @@ func TestSpoolSmall(t *testing.T) {
 	}
 	if files := len(spooltest.Leftovers(t, dir)); files != 0 {
 		t.Fatalf("%d files with content left after refusals", files)
+	}
+}
+
+// SpoolBodyAsync gives the body's bytes while they arrive (a read waits for
+// bytes not yet written), ends as SpoolBody would (size, SHA-256, bytes),
+// and when the body fails midway its readers get that failure, Wait
+// returns it and the partial file is emptied.
+func TestSpoolBodyAsyncReadsWhileArriving(t *testing.T) {
+	dir := t.TempDir()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 100000) // 1.6 MB, several chunks
+	pr, pw := io.Pipe()
+	g := SpoolBodyAsync(pr, dir, int64(len(data)))
+	half := len(data) / 2
+	go pw.Write(data[:half])
+	got := make([]byte, 1000)
+	if n, err := g.ReadAt(got, 0); n != len(got) || err != nil || !bytes.Equal(got, data[:1000]) {
+		t.Fatalf("first bytes while arriving: %d, %v", n, err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		// Beyond what has arrived: waits for the rest.
+		p := make([]byte, 1000)
+		n, err := g.ReadAt(p, int64(len(data)-1000))
+		if err == nil && (n != len(p) || !bytes.Equal(p, data[len(data)-1000:])) {
+			err = errors.New("wrong bytes")
+		}
+		read <- err
+	}()
+	select {
+	case err := <-read:
+		t.Fatalf("a read beyond the arrived bytes returned before they arrived: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	go func() { pw.Write(data[half:]); pw.Close() }()
+	if err := <-read; err != nil {
+		t.Fatal(err)
+	}
+	b, err := g.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	if b.Size != int64(len(data)) || b.SHA256 != hex.EncodeToString(sum[:]) || g.Path() != b.Path() {
+		t.Fatalf("size %d sha %s", b.Size, b.SHA256)
+	}
+	if all, err := b.Bytes(); err != nil || !bytes.Equal(all, data) {
+		t.Fatalf("read back: %v", err)
+	}
+	if n, err := g.ReadAt(make([]byte, 10), int64(len(data)-5)); n != 5 || !errors.Is(err, io.EOF) {
+		t.Fatalf("read past the end: %d, %v", n, err)
+	}
+	b.Remove()
+
+	// Cut midway: the reader's failure reaches the readers and Wait.
+	pr, pw = io.Pipe()
+	g = SpoolBodyAsync(pr, dir, 0)
+	cut := errors.New("connection reset")
+	go func() { pw.Write(data[:half]); pw.CloseWithError(cut) }()
+	if _, err := g.ReadAt(make([]byte, 10), int64(len(data)-10)); !errors.Is(err, cut) {
+		t.Fatalf("read of a cut body: %v", err)
+	}
+	path := g.Path()
+	if _, err := g.Wait(); !errors.Is(err, cut) {
+		t.Fatalf("Wait of a cut body: %v", err)
+	}
+	if st, err := os.Stat(path); err == nil && st.Size() != 0 {
+		t.Fatalf("the cut body's file keeps %d bytes", st.Size())
+	}
+	// Over the limit: ErrTooLarge, as SpoolBody.
+	g = SpoolBodyAsync(bytes.NewReader(data), dir, int64(len(data))-1)
+	if _, err := g.Wait(); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("over the limit: %v", err)
 	}
 }
