@@ -236,19 +236,28 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body goes to a spool file as it arrives, hashed on the way; the
 	// file is removed when the exchange ends (and, after a crash, at the
-	// next start: see limits.OpenSpoolArea).
-	bf, err := limits.SpoolBody(r.Body, e.cfg.SpoolDir, limit)
-	if bf != nil {
-		defer func() {
-			if err := bf.Remove(); err != nil {
-				lg.Warn("spool cleanup failed", "err", err)
+	// next start: see limits.OpenSpoolArea). A body that will be unwrapped
+	// as a stream (its Content-Length says so) is unwrapped while it
+	// arrives (two cores); the spooling's outcome is awaited before
+	// anything is answered, and its failure is the answer.
+	var bf *limits.BodyFile
+	defer func() {
+		if err := bf.Remove(); err != nil {
+			lg.Warn("spool cleanup failed", "err", err)
+		}
+	}()
+	// spooled answers the partner and reports false when the body could
+	// not be spooled.
+	spooled := func(err error) bool {
+		if err == nil {
+			lg.Debug("as2 body received", "bytes", bf.Size, "sha256", bf.SHA256)
+			if bf.Size > 0 {
+				return true
 			}
-		}()
-	}
-	if err == nil {
-		lg.Debug("as2 body received", "bytes", bf.Size, "sha256", bf.SHA256)
-	}
-	if err != nil {
+			lg.Warn("as2 message refused: empty body", "status", http.StatusBadRequest)
+			http.Error(w, "as2: the request has no body", http.StatusBadRequest)
+			return false
+		}
 		switch st := limits.Status(err); st {
 		case http.StatusRequestEntityTooLarge:
 			lg.Warn("as2 message refused: body too large", "status", st, "limit", limit, "err", err)
@@ -266,19 +275,35 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			lg.Warn("as2 message refused while reading the body", "status", st, "err", err)
 			limits.Refuse(w, err)
 		}
-		return
+		return false
 	}
-	if bf.Size == 0 {
-		lg.Warn("as2 message refused: empty body", "status", http.StatusBadRequest)
-		http.Error(w, "as2: the request has no body", http.StatusBadRequest)
-		return
+	var arriving *limits.GrowingBody
+	if e.cfg.StreamThreshold > 0 && r.ContentLength > e.cfg.StreamThreshold {
+		arriving = limits.SpoolBodyAsync(r.Body, e.cfg.SpoolDir, limit)
+	} else {
+		var err error
+		if bf, err = limits.SpoolBody(r.Body, e.cfg.SpoolDir, limit); !spooled(err) {
+			return
+		}
+	}
+	// arrived waits for a body still arriving (see spooled).
+	arrived := func() bool {
+		if arriving == nil {
+			return true
+		}
+		var err error
+		bf, err = arriving.Wait()
+		arriving = nil
+		return spooled(err)
 	}
 	x.partner = p
 	x.lg = lg.With("partner", p.ID)
 	e.planMDN(x)
 
 	if d, why := mdnRequestRefusal(x, p); why != "" {
-		e.reject(r.Context(), w, x, d, why, nil)
+		if arrived() {
+			e.reject(r.Context(), w, x, d, why, nil)
+		}
 		return
 	}
 
@@ -308,9 +333,20 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	var res *smime.Result
 	var sres *smime.StreamResult
-	if e.cfg.StreamThreshold > 0 && bf.Size > e.cfg.StreamThreshold {
-		sres, err = smime.UnwrapStream(smime.EntityFromHTTP(r.Header, nil).Header, smime.Section{R: bf, N: bf.Size},
+	if arriving != nil || e.cfg.StreamThreshold > 0 && bf.Size > e.cfg.StreamThreshold {
+		var body smime.Section
+		if arriving != nil {
+			body = smime.Section{R: arriving, N: r.ContentLength}
+		} else {
+			body = smime.Section{R: bf, N: bf.Size}
+		}
+		sres, err = smime.UnwrapStream(smime.EntityFromHTTP(r.Header, nil).Header, body,
 			smime.StreamOptions{Options: opts, NewFile: layers.create})
+		if !arrived() {
+			// The body's own failure (cut, too large, the disk) is the
+			// answer, whatever the unwrap made of what had arrived.
+			return
+		}
 		if errors.Is(err, smime.ErrNotStreamable) {
 			x.lg.Info("as2 message cannot be streamed; unwrapping it in memory", "bytes", bf.Size, "reason", err)
 			if bf.Size > e.cfg.MaxInMemoryBytes {

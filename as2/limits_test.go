@@ -2,6 +2,7 @@ package as2
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -78,5 +79,58 @@ func TestRefusedBeforeTheBodyIsRead(t *testing.T) {
 	}
 	if st := rawRequest(t, addr, head("NOBODY", 50000)); st != http.StatusOK {
 		t.Errorf("unknown AS2-From: HTTP %d, want 200 with a negative MDN", st)
+	}
+}
+
+// TestStreamedBodyCutWhileUnwrapped: a message whose sender stops after
+// half of its Content-Length gets the answer of a body that could not be
+// read (400), not whatever the unwrap made of the half, both when it is
+// unwrapped as a stream while it arrives and when it is unwrapped in
+// memory (where the cut body used to be taken for a complete one); the
+// handler never runs. The same message sent whole is accepted.
+func TestStreamedBodyCutWhileUnwrapped(t *testing.T) {
+	t.Parallel()
+	for _, threshold := range []int64{1, -1} {
+		t.Run(fmt.Sprintf("stream_threshold=%d", threshold), func(t *testing.T) {
+			t.Parallel()
+			cutBody(t, newEnv(t, envOptions{streamThreshold: threshold}))
+		})
+	}
+}
+
+func cutBody(t *testing.T, e *env) {
+	c := e.client()
+	m := prepare(t, c, strings.Repeat("ISA*00*PO-LINE*0001~\n", 20000))
+	conn, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var head strings.Builder
+	fmt.Fprintf(&head, "POST /as2 HTTP/1.1\r\nHost: gw\r\nContent-Length: %d\r\n", len(m.Body))
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			fmt.Fprintf(&head, "%s: %s\r\n", k, v)
+		}
+	}
+	head.WriteString("\r\n")
+	if _, err := conn.Write(append([]byte(head.String()), m.Body[:len(m.Body)/2]...)); err != nil {
+		t.Fatal(err)
+	}
+	conn.(*net.TCPConn).CloseWrite()
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a cut body: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("cut body: HTTP %d, want 400", resp.StatusCode)
+	}
+	if n := e.handler.count(m.ID); n != 0 {
+		t.Fatalf("handler ran %d times for a cut body", n)
+	}
+	if r, err := c.Send(context.Background(), m); err != nil || !r.OK() {
+		t.Fatalf("the whole message: %v %+v", err, r)
 	}
 }

@@ -69,6 +69,8 @@ func sectionBody(sec smime.Section, sum []byte) (exchange.Body, int64, string, e
 		path = f.Name()
 	case *limits.BodyFile:
 		path = f.Path()
+	case *limits.GrowingBody:
+		path = f.Path()
 	default:
 		return nil, 0, "", fmt.Errorf("as2: payload section over %T", sec.R)
 	}
