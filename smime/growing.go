@@ -5,7 +5,11 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 )
+
+// passedLayers counts the layers passed through memory (tests).
+var passedLayers atomic.Int64
 
 // errLayerAborted stops the writer of a growing layer whose reader gave up
 // (the layer after it is malformed): the rest would be inflated for nothing.
@@ -17,38 +21,62 @@ var errLayerAborted = errors.New("smime: the next layer stopped reading")
 // layer's content.
 var errLayerRewound = errors.New("smime: the layer was written again")
 
-// Write-behind of a growing layer: the writer's bytes are copied into
-// chunks that a goroutine of the layer appends to the file, so that the
-// writer (the inflater, the decrypter) spends its core on its own work
-// and not on the file system. At most layerQueue chunks wait: memory is
-// bounded (1 MiB per layer) whatever the layer's size.
+// errLayerDropped is what a reader of a passed-through layer gets for bytes
+// it has already read past (see growingLayer.passThrough).
+var errLayerDropped = errors.New("smime: the layer's earlier bytes were not kept")
+
+// The writer's bytes are copied into chunks of at most layerChunk bytes.
+// Kept in the file, at most layerQueue chunks wait for it (write-behind: a
+// goroutine of the layer appends them, so that the writer spends its core
+// on its own work, not on the file system). A layer whose keeping is
+// undecided holds up to layerWindow chunks in memory before it starts
+// writing them to the file after all. Memory is bounded whatever the
+// layer's size.
 const (
-	layerChunk = 64 << 10
-	layerQueue = 16
+	layerChunk  = 64 << 10
+	layerQueue  = 16                   // 1 MiB
+	layerWindow = 4 << 20 / layerChunk // 4 MiB
 )
 
-// growingLayer is a layer file that one goroutine writes (the inflater or
-// the decrypter) while another reads it (the next layer's parser, the
-// multipart/signed split and its hashes), so that the layers run on both
-// cores instead of one after the other. ReadAt blocks until the bytes asked
-// for are in the file or the writer has finished; it then behaves as
-// os.File's ReadAt on the finished file. The bytes live in the spool file;
-// memory holds only the write-behind queue.
+// Whether a layer's bytes go to its file.
+const (
+	layerKept      = iota // appended to the file (the default)
+	layerUndecided        // held in memory until passThrough or keep
+	layerPassed           // never written: dropped once the one reader is past them
+	layerDiscarded        // the reader has ended: the writer's bytes are dropped at once
+)
+
+// growingLayer is a layer that one goroutine writes (the inflater or the
+// decrypter) while another reads it (the next layer's parser and
+// inflater, the multipart/signed split and its hashes), so that the layers
+// run on both cores instead of one after the other. ReadAt blocks until
+// the bytes asked for are written or the writer has finished; it then
+// behaves as os.File's ReadAt on the finished file. Bytes of a kept layer
+// live in its file; memory holds only the chunks not yet appended to it.
+//
+// A layer made undecided (newPassableLayer) is not written to its file
+// until the reader decides: passThrough when the one sequential reader is
+// all that will ever read it (a decrypted layer that only the inflater
+// reads: its bytes never touch the disk), keep otherwise (also
+// automatically once layerWindow chunks wait).
 type growingLayer struct {
 	f    *os.File
 	mu   sync.Mutex
-	more *sync.Cond // readers, finish and Truncate: written, done or the queue changed
-	work *sync.Cond // the flusher: a chunk is queued, or the writer finished
+	more *sync.Cond // readers, finish and Truncate: bytes, done or the queue changed
+	work *sync.Cond // the flusher: a chunk to write, the mode changed, or the writer finished
 	room *sync.Cond // the writer: the queue has room
 
-	queue    [][]byte // chunks waiting for the file, in order
+	mode     int
+	queue    [][]byte // chunks not in the file (kept) or not yet read past (passed), in order
+	base     int64    // offset of queue[0]
 	free     [][]byte
-	writing  bool  // the flusher is writing a chunk (outside mu)
+	writing  bool  // the flusher is writing queue[0] (outside mu)
 	accepted int64 // bytes Write took since the last Truncate
-	written  int64 // bytes in the file
 	ferr     error // the first file write error
 	closing  bool  // finish was called: the flusher drains and ends
 	flushed  bool  // the flusher has ended
+	dropped  bool  // a reader asked for bytes no longer kept
+	want     int64 // the end of the bytes a reader waits for
 
 	done    bool
 	err     error // the writer's error (or the file's), once done
@@ -66,14 +94,34 @@ func newGrowingLayer(f *os.File) *growingLayer {
 	return g
 }
 
-// Write queues p for the file and returns; it waits only while the queue
-// is full.
+// newPassableLayer is a growing layer whose bytes stay in memory until the
+// reader calls passThrough or keep.
+func newPassableLayer(f *os.File) *growingLayer {
+	g := newGrowingLayer(f)
+	g.mode = layerUndecided
+	return g
+}
+
+// Write takes p and returns; it waits only while the queue is full.
 func (g *growingLayer) Write(p []byte) (int, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := 0
 	for len(p) > 0 {
-		for len(g.queue) >= layerQueue && g.ferr == nil && !g.stopped {
+		for {
+			if g.stopped || g.ferr != nil || g.mode == layerDiscarded {
+				break
+			}
+			if g.mode == layerUndecided && len(g.queue) >= layerWindow {
+				// Nobody has decided in time: the layer is kept.
+				g.mode = layerKept
+				g.work.Signal()
+			}
+			if len(g.queue) < layerQueue || g.mode == layerUndecided || g.mode == layerPassed && g.accepted < g.want {
+				// (A reader waits for bytes beyond the queue: it gets them
+				// rather than both waiting for each other.)
+				break
+			}
 			g.room.Wait()
 		}
 		switch {
@@ -82,30 +130,35 @@ func (g *growingLayer) Write(p []byte) (int, error) {
 		case g.ferr != nil:
 			return n, g.ferr
 		}
-		var c []byte
-		if k := len(g.free); k > 0 {
-			c, g.free = g.free[k-1][:0], g.free[:k-1]
-		} else {
-			c = make([]byte, 0, layerChunk)
-		}
 		k := min(len(p), layerChunk)
-		g.queue = append(g.queue, append(c, p[:k]...))
-		g.work.Signal()
+		if g.mode == layerDiscarded {
+			g.base += int64(k)
+		} else {
+			var c []byte
+			if f := len(g.free); f > 0 {
+				c, g.free = g.free[f-1][:0], g.free[:f-1]
+			} else {
+				c = make([]byte, 0, layerChunk)
+			}
+			g.queue = append(g.queue, append(c, p[:k]...))
+			g.work.Signal()
+		}
 		p, n, g.accepted = p[k:], n+k, g.accepted+int64(k)
+		g.more.Broadcast()
 	}
 	return n, nil
 }
 
-// flush appends the queued chunks to the file until the writer finishes
-// and the queue is empty.
+// flush appends the queued chunks of a kept layer to the file until the
+// writer finishes and the queue is empty.
 func (g *growingLayer) flush() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for {
-		for len(g.queue) == 0 && !g.closing {
+		for (len(g.queue) == 0 || g.mode != layerKept || g.ferr != nil) && !g.closing {
 			g.work.Wait()
 		}
-		if len(g.queue) == 0 {
+		if len(g.queue) == 0 || g.mode != layerKept || g.ferr != nil {
 			g.flushed = true
 			g.more.Broadcast()
 			return
@@ -116,32 +169,83 @@ func (g *growingLayer) flush() {
 		k, err := g.f.Write(c)
 		g.mu.Lock()
 		g.writing = false
-		g.queue = append(g.queue[:0], g.queue[1:]...)
-		g.free = append(g.free, c)
-		g.written += int64(k)
 		if err != nil && g.ferr == nil {
 			// The file is short from here on: nothing more is appended.
 			g.ferr = err
-			g.free = append(g.free, g.queue...)
-			g.queue = g.queue[:0]
+		}
+		if k == len(c) {
+			g.pop()
 		}
 		g.room.Signal()
 		g.more.Broadcast()
 	}
 }
 
+// pop drops queue[0], with mu held.
+func (g *growingLayer) pop() {
+	c := g.queue[0]
+	g.base += int64(len(c))
+	g.queue = append(g.queue[:0], g.queue[1:]...)
+	g.free = append(g.free, c)
+}
+
+// keep makes an undecided layer a kept one (its bytes are appended to its
+// file from its start).
+func (g *growingLayer) keep() {
+	g.mu.Lock()
+	if g.mode == layerUndecided {
+		g.mode = layerKept
+		g.work.Signal()
+	}
+	g.mu.Unlock()
+}
+
+// passThrough makes an undecided layer one that is never written to its
+// file: its one reader reads it sequentially from memory, and what it has
+// read past is dropped. It reports false when the layer is already kept.
+func (g *growingLayer) passThrough() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mode == layerUndecided {
+		g.mode = layerPassed
+		g.work.Signal() // the flusher has nothing to do: it ends at finish
+		passedLayers.Add(1)
+		return true
+	}
+	return g.mode == layerPassed
+}
+
+// release tells a passed-through layer that its reader has ended: the
+// writer's further bytes are dropped (it runs to its end without waiting,
+// so that its own outcome is known).
+func (g *growingLayer) release() {
+	g.mu.Lock()
+	if g.mode == layerPassed {
+		g.mode = layerDiscarded
+		for len(g.queue) > 0 {
+			g.pop()
+		}
+		g.room.Broadcast()
+	}
+	g.mu.Unlock()
+}
+
 // drain waits, with mu held, until the flusher has written every queued
-// chunk.
+// chunk of a kept layer.
 func (g *growingLayer) drain() {
-	for len(g.queue) > 0 || g.writing {
+	for g.mode == layerKept && g.ferr == nil && (len(g.queue) > 0 || g.writing) {
 		g.more.Wait()
 	}
 }
 
-// finish records the writer's end once every byte it wrote is in the
-// file: its error (nil: the layer is complete) or the file's.
+// finish records the writer's end once every byte it wrote to a kept layer
+// is in the file: its error (nil: the layer is complete) or the file's. An
+// undecided layer is kept then.
 func (g *growingLayer) finish(err error) {
 	g.mu.Lock()
+	if g.mode == layerUndecided {
+		g.mode = layerKept
+	}
 	g.closing = true
 	g.work.Signal()
 	for !g.flushed {
@@ -150,7 +254,7 @@ func (g *growingLayer) finish(err error) {
 	if err == nil {
 		err = g.ferr
 	}
-	g.done, g.err, g.size = true, err, g.written
+	g.done, g.err, g.size = true, err, g.accepted
 	g.more.Broadcast()
 	g.mu.Unlock()
 }
@@ -166,7 +270,7 @@ func (g *growingLayer) stop() {
 // Truncate and Seek make the layer a cms.Sink: the decrypter discards
 // what a failed attempt wrote with Truncate(0) and Seek(0, io.SeekStart).
 // From then on readers fail with errLayerRewound (they may have read the
-// discarded bytes); the file itself is written again from its start.
+// discarded bytes); the layer is written again from its start.
 func (g *growingLayer) Truncate(size int64) error {
 	if size != 0 {
 		return errors.New("smime: a growing layer is truncated only to nothing")
@@ -177,8 +281,12 @@ func (g *growingLayer) Truncate(size int64) error {
 	if g.accepted > 0 {
 		g.rewound = true
 	}
-	g.accepted, g.written = 0, 0
+	for len(g.queue) > 0 {
+		g.pop()
+	}
+	g.accepted, g.base = 0, 0
 	g.more.Broadcast()
+	g.room.Broadcast()
 	return g.f.Truncate(0)
 }
 
@@ -189,30 +297,81 @@ func (g *growingLayer) Seek(offset int64, whence int) (int64, error) {
 	return g.f.Seek(offset, whence)
 }
 
-// ReadAt waits for off+len(p) bytes in the file or the writer's end.
+// ReadAt waits for off+len(p) bytes or the writer's end.
 func (g *growingLayer) ReadAt(p []byte, off int64) (int, error) {
 	end := off + int64(len(p))
 	g.mu.Lock()
-	for !g.done && !g.rewound && g.written < end {
+	defer g.mu.Unlock()
+	g.passed(off)
+	for !g.done && !g.rewound && g.accepted < end {
+		g.want = max(g.want, end)
+		g.room.Signal()
 		g.more.Wait()
 	}
-	written, done, werr, rewound := g.written, g.done, g.err, g.rewound
-	g.mu.Unlock()
 	switch {
-	case rewound:
+	case g.rewound:
 		return 0, errLayerRewound
-	case written >= end:
-		return g.f.ReadAt(p, off)
-	case done && werr != nil:
-		return 0, werr
-	case off >= written:
+	case g.done && g.err != nil && g.accepted < end:
+		return 0, g.err
+	case off >= g.accepted:
 		return 0, io.EOF
 	}
-	n, err := g.f.ReadAt(p[:written-off], off)
-	if err == nil {
-		err = io.EOF
+	n := 0
+	if off < g.base {
+		if g.mode != layerKept {
+			g.dropped = true
+			return 0, errLayerDropped
+		}
+		// In the file already.
+		k := int(min(end, g.base) - off)
+		g.mu.Unlock()
+		m, err := g.f.ReadAt(p[:k], off)
+		g.mu.Lock()
+		if m < k {
+			return m, err
+		}
+		n = k
 	}
-	return n, err
+	// The rest from the chunks in memory (a kept layer's may have been
+	// written and dropped meanwhile: read the file for those).
+	for n < len(p) && off+int64(n) < g.accepted {
+		at := off + int64(n)
+		if at < g.base {
+			g.mu.Unlock()
+			m, err := g.f.ReadAt(p[n:n+int(min(end, g.base)-at)], at)
+			g.mu.Lock()
+			n += m
+			if err != nil && !errors.Is(err, io.EOF) {
+				return n, err
+			}
+			continue
+		}
+		rel := at - g.base
+		for _, c := range g.queue {
+			if rel < int64(len(c)) {
+				n += copy(p[n:], c[rel:])
+				break
+			}
+			rel -= int64(len(c))
+		}
+	}
+	g.passed(off)
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// passed drops, with mu held, the chunks of a passed-through layer that
+// its one reader, now at off, has read past.
+func (g *growingLayer) passed(off int64) {
+	if g.mode != layerPassed {
+		return
+	}
+	for len(g.queue) > 0 && g.base+int64(len(g.queue[0])) <= off {
+		g.pop()
+		g.room.Signal()
+	}
 }
 
 // complete reports whether the writer has finished.
@@ -233,20 +392,28 @@ func (g *growingLayer) wait() (int64, error) {
 	return g.size, g.err
 }
 
-// waitFor blocks until n bytes are in the file or the writer has finished.
+// waitFor blocks until n bytes are written or the writer has finished.
 func (g *growingLayer) waitFor(n int64) {
 	g.mu.Lock()
-	for !g.done && !g.rewound && g.written < n {
+	for !g.done && !g.rewound && g.accepted < n {
 		g.more.Wait()
 	}
 	g.mu.Unlock()
 }
 
-// wasRewound reports whether the writer discarded what it had written.
+// wasRewound reports whether the writer discarded what it had written, and
+// wasDropped whether a reader asked for bytes a passed-through layer no
+// longer had: in both cases what was read from the layer is not to be used.
 func (g *growingLayer) wasRewound() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.rewound
+}
+
+func (g *growingLayer) wasDropped() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.dropped
 }
 
 // onFile rebases a section of the finished layer onto its file, for those

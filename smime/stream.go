@@ -276,10 +276,13 @@ func UnwrapStream(header Header, body Section, opts StreamOptions) (*StreamResul
 		// whatever the later layers made of unauthenticated bytes.
 		return dec.fail(derr)
 	}
-	if dec.g.wasRewound() {
+	if dec.g.wasRewound() || dec.g.wasDropped() {
 		// One of several keys failed after writing: what the later layers
-		// read was discarded. Read the message again, one layer after the
-		// other (rare: several of our keys addressed, the first wrong).
+		// read was discarded (rare: several of our keys addressed, the
+		// first wrong). Or a reader of the layer passed through memory
+		// asked for bytes it no longer held (not expected: the inflater
+		// reads it once, in order). Read the message again, one layer
+		// after the other.
 		opts.sequential = true
 		sequentialRetries.Add(1)
 		return unwrapStream(header, body, opts, &dec)
@@ -386,7 +389,7 @@ func unwrapStream(header Header, body Section, opts StreamOptions, dec **decrypt
 				// The decrypter writes the layer file while the next
 				// layers are read from it as it grows (two cores); the
 				// outcome is settled in UnwrapStream.
-				d := &decryptRun{g: newGrowingLayer(f), mt: mt, before: res.clone()}
+				d := &decryptRun{g: newPassableLayer(f), mt: mt, before: res.clone()}
 				go func() {
 					var err error
 					d.info, err = cms.DecryptStream(der.readerAt(), der.N, opts.Keys, d.g)
@@ -446,7 +449,13 @@ func unwrapStream(header Header, body Section, opts StreamOptions, dec **decrypt
 			// it grows (two cores, one pass); the layer is used only once
 			// both have ended without error.
 			g := newGrowingLayer(f)
+			passing := *dec != nil && der.R == io.ReaderAt((*dec).g)
 			go func() {
+				if passing {
+					// Once the inflater has ended, nobody reads the
+					// decrypted layer: the decrypter runs to its end.
+					defer (*dec).g.release()
+				}
 				_, err := cms.DecompressStream(der.readerAt(), der.N, g, lim, func(total int64) error {
 					if inflated+total > maxSize {
 						return fmt.Errorf("compressed layers inflate beyond %d bytes in total: %w", maxSize, limits.ErrTooLarge)
@@ -459,7 +468,13 @@ func unwrapStream(header Header, body Section, opts StreamOptions, dec **decrypt
 				g.finish(err)
 			}()
 			before := *res
-			content, pipelined, verr := res.signedWhileInflating(g, opts)
+			content, pipelined, verr := res.signedWhileInflating(g, opts, func() {
+				if passing {
+					// Only the inflater reads the decrypted layer, from
+					// memory: it is never written to disk.
+					(*dec).g.passThrough()
+				}
+			})
 			if verr != nil {
 				g.stop()
 			}
@@ -543,7 +558,7 @@ func unwrapStream(header Header, body Section, opts StreamOptions, dec **decrypt
 // compressed). It reports false, without reading further, for any other
 // layer or one whose writer ended before its header was seen: the caller
 // waits for the whole layer then and goes on the usual way.
-func (r *StreamResult) signedWhileInflating(g *growingLayer, opts StreamOptions) (*streamEntity, bool, error) {
+func (r *StreamResult) signedWhileInflating(g *growingLayer, opts StreamOptions, onSigned func()) (*streamEntity, bool, error) {
 	g.waitFor(maxHeaderBytes + 1)
 	if g.complete() {
 		return nil, false, nil
@@ -559,6 +574,7 @@ func (r *StreamResult) signedWhileInflating(g *growingLayer, opts StreamOptions)
 		return nil, false, nil
 	}
 	pipelinedLayers.Add(1)
+	onSigned()
 	content, err := r.verifySignedStream(next, params, opts)
 	return content, true, err
 }

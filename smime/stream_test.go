@@ -302,8 +302,11 @@ func TestUnwrapStreamReadsWhileDecrypting(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				before := pipelinedDecrypts.Load()
+				before, passed := pipelinedDecrypts.Load(), passedLayers.Load()
 				mem, sres := streamBothFrom(t, httpEntity(b), opts, slow)
+				if comp == SignThenCompress && passedLayers.Load() == passed {
+					t.Fatal("the decrypted layer that only the inflater reads was not passed through memory")
+				}
 				if !bytes.Equal(mem.Payload, payload) {
 					t.Fatal("payload differs")
 				}
@@ -384,4 +387,68 @@ func (k wrongSessionKey) Decrypt(_ io.Reader, _ []byte, opts crypto.DecrypterOpt
 		return nil, errors.New("not PKCS#1 v1.5")
 	}
 	return bytes.Repeat([]byte{0x42}, o.SessionKeyLen), nil
+}
+
+// A passed-through layer whose reader asks for more than the write-behind
+// queue holds at once gets its bytes (the writer does not wait for room
+// then); one kept by default (nobody decided) holds what was written, in
+// its file; a reader going back in a passed layer gets errLayerDropped.
+func TestGrowingLayerModes(t *testing.T) {
+	data := make([]byte, 5<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	newFile := func() *os.File {
+		f, err := os.CreateTemp(t.TempDir(), "layer-*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	write := func(g *growingLayer) {
+		go func() {
+			for p := data; len(p) > 0; p = p[min(len(p), 10000):] {
+				if _, err := g.Write(p[:min(len(p), 10000)]); err != nil {
+					g.finish(err)
+					return
+				}
+			}
+			g.finish(nil)
+		}()
+	}
+
+	g := newPassableLayer(newFile())
+	if !g.passThrough() {
+		t.Fatal("an undecided layer was not passed through")
+	}
+	write(g)
+	big := make([]byte, 2<<20) // twice the queue
+	for off := 0; off < len(data); off += len(big) {
+		n, err := g.ReadAt(big, int64(off))
+		if !bytes.Equal(big[:n], data[off:off+n]) || err != nil && !(errors.Is(err, io.EOF) && off+n == len(data)) {
+			t.Fatalf("passed layer at %d: %d bytes, %v", off, n, err)
+		}
+	}
+	if _, err := g.ReadAt(big[:10], 0); !errors.Is(err, errLayerDropped) || !g.wasDropped() {
+		t.Fatalf("reading back a passed layer: %v", err)
+	}
+	if size, err := g.wait(); size != int64(len(data)) || err != nil {
+		t.Fatalf("passed layer: size %d, %v", size, err)
+	}
+	if st, _ := g.f.Stat(); st.Size() != 0 {
+		t.Fatalf("a passed layer wrote %d bytes to its file", st.Size())
+	}
+
+	g = newPassableLayer(newFile())
+	write(g)
+	if size, err := g.wait(); size != int64(len(data)) || err != nil {
+		t.Fatalf("undecided layer: size %d, %v", size, err)
+	}
+	got, err := os.ReadFile(g.f.Name())
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("undecided layer's file: %d bytes (%v)", len(got), err)
+	}
+	if n, err := g.ReadAt(big[:10], 0); n != 10 || err != nil || !bytes.Equal(big[:10], data[:10]) {
+		t.Fatalf("kept layer read back: %d, %v", n, err)
+	}
 }
