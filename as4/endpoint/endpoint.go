@@ -98,6 +98,7 @@ import (
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/readahead"
 	"github.com/edigateway/gateway/limits"
 	"github.com/edigateway/gateway/partners"
 	"github.com/edigateway/gateway/peppol"
@@ -950,7 +951,13 @@ func (e *Endpoint) payloads(ctx context.Context, spool *exchange.Spool, resolved
 		var body exchange.Body
 		var size int64
 		var sum string
-		if err == nil {
+		if err == nil && zipped {
+			// The payload is inflated a few buffers ahead in its own
+			// goroutine while this one hashes and spools it: two cores.
+			ra := readahead.New(r, 4, 256<<10)
+			body, size, sum, err = spool.Store(ra)
+			ra.Close()
+		} else if err == nil {
 			body, size, sum, err = spool.Store(r)
 		}
 		src.Close()

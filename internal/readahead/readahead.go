@@ -1,0 +1,104 @@
+// Package readahead runs a reader in its own goroutine, a few buffers
+// ahead of whoever reads it, so that producing the bytes (inflating a
+// payload, say) and consuming them (hashing and writing them to a spool
+// file) run on two cores instead of one after the other.
+package readahead
+
+import (
+	"errors"
+	"io"
+	"sync"
+)
+
+// ErrClosed is what Read returns after Close.
+var ErrClosed = errors.New("readahead: closed")
+
+type chunk struct {
+	b   []byte
+	err error
+}
+
+// Reader reads its source in a goroutine into at most n buffers of size
+// bytes; memory is bounded by n × size whatever the source's length.
+type Reader struct {
+	full  chan chunk
+	free  chan []byte
+	stop  chan struct{}
+	once  sync.Once
+	cur   []byte
+	buf   []byte // cur's whole buffer, returned to free when consumed
+	err   error
+	ended chan struct{}
+}
+
+// New starts reading src ahead. The caller must Close the Reader (which
+// waits for the goroutine to end) when done with it, read to the end or
+// not; src's own Read must return once it gets no more input.
+func New(src io.Reader, n, size int) *Reader {
+	r := &Reader{full: make(chan chunk, n), free: make(chan []byte, n), stop: make(chan struct{}), ended: make(chan struct{})}
+	for range n {
+		r.free <- make([]byte, size)
+	}
+	go r.run(src)
+	return r
+}
+
+func (r *Reader) run(src io.Reader) {
+	defer close(r.ended)
+	for {
+		var b []byte
+		select {
+		case b = <-r.free:
+		case <-r.stop:
+			return
+		}
+		// Fill b; the source's error passes as it is (not io.ReadFull,
+		// which would make a cut stream's io.ErrUnexpectedEOF look like a
+		// short read of a complete one, or an early io.EOF an error).
+		k := 0
+		var err error
+		for k < len(b) && err == nil {
+			var m int
+			m, err = src.Read(b[k:])
+			k += m
+		}
+		select {
+		case r.full <- chunk{b[:k], err}:
+		case <-r.stop:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Read returns the source's bytes in order, then its error (io.EOF at its
+// end).
+func (r *Reader) Read(p []byte) (int, error) {
+	for len(r.cur) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		if r.buf != nil {
+			r.free <- r.buf[:cap(r.buf)]
+			r.buf = nil
+		}
+		c, ok := <-r.full
+		if !ok {
+			return 0, ErrClosed
+		}
+		r.cur, r.buf, r.err = c.b, c.b, c.err
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
+}
+
+// Close stops the goroutine and waits for it to end.
+func (r *Reader) Close() error {
+	r.once.Do(func() { close(r.stop) })
+	<-r.ended
+	r.err, r.cur = ErrClosed, nil
+	return nil
+}
