@@ -83,12 +83,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
 	"net/netip"
 	"net/textproto"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -551,6 +553,17 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	for i, p := range env.Attachments {
 		atts[i] = xmlenc.Attachment{ContentID: p.ContentID, Header: p.Header, Body: p.Body, Open: p.Content}
 	}
+	// The payloads' spool, removed when the exchange ends; the attachment
+	// inflated while it is decrypted (earlyInflation) goes there too, and
+	// is waited for before the spool is removed.
+	spool := &exchange.Spool{Dir: e.cfg.SpoolDir, Threshold: e.cfg.SpoolThreshold}
+	defer func() {
+		if err := spool.Cleanup(); err != nil {
+			e.log.Warn("as4 spool cleanup failed", "partner", partner.ID, "message_id", msgID, "err", err)
+		}
+	}()
+	early := planEarlyInflation(env, unverified.UserMessage)
+	defer early.wait()
 	// Decrypted attachments go to spool files (the GCM tag is checked at
 	// the end of each; a failed message keeps nothing), removed when the
 	// exchange ends.
@@ -583,7 +596,11 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		if len(ws) > 0 {
 			r = io.TeeReader(r, io.MultiWriter(ws...))
 		}
+		r, end := early.tee(cid, r, func(src io.Reader) storedPayload {
+			return e.storePayload(ctx, spool, src, early.props, 0, 0)
+		})
 		f, err := limits.SpoolSmall(r, e.cfg.SpoolDir, 0, limits.SmallInMemory)
+		end(err)
 		if err != nil {
 			return nil, err
 		}
@@ -685,13 +702,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	if err != nil {
 		return e.reject(tr, as4.AsError(err), msgID)
 	}
-	spool := &exchange.Spool{Dir: e.cfg.SpoolDir, Threshold: e.cfg.SpoolThreshold}
-	defer func() {
-		if err := spool.Cleanup(); err != nil {
-			e.log.Warn("as4 spool cleanup failed", "partner", partner.ID, "message_id", msgID, "err", err)
-		}
-	}()
-	payloads, err := e.payloads(ctx, spool, resolved)
+	payloads, err := e.payloads(ctx, spool, resolved, early)
 	if errors.Is(err, limits.ErrBusy) {
 		e.log.Warn("as4 message not processed: memory budget exhausted while decompressing", "partner", partner.ID, "message_id", msgID, "err", err)
 		tr.err = as4.Other("memory budget exhausted", err)
@@ -900,25 +911,15 @@ func (e *Endpoint) pmodes(pa *partners.AS4) []as4.PMode {
 // exchange's spool. The caps on decompressed size and expansion ratio apply
 // to each payload and to all of them together; a payload kept in memory
 // (up to the spool threshold) grows the request's memory reservation.
-func (e *Endpoint) payloads(ctx context.Context, spool *exchange.Spool, resolved []as4.Payload) ([]exchange.Payload, error) {
+func (e *Endpoint) payloads(ctx context.Context, spool *exchange.Spool, resolved []as4.Payload, pre *earlyInflation) ([]exchange.Payload, error) {
 	out := make([]exchange.Payload, 0, len(resolved))
-	res := limits.ReservationFrom(ctx)
-	lim := limits.Inflation{MaxBytes: e.cfg.MaxPayloadSize, MaxRatio: e.cfg.MaxCompressionRatio, SpoolDir: e.cfg.SpoolDir}
-	inMemory := e.cfg.SpoolThreshold
-	if inMemory <= 0 {
-		inMemory = exchange.DefaultSpoolThreshold
-	}
 	var inflated, compressed int64
 	for i, p := range resolved {
 		var src io.ReadCloser
 		var ct, cid, filename string
 		switch {
 		case p.Part != nil:
-			rc, err := p.Part.Open()
-			if err != nil {
-				return nil, fmt.Errorf("payload %d: %w: %w", i+1, limits.ErrSpool, err)
-			}
-			src, ct, cid = rc, p.Part.ContentType(), p.Part.ContentID
+			src, ct, cid = nil, p.Part.ContentType(), p.Part.ContentID
 			filename = dispositionFilename(p.Part.Header)
 		case p.Element != nil:
 			b, err := elementBytes(p.Element)
@@ -931,42 +932,28 @@ func (e *Endpoint) payloads(ctx context.Context, spool *exchange.Spool, resolved
 		}
 		props := p.PartInfo.PropertyMap()
 		zipped := props[as4.PropCompressionType] != ""
-		cr := &countingReader{r: src}
-		var reserved int64
-		r, err := as4.DecompressReader(cr, props, lim, func(n int64) error {
-			if inflated+n > lim.MaxBytes {
-				return fmt.Errorf("payloads inflate beyond %d bytes in total: %w", lim.MaxBytes, limits.ErrTooLarge)
-			}
-			if err := lim.CheckRatio(inflated+n, compressed+cr.n); err != nil {
-				return fmt.Errorf("payloads in total: %w", err)
-			}
-			if m := min(n, inMemory); m > reserved {
-				if err := res.Grow(m - reserved); err != nil {
-					return err
+		var st storedPayload
+		if r, ok := pre.result(p, props, len(resolved)); ok {
+			// Inflated while it was decrypted, under the same caps.
+			st = r
+		} else {
+			if src == nil {
+				rc, err := p.Part.Open()
+				if err != nil {
+					return nil, fmt.Errorf("payload %d: %w: %w", i+1, limits.ErrSpool, err)
 				}
-				reserved = m
+				src = rc
 			}
-			return nil
-		})
-		var body exchange.Body
-		var size int64
-		var sum string
-		if err == nil && zipped {
-			// The payload is inflated a few buffers ahead in its own
-			// goroutine while this one hashes and spools it: two cores.
-			ra := readahead.New(r, 4, 256<<10)
-			body, size, sum, err = spool.Store(ra)
-			ra.Close()
-		} else if err == nil {
-			body, size, sum, err = spool.Store(r)
+			st = e.storePayload(ctx, spool, src, props, inflated, compressed)
+			src.Close()
 		}
-		src.Close()
+		body, size, sum, err := st.body, st.size, st.sum, st.err
 		if errors.Is(err, limits.ErrBusy) {
 			return nil, err
 		}
 		if zipped {
 			inflated += size
-			compressed += cr.n
+			compressed += st.compressed
 		}
 		var ae *as4.Error
 		if errors.As(err, &ae) {
@@ -986,6 +973,143 @@ func (e *Endpoint) payloads(ctx context.Context, spool *exchange.Spool, resolved
 	}
 	return out, nil
 }
+
+// storedPayload is one payload as storePayload left it: in the exchange's
+// spool, with its size, SHA-256 and compressed size (what was read of a
+// compressed source).
+type storedPayload struct {
+	body       exchange.Body
+	size       int64
+	sum        string
+	compressed int64
+	err        error
+}
+
+// storePayload inflates src when props say it is compressed and stores it
+// in the exchange's spool. The caps on decompressed size and expansion
+// ratio apply to it and, with the totals of the payloads before it
+// (inflatedBefore, compressedBefore), to all of them together; a payload
+// kept in memory (up to the spool threshold) grows the request's memory
+// reservation.
+func (e *Endpoint) storePayload(ctx context.Context, spool *exchange.Spool, src io.Reader, props map[string]string, inflatedBefore, compressedBefore int64) storedPayload {
+	res := limits.ReservationFrom(ctx)
+	lim := limits.Inflation{MaxBytes: e.cfg.MaxPayloadSize, MaxRatio: e.cfg.MaxCompressionRatio, SpoolDir: e.cfg.SpoolDir}
+	inMemory := e.cfg.SpoolThreshold
+	if inMemory <= 0 {
+		inMemory = exchange.DefaultSpoolThreshold
+	}
+	zipped := props[as4.PropCompressionType] != ""
+	cr := &countingReader{r: src}
+	var reserved int64
+	r, err := as4.DecompressReader(cr, props, lim, func(n int64) error {
+		if inflatedBefore+n > lim.MaxBytes {
+			return fmt.Errorf("payloads inflate beyond %d bytes in total: %w", lim.MaxBytes, limits.ErrTooLarge)
+		}
+		if err := lim.CheckRatio(inflatedBefore+n, compressedBefore+cr.n); err != nil {
+			return fmt.Errorf("payloads in total: %w", err)
+		}
+		if m := min(n, inMemory); m > reserved {
+			if err := res.Grow(m - reserved); err != nil {
+				return err
+			}
+			reserved = m
+		}
+		return nil
+	})
+	var st storedPayload
+	if err == nil && zipped {
+		// The payload is inflated a few buffers ahead in its own
+		// goroutine while this one hashes and spools it: two cores.
+		ra := readahead.New(r, 4, 256<<10)
+		st.body, st.size, st.sum, err = spool.Store(ra)
+		ra.Close()
+	} else if err == nil {
+		st.body, st.size, st.sum, err = spool.Store(r)
+	}
+	st.compressed, st.err = cr.n, err
+	return st
+}
+
+// earlyInflation inflates the one compressed, encrypted attachment of a
+// message while it is decrypted (two cores instead of decrypting, then
+// inflating), into the exchange's spool. It goes by the unverified
+// eb:PayloadInfo; its result is used only once the message has been
+// decrypted (GCM tag checked), its signature verified and the verified
+// eb:PayloadInfo resolves to the same attachment with the same properties
+// (result); otherwise the payload is inflated afterwards, as for any other.
+type earlyInflation struct {
+	cid     string // bare Content-ID
+	props   map[string]string
+	started bool
+	pw      *io.PipeWriter
+	done    chan struct{}
+	st      storedPayload
+}
+
+// planEarlyInflation picks the attachment to inflate while it is
+// decrypted: the unverified header's only payload, a compressed attachment.
+func planEarlyInflation(env *as4.Envelope, um *as4.UserMessage) *earlyInflation {
+	if um == nil || len(um.PayloadInfo) != 1 {
+		return nil
+	}
+	resolved, err := as4.ResolvePayloads(env, um)
+	if err != nil || len(resolved) != 1 || resolved[0].Part == nil {
+		return nil
+	}
+	props := resolved[0].PartInfo.PropertyMap()
+	if props[as4.PropCompressionType] == "" {
+		return nil
+	}
+	return &earlyInflation{cid: bareContentID(resolved[0].Part.ContentID), props: props}
+}
+
+func bareContentID(cid string) string {
+	return strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(cid), "<"), ">")
+}
+
+// tee starts the inflation of attachment cid and returns r, which passes
+// the decrypted bytes on to it as they are read; end must be called with
+// the reading's outcome. For any other attachment it returns r as it is.
+func (x *earlyInflation) tee(cid string, r io.Reader, start func(io.Reader) storedPayload) (io.Reader, func(error)) {
+	if x == nil || x.started || bareContentID(cid) != x.cid {
+		return r, func(error) {}
+	}
+	x.started = true
+	pr, pw := io.Pipe()
+	x.pw, x.done = pw, make(chan struct{})
+	go func() {
+		defer close(x.done)
+		x.st = start(pr)
+		// The inflation may have stopped early (a cap, broken gzip): the
+		// decryption still runs to its end, so that its outcome is known.
+		io.Copy(io.Discard, pr)
+	}()
+	return io.TeeReader(r, pw), func(err error) { pw.CloseWithError(err) }
+}
+
+// wait waits for a started inflation to end (before the exchange's spool
+// is cleaned up).
+func (x *earlyInflation) wait() {
+	if x != nil && x.started {
+		<-x.done
+	}
+}
+
+// result is the early inflation of payload p, when it inflated the same
+// attachment with the same properties that the verified header gives, and
+// p is the message's only payload.
+func (x *earlyInflation) result(p as4.Payload, props map[string]string, payloads int) (storedPayload, bool) {
+	if x == nil || !x.started || payloads != 1 || p.Part == nil || bareContentID(p.Part.ContentID) != x.cid || !maps.Equal(props, x.props) {
+		return storedPayload{}, false
+	}
+	<-x.done
+	earlyInflations.Add(1)
+	return x.st, true
+}
+
+// earlyInflations counts the payloads inflated while they were decrypted
+// and used (tests).
+var earlyInflations atomic.Int64
 
 func payloadName(href string, i int) string {
 	if href != "" {
