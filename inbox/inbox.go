@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/edigateway/gateway/exchange"
@@ -283,50 +284,92 @@ func mapSafe(s string) string {
 	return b.String()
 }
 
-// writeOnce writes p to dir/name through a synced temporary file and a hard
-// link, which fails instead of replacing an existing file. An existing file
-// with the same content is this message's own earlier write.
+// writeOnce writes p to dir/name through a synced file without a name
+// (openUnnamed) or, where there is none, a synced temporary file, which it
+// then links to the name: the link fails instead of replacing an existing
+// file, and the name appears only for complete, synced content. An
+// existing file with the same content is this message's own earlier write.
 // With keep, an existing file with other content is left as it is (a
 // sidecar from an earlier run, whose received time differs).
 func writeOnce(dir, name string, p exchange.Payload, keep bool) error {
 	final := filepath.Join(dir, name)
+	f, err := openUnnamed(dir)
+	if err != nil {
+		return err
+	}
+	if f != nil {
+		sum, err := writeSynced(f, p)
+		if err == nil {
+			err = linkUnnamed(f, final)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if !errors.Is(err, errNoLink) {
+			return settle(final, sum, err, keep)
+		}
+		// No way to name it here: write it again through a named file.
+	}
 	tmp, err := os.CreateTemp(dir, ".tmp-"+name[:min(len(name), 32)]+"-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	r, err := p.Open()
-	if err != nil {
-		tmp.Close()
-		return err
-	}
-	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(tmp, h), r)
-	r.Close()
-	if err == nil {
-		err = tmp.Sync()
-	}
+	sum, err := writeSynced(tmp, p)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return err
 	}
-	sum := hex.EncodeToString(h.Sum(nil))
-	if err := os.Link(tmp.Name(), final); err != nil {
-		if !errors.Is(err, os.ErrExist) {
-			return err
-		}
-		if keep {
-			return nil
-		}
-		same, serr := sameContent(final, sum)
-		if serr != nil {
-			return serr
-		}
-		if !same {
-			return fmt.Errorf("%s exists with other content; refusing to overwrite", final)
-		}
+	return settle(final, sum, os.Link(tmp.Name(), final), keep)
+}
+
+// errNoLink is linkUnnamed's error where a file without a name cannot be
+// given one.
+var errNoLink = errors.New("inbox: a file without a name cannot be linked here")
+
+// unnamedOff is set once linkUnnamed found it cannot work in this process.
+var unnamedOff atomic.Bool
+
+// writeSynced copies p to f and syncs it; it returns the SHA-256 of what it
+// wrote.
+func writeSynced(f *os.File, p exchange.Payload) (string, error) {
+	r, err := p.Open()
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(f, h), r)
+	r.Close()
+	if err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// settle judges the link of content with SHA-256 sum to final: linkErr nil
+// is success; an existing final is success when it holds the same content
+// (or anything, with keep), else refused.
+func settle(final, sum string, linkErr error, keep bool) error {
+	if linkErr == nil {
+		return nil
+	}
+	if !errors.Is(linkErr, os.ErrExist) {
+		return linkErr
+	}
+	if keep {
+		return nil
+	}
+	same, err := sameContent(final, sum)
+	if err != nil {
+		return err
+	}
+	if !same {
+		return fmt.Errorf("%s exists with other content; refusing to overwrite", final)
 	}
 	return nil
 }
