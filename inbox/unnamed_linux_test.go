@@ -85,7 +85,10 @@ func TestNamedTemporaryFallback(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if len(names) != 4 || !strings.HasPrefix(names[0], ".tmp-") || names[1] != FileName(m, 0)+SidecarSuffix {
+	// Both temporary files (written at the same time), then the sidecar's
+	// name, then the payload's.
+	if len(names) != 4 || !strings.HasPrefix(names[0], ".tmp-") || !strings.HasPrefix(names[1], ".tmp-") ||
+		names[2] != FileName(m, 0)+SidecarSuffix || names[3] != FileName(m, 0) {
 		t.Fatalf("names created: %q", names)
 	}
 	if err := h.Handle(context.Background(), m); err != nil {
