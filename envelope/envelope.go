@@ -22,6 +22,7 @@ import (
 	"mime"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/edigateway/gateway/dedup"
@@ -206,6 +207,7 @@ func Extract(payload []byte) (*Interchange, error) {
 // trailer); an error reading r is returned wrapped, and is not ErrDamaged.
 func ExtractReader(r io.Reader) (*Interchange, error) {
 	s, err := start(r)
+	defer s.release()
 	if err != nil {
 		return nil, err
 	}
@@ -221,12 +223,19 @@ type payloadStart struct {
 	first byte // first byte after them
 }
 
+// readers holds the buffered readers of start between payloads: a 64 KiB
+// buffer made per payload was a large part of what a message allocated.
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufferSize) }}
+
+// start reads the payload's beginning. The caller must call release on the
+// result (also when err is not nil) once it no longer reads the payload.
 func start(r io.Reader) (*payloadStart, error) {
-	br := bufio.NewReaderSize(r, readBufferSize)
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(r)
 	s := &payloadStart{br: br}
 	head, err := br.Peek(3)
 	if err != nil && err != io.EOF {
-		return nil, readErr(err)
+		return s, readErr(err)
 	}
 	s.utf16 = bytes.HasPrefix(head, []byte{0xfe, 0xff}) || bytes.HasPrefix(head, []byte{0xff, 0xfe})
 	if bytes.Equal(head, []byte("\xef\xbb\xbf")) {
@@ -239,7 +248,7 @@ func start(r io.Reader) (*payloadStart, error) {
 			return s, nil
 		}
 		if err != nil {
-			return nil, readErr(err)
+			return s, readErr(err)
 		}
 		if b != ' ' && b != '\t' && b != '\r' && b != '\n' {
 			br.UnreadByte()
@@ -247,6 +256,17 @@ func start(r io.Reader) (*payloadStart, error) {
 			return s, nil
 		}
 	}
+}
+
+// release gives the buffered reader back for the next payload; s must not
+// be read from afterwards.
+func (s *payloadStart) release() {
+	if s == nil || s.br == nil {
+		return
+	}
+	s.br.Reset(nil) // no reference to the payload's reader is kept
+	readers.Put(s.br)
+	s.br = nil
 }
 
 // readBufferSize is the buffer through which payloads are read.
@@ -312,6 +332,7 @@ func ExtractTyped(contentType string, payload []byte) (*Interchange, error) {
 // ExtractReader does.
 func ExtractTypedReader(contentType string, r io.Reader) (*Interchange, error) {
 	s, err := start(r)
+	defer s.release()
 	if err != nil {
 		return nil, err
 	}

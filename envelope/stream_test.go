@@ -268,3 +268,45 @@ func (o *oneByteReader) Read(p []byte) (int, error) {
 	}
 	return o.r.Read(p)
 }
+
+// TestExtractReaderReusesItsBuffer: extracting from one payload after
+// another allocates far less than the 64 KiB read buffer per payload, and a
+// reused buffer holds nothing of the payload before (a short or failing
+// payload after a long one is read for what it is).
+func TestExtractReaderReusesItsBuffer(t *testing.T) {
+	long := "UNB+UNOA:2+LONGSENDER:14+LONGRECIPIENT:14+240315:0930+LONGREF'UNH+1+INVOIC:D:96A:UN'" + strings.Repeat("LIN+1++4000862141404:SRS'", 2000) + "UNT+2002+1'UNZ+1+LONGREF'"
+	if ic, err := ExtractReader(strings.NewReader(long)); err != nil || ic.Reference != "LONGREF" {
+		t.Fatalf("long payload: %+v, %v", ic, err)
+	}
+	small := "UNB+UNOA:2+S:14+R:14+240315:0930+X'UNH+1+INVOIC:D:96A:UN'UNT+2+1'UNZ+1+X'"
+	const rounds = 50
+	var ic *Interchange
+	var err error
+	var a, b runtime.MemStats
+	runtime.ReadMemStats(&a)
+	for range rounds {
+		if ic, err = ExtractReader(strings.NewReader(small)); err != nil {
+			break
+		}
+	}
+	runtime.ReadMemStats(&b)
+	if err != nil || ic.Reference != "X" || ic.Sender != "S" {
+		t.Fatalf("small payload: %+v, %v", ic, err)
+	}
+	if per := (b.TotalAlloc - a.TotalAlloc) / rounds; per > 16<<10 && !raceEnabled {
+		t.Fatalf("a %d-byte payload allocated %d KiB per extraction", len(small), per>>10)
+	}
+	if _, err := ExtractReader(strings.NewReader("UNB")); !errors.Is(err, ErrDamaged) {
+		t.Fatalf("truncated payload after others: %v", err)
+	}
+	if _, err := ExtractReader(io.MultiReader(strings.NewReader("UN"), iotestErr{})); err == nil || errors.Is(err, ErrDamaged) {
+		t.Fatalf("failing reader after others: %v", err)
+	}
+	if ic, err := ExtractTypedReader("application/edifact", strings.NewReader(small)); err != nil || ic.Reference != "X" {
+		t.Fatalf("typed, after a failing reader: %+v, %v", ic, err)
+	}
+}
+
+type iotestErr struct{}
+
+func (iotestErr) Read([]byte) (int, error) { return 0, errors.New("disk gone") }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 )
 
 // Spool keeps payload bytes in memory up to Threshold and in a temporary
@@ -25,6 +26,11 @@ const DefaultSpoolThreshold = 4 << 20
 // would otherwise cost three times it in garbage).
 const storeChunk = 64 << 10
 
+// storeChunks holds Store's pieces between payloads (what Store keeps is
+// copied out of them): a 64 KiB piece made per payload of a few KiB was a
+// large part of what a message allocated.
+var storeChunks = sync.Pool{New: func() any { b := make([]byte, storeChunk); return &b }}
+
 // Store reads r to its end and returns a body with its size and SHA-256.
 func (s *Spool) Store(r io.Reader) (Body, int64, string, error) {
 	limit := s.Threshold
@@ -34,9 +40,17 @@ func (s *Spool) Store(r io.Reader) (Body, int64, string, error) {
 	h := sha256.New()
 	tr := io.TeeReader(r, h)
 	var chunks [][]byte
+	var pooled []*[]byte
+	defer func() {
+		for _, c := range pooled {
+			storeChunks.Put(c)
+		}
+	}()
 	var n int64
 	for n <= limit {
-		c := make([]byte, min(storeChunk, limit+1-n))
+		cp := storeChunks.Get().(*[]byte)
+		pooled = append(pooled, cp)
+		c := (*cp)[:min(storeChunk, limit+1-n)]
 		k, err := fill(tr, c)
 		chunks = append(chunks, c[:k])
 		n += int64(k)

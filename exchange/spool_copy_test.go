@@ -89,3 +89,46 @@ func TestSpoolStoreWithoutGrowingBuffer(t *testing.T) {
 		t.Fatalf("truncated stream stored: %v", err)
 	}
 }
+
+// TestSpoolStoreSmallAllocatesItsSize: storing a small payload allocates
+// about its size (the copy kept), not a 64 KiB read piece per payload; a
+// piece used for one payload holds nothing of it for the next.
+func TestSpoolStoreSmallAllocatesItsSize(t *testing.T) {
+	s := &Spool{Dir: t.TempDir()}
+	defer s.Cleanup()
+	big := bytes.Repeat([]byte("A"), 60<<10)
+	if _, _, _, err := s.Store(bytes.NewReader(big)); err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("UNB+UNOA:2+S+R+240315:0930+X'"), 340) // ~10 KB
+	const rounds = 50
+	var body Body
+	var err error
+	a := allocated(func() {
+		for range rounds {
+			body, _, _, err = s.Store(bytes.NewReader(data))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if per := a / rounds; per > 32<<10 && !raceEnabled {
+		t.Fatalf("a %d-byte payload allocated %d KiB per Store", len(data), per>>10)
+	}
+	r, _ := body.Open()
+	got, _ := io.ReadAll(r)
+	r.Close()
+	if !bytes.Equal(got, data) {
+		t.Fatalf("read back %d bytes, not the %d stored", len(got), len(data))
+	}
+	short, _, _, err := s.Store(strings.NewReader("abc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ = short.Open()
+	got, _ = io.ReadAll(r)
+	r.Close()
+	if string(got) != "abc" {
+		t.Fatalf("a 3-byte payload after larger ones read back %q", got)
+	}
+}

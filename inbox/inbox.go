@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/edigateway/gateway/exchange"
@@ -68,9 +69,11 @@ func (d Dir) Handle(ctx context.Context, m *exchange.Message) error {
 	return syncDir(dir)
 }
 
-// writePayload writes the sidecar, then the payload: a consumer that sees a
-// payload file finds its sidecar. A payload written by a version before the
-// findable names (legacy name, same content) counts as written.
+// writePayload writes the sidecar and the payload: both are written and
+// synced at the same time (their syncs overlap instead of following each
+// other), and the sidecar gets its name first, so a consumer that sees a
+// payload file finds its sidecar. A payload written by a version before
+// the findable names (legacy name, same content) counts as written.
 func writePayload(dir string, m *exchange.Message, i int) error {
 	p := m.Payloads[i]
 	name := FileName(m, i)
@@ -84,12 +87,29 @@ func writePayload(dir string, m *exchange.Message, i int) error {
 		return err
 	}
 	side = append(side, '\n')
+	var ss *staged
+	var serr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ss, serr = stage(dir, name+SidecarSuffix, exchange.NewPayload(exchange.Payload{}, exchange.MemoryBody(side)))
+	}()
+	ps, perr := stage(dir, name, p)
+	<-done
+	defer ss.discard()
+	defer ps.discard()
+	if serr != nil {
+		return fmt.Errorf("sidecar: %w", serr)
+	}
+	if perr != nil {
+		return perr
+	}
 	// An existing sidecar is this message's own from an earlier run (the
 	// name holds the transport key and the payload hash); it is kept.
-	if err := writeOnce(dir, name+SidecarSuffix, exchange.NewPayload(exchange.Payload{}, exchange.MemoryBody(side)), true); err != nil {
+	if err := ss.link(true); err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
-	return writeOnce(dir, name, p, false)
+	return ps.link(false)
 }
 
 // Sidecar is the JSON metadata file written next to every payload.
@@ -283,50 +303,147 @@ func mapSafe(s string) string {
 	return b.String()
 }
 
-// writeOnce writes p to dir/name through a synced temporary file and a hard
-// link, which fails instead of replacing an existing file. An existing file
-// with the same content is this message's own earlier write.
-// With keep, an existing file with other content is left as it is (a
-// sidecar from an earlier run, whose received time differs).
-func writeOnce(dir, name string, p exchange.Payload, keep bool) error {
-	final := filepath.Join(dir, name)
-	tmp, err := os.CreateTemp(dir, ".tmp-"+name[:min(len(name), 32)]+"-*")
+// staged is content written to a synced file in dir that does not have its
+// final name yet: a file without a name (openUnnamed), or where there is
+// none a temporary file. link then gives it the name, which fails instead
+// of replacing an existing file, so the name appears only for complete,
+// synced content.
+type staged struct {
+	dir, name string
+	p         exchange.Payload
+	f         *os.File // the file without a name, open until linked
+	tmp       string   // or the temporary file's name
+	sum       string   // SHA-256 of the content
+}
+
+// stage writes p to a synced file in dir that is not visible under name yet.
+func stage(dir, name string, p exchange.Payload) (*staged, error) {
+	s := &staged{dir: dir, name: name, p: p}
+	f, err := openUnnamed(dir)
+	if err != nil {
+		return nil, err
+	}
+	if f == nil {
+		if err := s.stageNamed(); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	if s.sum, err = writeSynced(f, p); err != nil {
+		f.Close()
+		return nil, err
+	}
+	s.f = f
+	return s, nil
+}
+
+// stageNamed writes the content through a temporary file instead.
+func (s *staged) stageNamed() error {
+	tmp, err := os.CreateTemp(s.dir, ".tmp-"+s.name[:min(len(s.name), 32)]+"-*")
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	r, err := p.Open()
-	if err != nil {
-		tmp.Close()
-		return err
-	}
-	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(tmp, h), r)
-	r.Close()
-	if err == nil {
-		err = tmp.Sync()
-	}
+	sum, err := writeSynced(tmp, s.p)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
+		os.Remove(tmp.Name())
 		return err
 	}
-	sum := hex.EncodeToString(h.Sum(nil))
-	if err := os.Link(tmp.Name(), final); err != nil {
-		if !errors.Is(err, os.ErrExist) {
+	s.tmp, s.sum = tmp.Name(), sum
+	return nil
+}
+
+// link gives the staged file its name and releases it. An existing file
+// under the name is this message's own earlier write when it has the same
+// content; with keep, one with other content is left as it is (a sidecar
+// from an earlier run, whose received time differs); else it is refused.
+func (s *staged) link(keep bool) error {
+	defer s.discard()
+	final := filepath.Join(s.dir, s.name)
+	if s.f != nil {
+		err := linkUnnamed(s.f, final)
+		cerr := s.f.Close()
+		s.f = nil
+		if !errors.Is(err, errNoLink) {
+			if err == nil {
+				err = cerr
+			}
+			return settle(final, s.sum, err, keep)
+		}
+		// No way to name it here: write it again through a named file.
+		if err := s.stageNamed(); err != nil {
 			return err
 		}
-		if keep {
-			return nil
-		}
-		same, serr := sameContent(final, sum)
-		if serr != nil {
-			return serr
-		}
-		if !same {
-			return fmt.Errorf("%s exists with other content; refusing to overwrite", final)
-		}
+	}
+	return settle(final, s.sum, os.Link(s.tmp, final), keep)
+}
+
+// discard closes or removes what is left of a staged file (nothing after
+// link). It may be called on nil.
+func (s *staged) discard() {
+	if s == nil {
+		return
+	}
+	if s.f != nil {
+		s.f.Close()
+		s.f = nil
+	}
+	if s.tmp != "" {
+		os.Remove(s.tmp)
+		s.tmp = ""
+	}
+}
+
+// syncFile syncs a written file (tests observe it).
+var syncFile = (*os.File).Sync
+
+// errNoLink is linkUnnamed's error where a file without a name cannot be
+// given one.
+var errNoLink = errors.New("inbox: a file without a name cannot be linked here")
+
+// unnamedOff is set once linkUnnamed found it cannot work in this process.
+var unnamedOff atomic.Bool
+
+// writeSynced copies p to f and syncs it; it returns the SHA-256 of what it
+// wrote.
+func writeSynced(f *os.File, p exchange.Payload) (string, error) {
+	r, err := p.Open()
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(f, h), r)
+	r.Close()
+	if err == nil {
+		err = syncFile(f)
+	}
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// settle judges the link of content with SHA-256 sum to final: linkErr nil
+// is success; an existing final is success when it holds the same content
+// (or anything, with keep), else refused.
+func settle(final, sum string, linkErr error, keep bool) error {
+	if linkErr == nil {
+		return nil
+	}
+	if !errors.Is(linkErr, os.ErrExist) {
+		return linkErr
+	}
+	if keep {
+		return nil
+	}
+	same, err := sameContent(final, sum)
+	if err != nil {
+		return err
+	}
+	if !same {
+		return fmt.Errorf("%s exists with other content; refusing to overwrite", final)
 	}
 	return nil
 }

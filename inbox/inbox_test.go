@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
@@ -80,5 +83,59 @@ func TestNameDoesNotDependOnPosition(t *testing.T) {
 	both, onlyB := msg(a, b), msg(b)
 	if FileName(both, 1) != FileName(onlyB, 0) {
 		t.Fatalf("%s != %s: a run without the duplicate payload would write a second copy", FileName(both, 1), FileName(onlyB, 0))
+	}
+}
+
+// TestSidecarAndPayloadSyncOverlap: the sidecar and the payload are synced
+// at the same time (two syncs in flight), not one after the other.
+func TestSidecarAndPayloadSyncOverlap(t *testing.T) {
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	both := make(chan struct{})
+	syncFile = func(f *os.File) error {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		if inFlight == 2 {
+			close(both)
+		}
+		mu.Unlock()
+		select { // wait a while for the other sync to start
+		case <-both:
+		case <-time.After(2 * time.Second):
+		}
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return f.Sync()
+	}
+	defer func() { syncFile = (*os.File).Sync }()
+	if err := (Dir{Root: t.TempDir()}).Handle(context.Background(), msg(payload("a.edi", "UNB+1'"))); err != nil {
+		t.Fatal(err)
+	}
+	if most != 2 {
+		t.Fatalf("at most %d sync in flight: the sidecar and the payload were synced one after the other", most)
+	}
+}
+
+// TestFailedSidecarLeavesNoPayload: when the sidecar cannot be made
+// durable, the payload (written at the same time) never gets its name.
+func TestFailedSidecarLeavesNoPayload(t *testing.T) {
+	boom := errors.New("sync failed")
+	syncFile = func(f *os.File) error {
+		if st, err := f.Stat(); err == nil && st.Size() > 100 { // the sidecar, not the 6-byte payload
+			return boom
+		}
+		return f.Sync()
+	}
+	defer func() { syncFile = (*os.File).Sync }()
+	root := t.TempDir()
+	err := (Dir{Root: root}).Handle(context.Background(), msg(payload("a.edi", "UNB+1'")))
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "sidecar") {
+		t.Fatalf("err = %v", err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(root, "acme"))
+	if len(entries) != 0 {
+		t.Fatalf("files after a failed sidecar: %v", entries)
 	}
 }

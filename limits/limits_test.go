@@ -97,11 +97,12 @@ func TestBudget(t *testing.T) {
 	}
 }
 
-// serve runs h behind Handler on a real loopback server.
-func serve(t *testing.T, o BodyOptions) (*httptest.Server, chan error) {
+// serve runs h behind Handler on a real loopback server; configure, when
+// given, changes the server's settings before it starts.
+func serve(t *testing.T, o BodyOptions, configure ...func(*http.Server)) (*httptest.Server, chan error) {
 	t.Helper()
 	errs := make(chan error, 16)
-	srv := httptest.NewServer(Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, err := io.Copy(io.Discard, r.Body)
 		errs <- err
 		if Refuse(w, err) {
@@ -111,6 +112,10 @@ func serve(t *testing.T, o BodyOptions) (*httptest.Server, chan error) {
 			http.Error(w, err.Error(), 400)
 		}
 	}), o))
+	for _, c := range configure {
+		c(srv.Config)
+	}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv, errs
 }
@@ -190,8 +195,8 @@ func TestHandlerRefusals(t *testing.T) {
 // 50 ms against a minimum of 1 KiB/s after 300 ms is cut off with 408 long
 // before the server's read timeout; a client at full speed passes.
 func TestSlowBodyIsCutOff(t *testing.T) {
-	srv, errs := serve(t, BodyOptions{MinRate: 1 << 10, Grace: 300 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
-	srv.Config.ReadTimeout = time.Minute
+	srv, errs := serve(t, BodyOptions{MinRate: 1 << 10, Grace: 300 * time.Millisecond, Log: slog.New(slog.DiscardHandler)},
+		func(s *http.Server) { s.ReadTimeout = time.Minute }) // set before it serves: no race with its goroutines
 	start := time.Now()
 	req, _ := http.NewRequest(http.MethodPost, srv.URL, &slowReader{n: 1000, delay: 50 * time.Millisecond})
 	req.ContentLength = 1000

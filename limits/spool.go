@@ -281,8 +281,15 @@ func (g *GrowingBody) Path() string {
 // KiB at a time) costs few write calls.
 const spoolChunk = 256 << 10
 
+// spoolChunks holds the read buffers of fill between bodies: a 256 KiB
+// buffer made per body was most of what a 10 KB AS2 message allocated
+// (each one zeroed, and pushing the next garbage collection closer).
+var spoolChunks = sync.Pool{New: func() any { b := make([]byte, spoolChunk); return &b }}
+
 func (b *BodyFile) fill(r io.Reader, h hash.Hash, max int64, written func(int64)) error {
-	buf := make([]byte, spoolChunk)
+	bp := spoolChunks.Get().(*[]byte)
+	defer spoolChunks.Put(bp)
+	buf := *bp
 	for {
 		// Fill buf, ending at io.EOF only: io.ReadFull would turn a body
 		// cut short (net/http's io.ErrUnexpectedEOF) into a short read,
@@ -428,7 +435,18 @@ type Spooled struct {
 // to a spool file in dir like SpoolLayer (no hash), failing with an error
 // wrapping ErrTooLarge past max bytes (max > 0). The caller must Remove it.
 func SpoolSmall(r io.Reader, dir string, max, keep int64) (*Spooled, error) {
-	buf := make([]byte, keep+1)
+	// It reads into a pooled buffer and keeps a copy of exactly what
+	// arrived: a keep+1 buffer made per call (64 KiB for a part of a few
+	// KiB, twice per AS4 message) was a large part of what a message
+	// allocated.
+	var buf []byte
+	if keep+1 <= spoolChunk {
+		bp := spoolChunks.Get().(*[]byte)
+		defer spoolChunks.Put(bp)
+		buf = (*bp)[:keep+1]
+	} else {
+		buf = make([]byte, keep+1)
+	}
 	n := 0
 	for n < len(buf) {
 		k, err := r.Read(buf[n:])
@@ -437,7 +455,7 @@ func SpoolSmall(r io.Reader, dir string, max, keep int64) (*Spooled, error) {
 			return nil, fmt.Errorf("more than %d bytes: %w", max, ErrTooLarge)
 		}
 		if err == io.EOF {
-			return &Spooled{mem: buf[:n:n], Size: int64(n)}, nil
+			return &Spooled{mem: bytes.Clone(buf[:n]), Size: int64(n)}, nil
 		}
 		if err != nil {
 			return nil, err

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -290,5 +291,77 @@ func TestSpoolBodyAsyncReadsWhileArriving(t *testing.T) {
 	g = SpoolBodyAsync(bytes.NewReader(data), dir, int64(len(data))-1)
 	if _, err := g.Wait(); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("over the limit: %v", err)
+	}
+}
+
+func allocated(f func()) uint64 {
+	var a, b runtime.MemStats
+	runtime.ReadMemStats(&a)
+	f()
+	runtime.ReadMemStats(&b)
+	return b.TotalAlloc - a.TotalAlloc
+}
+
+// TestSpoolAllocatesLittlePerBody: spooling a 10 KB body allocates a few
+// KiB, not a 256 KiB read buffer per body, and keeping a small one in
+// memory (SpoolSmall, 64 KiB keep) about its size; a reused buffer holds
+// nothing of the body before.
+func TestSpoolAllocatesLittlePerBody(t *testing.T) {
+	dir := t.TempDir()
+	data := bytes.Repeat([]byte("0123456789"), 1024)
+	first := bytes.Repeat([]byte("Z"), 60<<10)
+	if s, err := SpoolSmall(bytes.NewReader(first), dir, 0, SmallInMemory); err != nil {
+		t.Fatal(err)
+	} else {
+		s.Remove()
+	}
+	const rounds = 50
+	var err error
+	a := allocated(func() {
+		for range rounds {
+			var b *BodyFile
+			if b, err = SpoolBody(bytes.NewReader(data), dir, 0); err != nil {
+				return
+			}
+			b.Remove()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if per := a / rounds; per > 32<<10 && !raceEnabled {
+		t.Fatalf("SpoolBody of %d bytes allocated %d KiB per body", len(data), per>>10)
+	}
+	var s *Spooled
+	a = allocated(func() {
+		for range rounds {
+			if s, err = SpoolSmall(bytes.NewReader(data), dir, 0, SmallInMemory); err != nil {
+				return
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if per := a / rounds; per > 24<<10 && !raceEnabled {
+		t.Fatalf("SpoolSmall of %d bytes allocated %d KiB per part", len(data), per>>10)
+	}
+	if got, _ := io.ReadAll(s.Reader()); !bytes.Equal(got, data) {
+		t.Fatalf("SpoolSmall read back %d bytes, not the %d stored", len(got), len(data))
+	}
+	short, err := SpoolSmall(strings.NewReader("abc"), dir, 0, SmallInMemory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := io.ReadAll(short.Reader()); string(got) != "abc" {
+		t.Fatalf("a 3-byte part after larger ones read back %q", got)
+	}
+	b, err := SpoolBody(strings.NewReader("xyz"), dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Remove()
+	if got, _ := io.ReadAll(b.Reader()); string(got) != "xyz" || b.Size != 3 {
+		t.Fatalf("a 3-byte body after larger ones read back %q (size %d)", got, b.Size)
 	}
 }

@@ -28,8 +28,9 @@
 # 1: count fsyncs with strace; auto: when strace can trace here; a traced
 # gateway is slower: on the 2-core machine 86 instead of 135 AS2 msgs/s,
 # so take msgs/s and the ratio from an untraced run), PROFILE=1 turns on
-# admin.pprof and saves a 10 s CPU profile of the gateway taken during each
-# load as $PROFILE_DIR/{as2,as4}.cpu.pprof (PROFILE_DIR default: the current
+# admin.pprof and saves a 10 s CPU profile and allocation profile (the
+# allocations of those 10 s) of the gateway taken during each load as
+# $PROFILE_DIR/{as2,as4}.{cpu,allocs}.pprof (PROFILE_DIR default: the current
 # directory), GATEWAY_BIN (serve this binary instead of building
 # bin/gateway, e.g. an earlier version for before/after figures), KEEP=1 keeps the temporary directory (store, inbox, logs).
 # Exit status: 0 when every run had no failures.
@@ -235,7 +236,9 @@ for proto in "${PROTOCOLS[@]}"; do
 				grep -q "gateway-load: RSA" "$tmp/load-$proto.err" 2>/dev/null && break
 				sleep 0.1
 			done
+			curl -fsS -o "$PROFILE_DIR/$proto.allocs.pprof" "http://$admin/debug/pprof/allocs?seconds=10" &
 			curl -fsS -o "$PROFILE_DIR/$proto.cpu.pprof" "http://$admin/debug/pprof/profile?seconds=10"
+			wait
 		) &
 		prof_pid=$!
 	fi
@@ -244,7 +247,7 @@ for proto in "${PROTOCOLS[@]}"; do
 	cat "$tmp/load-$proto.err" >&2
 	if [[ -n "$prof_pid" ]]; then
 		wait "$prof_pid" || echo "load.sh: no CPU profile for $proto" >&2
-		echo "CPU profile of the gateway during the $proto load: $PROFILE_DIR/$proto.cpu.pprof" >&2
+		echo "CPU and allocation profiles of the gateway during the $proto load: $PROFILE_DIR/$proto.{cpu,allocs}.pprof" >&2
 	fi
 	stop_gateway
 	msgs=$(sed -n 's/.* messages=\([0-9]*\) .*/\1/p' <<<"$line")

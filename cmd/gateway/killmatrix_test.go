@@ -135,6 +135,7 @@ handler:
 		msg *as2client.Message
 	}
 	msgs := make([]message, count)
+	bodies := map[string]bool{}
 	for i := range msgs {
 		body, ctype := fmt.Sprintf("kill matrix message %d", i), "text/plain"
 		if i%2 == 0 {
@@ -147,6 +148,7 @@ handler:
 			t.Fatal(err)
 		}
 		msgs[i] = message{strings.Trim(m.ID, "<>"), m}
+		bodies[body] = true
 	}
 
 	r := &killMatrixResult{messages: count, byPhase: map[string]int{}}
@@ -265,6 +267,7 @@ handler:
 		}
 	} else {
 		r.lost = count - len(effects)
+		checkInboxFiles(t, filepath.Join(dir, "inbox"), bodies, count)
 	}
 	r.extra = total - (count - r.lost)
 	r.elapsed = time.Since(start)
@@ -356,4 +359,62 @@ func countJournal(t *testing.T, path string) map[string]int {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// checkInboxFiles checks what the dir handler left after the kills: one
+// complete payload file per message (its content one of the bodies sent),
+// each with its sidecar, and no temporary or other file: a kill at any
+// point of a write leaves nothing half-written under a visible name.
+func checkInboxFiles(t *testing.T, root string, bodies map[string]bool, count int) {
+	t.Helper()
+	partners, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payloads, seen := 0, map[string]bool{}
+	for _, pd := range partners {
+		dir := filepath.Join(root, pd.Name())
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]bool{}
+		for _, e := range entries {
+			names[e.Name()] = true
+		}
+		for _, e := range entries {
+			n := e.Name()
+			if strings.HasSuffix(n, inbox.SidecarSuffix) {
+				if !names[strings.TrimSuffix(n, inbox.SidecarSuffix)] {
+					// A kill between the sidecar's link and the payload's:
+					// the resend links the payload next to it. The message
+					// was answered positively, so it must be there.
+					t.Errorf("%s: a sidecar without its payload", n)
+				}
+				continue
+			}
+			if strings.HasPrefix(n, ".") {
+				t.Errorf("%s: a temporary file left in the inbox", n)
+				continue
+			}
+			if !names[n+inbox.SidecarSuffix] {
+				t.Errorf("%s: a payload without its sidecar", n)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bodies[string(b)] {
+				t.Errorf("%s: %d bytes that are no message's whole body", n, len(b))
+			}
+			if seen[string(b)] {
+				t.Errorf("%s: a second file for the same message", n)
+			}
+			seen[string(b)] = true
+			payloads++
+		}
+	}
+	if payloads != count {
+		t.Errorf("%d payload files in the inbox for %d messages", payloads, count)
+	}
 }
