@@ -2,21 +2,12 @@ package cms
 
 import (
 	"errors"
-	"runtime"
 	"testing"
 
+	"github.com/edigateway/gateway/internal/heaptest"
 	"github.com/edigateway/gateway/internal/testbomb"
 	"github.com/edigateway/gateway/limits"
 )
-
-// allocated returns the bytes f allocated on the heap.
-func allocated(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
 
 // TestDecompressBombRefusedEarly: a 1 GiB zlib bomb (about 1 MiB of
 // CompressedData) is refused by the ratio cap after about 1 MiB of output,
@@ -24,7 +15,7 @@ func allocated(f func()) uint64 {
 func TestDecompressBombRefusedEarly(t *testing.T) {
 	bomb := testbomb.CompressedData(testbomb.Zlib(1 << 30))
 	var err error
-	n := allocated(func() { _, err = Decompress(bomb, 0) })
+	n := heaptest.Allocated(func() { _, err = Decompress(bomb, 0) })
 	if !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("bomb: %v", err)
 	}
@@ -32,7 +23,7 @@ func TestDecompressBombRefusedEarly(t *testing.T) {
 		t.Fatalf("refusing the bomb allocated %d MiB", n>>20)
 	}
 	// Without a ratio cap the absolute cap refuses it, still in bounded memory.
-	n = allocated(func() {
+	n = heaptest.Allocated(func() {
 		_, err = DecompressLimited(bomb, limits.Inflation{MaxBytes: 32 << 20}, nil)
 	})
 	if !errors.Is(err, ErrTooLarge) {
@@ -57,7 +48,7 @@ func TestDecompressSmallCompressibleAndExactAllocation(t *testing.T) {
 	}
 	big := testbomb.CompressedData(testbomb.Zlib(24 << 20))
 	var out []byte
-	n := allocated(func() {
+	n := heaptest.Allocated(func() {
 		out, err = DecompressLimited(big, limits.Inflation{MaxBytes: 32 << 20}, nil)
 	})
 	if err != nil || len(out) != 24<<20 || cap(out) != len(out) {

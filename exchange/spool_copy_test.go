@@ -4,21 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"runtime"
 	"strings"
 	"testing"
 	"testing/iotest"
 
 	"github.com/edigateway/gateway/envelope"
+	"github.com/edigateway/gateway/internal/heaptest"
 )
-
-func allocated(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
 
 // TestSpoolBytesWithoutCopies: bytes the endpoint already holds are kept
 // (in memory) or written (to the spool file) without a growing buffer, and
@@ -31,7 +23,7 @@ func TestSpoolBytesWithoutCopies(t *testing.T) {
 		var body Body
 		var n int64
 		var err error
-		if a := allocated(func() { body, n, _, err = s.Bytes(data) }); err != nil || n != int64(len(data)) || a > 64<<10 {
+		if a := heaptest.Allocated(func() { body, n, _, err = s.Bytes(data) }); err != nil || n != int64(len(data)) || a > 64<<10 {
 			t.Fatalf("%d bytes: stored %d, %v, allocated %d KiB", len(data), n, err, a>>10)
 		}
 		r, err := body.Open()
@@ -45,7 +37,7 @@ func TestSpoolBytesWithoutCopies(t *testing.T) {
 		}
 		pl := NewPayload(Payload{Size: n}, body)
 		var ic *envelope.Interchange
-		a := allocated(func() { ic, err = extractPayload(pl) })
+		a := heaptest.Allocated(func() { ic, err = extractPayload(pl) })
 		if err != nil || ic.Reference != "X" || a > 256<<10 {
 			t.Fatalf("%d bytes: envelope %+v, %v, allocated %d KiB", len(data), ic, err, a>>10)
 		}
@@ -69,7 +61,7 @@ func TestSpoolStoreWithoutGrowingBuffer(t *testing.T) {
 		var body Body
 		var n int64
 		var err error
-		a := allocated(func() { body, n, _, err = s.Store(bytes.NewReader(data)) })
+		a := heaptest.Allocated(func() { body, n, _, err = s.Store(bytes.NewReader(data)) })
 		if err != nil || n != int64(size) || a > 5<<20 {
 			t.Fatalf("%d bytes: stored %d, %v, allocated %d KiB", size, n, err, a>>10)
 		}
@@ -104,7 +96,7 @@ func TestSpoolStoreSmallAllocatesItsSize(t *testing.T) {
 	const rounds = 50
 	var body Body
 	var err error
-	a := allocated(func() {
+	a := heaptest.Allocated(func() {
 		for range rounds {
 			body, _, _, err = s.Store(bytes.NewReader(data))
 		}

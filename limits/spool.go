@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/edigateway/gateway/internal/readahead"
 )
 
 // spoolAreaPrefix names the per-process directories OpenSpoolArea makes in
@@ -291,16 +293,10 @@ func (b *BodyFile) fill(r io.Reader, h hash.Hash, max int64, written func(int64)
 	defer spoolChunks.Put(bp)
 	buf := *bp
 	for {
-		// Fill buf, ending at io.EOF only: io.ReadFull would turn a body
-		// cut short (net/http's io.ErrUnexpectedEOF) into a short read,
-		// and a cut body into a complete one.
-		k := 0
-		var rerr error
-		for k < len(buf) && rerr == nil {
-			var m int
-			m, rerr = r.Read(buf[k:])
-			k += m
-		}
+		// Ending at io.EOF only: io.ReadFull would turn a body cut short
+		// (net/http's io.ErrUnexpectedEOF) into a short read, and a cut
+		// body into a complete one.
+		k, rerr := readahead.Fill(r, buf)
 		if k > 0 {
 			b.Size += int64(k)
 			if max > 0 && b.Size > max {

@@ -9,12 +9,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/edigateway/gateway/internal/heaptest"
 	"github.com/edigateway/gateway/internal/spooltest"
 )
 
@@ -294,14 +294,6 @@ func TestSpoolBodyAsyncReadsWhileArriving(t *testing.T) {
 	}
 }
 
-func allocated(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
-
 // TestSpoolAllocatesLittlePerBody: spooling a 10 KB body allocates a few
 // KiB, not a 256 KiB read buffer per body, and keeping a small one in
 // memory (SpoolSmall, 64 KiB keep) about its size; a reused buffer holds
@@ -317,7 +309,7 @@ func TestSpoolAllocatesLittlePerBody(t *testing.T) {
 	}
 	const rounds = 50
 	var err error
-	a := allocated(func() {
+	a := heaptest.Allocated(func() {
 		for range rounds {
 			var b *BodyFile
 			if b, err = SpoolBody(bytes.NewReader(data), dir, 0); err != nil {
@@ -333,7 +325,7 @@ func TestSpoolAllocatesLittlePerBody(t *testing.T) {
 		t.Fatalf("SpoolBody of %d bytes allocated %d KiB per body", len(data), per>>10)
 	}
 	var s *Spooled
-	a = allocated(func() {
+	a = heaptest.Allocated(func() {
 		for range rounds {
 			if s, err = SpoolSmall(bytes.NewReader(data), dir, 0, SmallInMemory); err != nil {
 				return

@@ -3,20 +3,12 @@ package smime
 import (
 	"crypto/rand"
 	"errors"
-	"runtime"
 	"testing"
 
 	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/heaptest"
 	"github.com/edigateway/gateway/internal/testbomb"
 )
-
-func allocated(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
 
 // TestUnwrapNestedBomb: the request, two nested zlib CompressedData
 // layers of a few KiB inflating to 4 GiB, is refused with ErrTooLarge in
@@ -26,7 +18,7 @@ func TestUnwrapNestedBomb(t *testing.T) {
 	raw := append([]byte("Content-Type: "+testbomb.ContentType+"\r\nContent-Transfer-Encoding: binary\r\n\r\n"), body...)
 	var res *Result
 	var err error
-	n := allocated(func() { res, err = Unwrap(raw, Options{}) })
+	n := heaptest.Allocated(func() { res, err = Unwrap(raw, Options{}) })
 	if !errors.Is(err, cms.ErrTooLarge) {
 		t.Fatalf("nested bomb (%d bytes): %v", len(body), err)
 	}

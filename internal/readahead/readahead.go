@@ -52,16 +52,7 @@ func (r *Reader) run(src io.Reader) {
 		case <-r.stop:
 			return
 		}
-		// Fill b; the source's error passes as it is (not io.ReadFull,
-		// which would make a cut stream's io.ErrUnexpectedEOF look like a
-		// short read of a complete one, or an early io.EOF an error).
-		k := 0
-		var err error
-		for k < len(b) && err == nil {
-			var m int
-			m, err = src.Read(b[k:])
-			k += m
-		}
+		k, err := Fill(src, b)
 		select {
 		case r.full <- chunk{b[:k], err}:
 		case <-r.stop:
@@ -71,6 +62,21 @@ func (r *Reader) run(src io.Reader) {
 			return
 		}
 	}
+}
+
+// Fill reads from r into b until b is full or r fails, and returns what it
+// read with r's error as it is: io.EOF only at r's end. Unlike io.ReadFull
+// it does not make a cut stream's io.ErrUnexpectedEOF look like the short
+// last read of a complete one (nor an early io.EOF an error).
+func Fill(r io.Reader, b []byte) (int, error) {
+	k := 0
+	var err error
+	for k < len(b) && err == nil {
+		var m int
+		m, err = r.Read(b[k:])
+		k += m
+	}
+	return k, err
 }
 
 // Read returns the source's bytes in order, then its error (io.EOF at its
