@@ -1,0 +1,72 @@
+package endpoint_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/as4/client"
+)
+
+// TestCutBodyRefused is the AS4 twin of AS2's TestStreamedBodyCutWhileUnwrapped:
+// a known partner's message whose sender stops after most of its
+// Content-Length (the attachment cut) is not taken for a complete one: it
+// gets the signed EBMS:0007 MimeInconsistency error (AS4 answers errors as
+// signals, where AS2 answers an unreadable body with 400), and the handler
+// never runs; the same message sent whole is accepted.
+func TestCutBodyRefused(t *testing.T) {
+	k := getKeys(t)
+	h := newHarness(t, harnessOptions{})
+	m := testMessage("cut-1@acme.test")
+	big := make([]byte, 2<<20)
+	rand.Read(big)
+	m.Payloads = []client.Payload{{MimeType: "application/octet-stream", Data: big}}
+	out, err := rsaClient(k).Build(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
+		u.RequestURI(), u.Host, out.ContentType, len(out.Body))
+	if _, err := io.WriteString(conn, head); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(out.Body[:len(out.Body)-1<<20]); err != nil {
+		t.Fatal(err)
+	}
+	conn.(*net.TCPConn).CloseWrite()
+	req, _ := http.NewRequest(http.MethodPost, h.url, nil)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		t.Fatalf("no answer to a cut body: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, ae := signalCode(t, k, &client.Response{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: body})
+	if code != as4.CodeMimeInconsistency || h.handler.count() != 0 {
+		t.Fatalf("cut body: HTTP %d, %s (%v), handler ran %d times; want EBMS:0007, none", resp.StatusCode, code, ae, h.handler.count())
+	}
+	if _, _, err := rsaClient(k).Send(context.Background(), h.url, m); err != nil {
+		t.Fatalf("the whole message: %v", err)
+	}
+}
