@@ -241,7 +241,15 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// arrives (two cores); the spooling's outcome is awaited before
 	// anything is answered, and its failure is the answer.
 	var bf *limits.BodyFile
+	var arriving *limits.GrowingBody
 	defer func() {
+		if arriving != nil {
+			// Answered before the body's end (no path should): the
+			// spooling still reads the request, which must end first.
+			if b, err := arriving.Wait(); err == nil {
+				bf = b
+			}
+		}
 		if err := bf.Remove(); err != nil {
 			lg.Warn("spool cleanup failed", "err", err)
 		}
@@ -277,7 +285,6 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return false
 	}
-	var arriving *limits.GrowingBody
 	if e.cfg.StreamThreshold > 0 && r.ContentLength > e.cfg.StreamThreshold {
 		arriving = limits.SpoolBodyAsync(r.Body, e.cfg.SpoolDir, limit)
 	} else {
