@@ -57,8 +57,8 @@ const (
 // A layer made undecided (newPassableLayer) is not written to its file
 // until the reader decides: passThrough when the one sequential reader is
 // all that will ever read it (a decrypted layer that only the inflater
-// reads: its bytes never touch the disk), keep otherwise (also
-// automatically once layerWindow chunks wait).
+// reads: its bytes never touch the disk); it is kept otherwise, once
+// layerWindow chunks wait or the writer finishes.
 type growingLayer struct {
 	f    *os.File
 	mu   sync.Mutex
@@ -95,7 +95,8 @@ func newGrowingLayer(f *os.File) *growingLayer {
 }
 
 // newPassableLayer is a growing layer whose bytes stay in memory until the
-// reader calls passThrough or keep.
+// reader calls passThrough, or layerWindow chunks wait, or the writer
+// finishes (then it is kept).
 func newPassableLayer(f *os.File) *growingLayer {
 	g := newGrowingLayer(f)
 	g.mode = layerUndecided
@@ -187,17 +188,6 @@ func (g *growingLayer) pop() {
 	g.base += int64(len(c))
 	g.queue = append(g.queue[:0], g.queue[1:]...)
 	g.free = append(g.free, c)
-}
-
-// keep makes an undecided layer a kept one (its bytes are appended to its
-// file from its start).
-func (g *growingLayer) keep() {
-	g.mu.Lock()
-	if g.mode == layerUndecided {
-		g.mode = layerKept
-		g.work.Signal()
-	}
-	g.mu.Unlock()
 }
 
 // passThrough makes an undecided layer one that is never written to its
