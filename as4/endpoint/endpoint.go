@@ -1041,7 +1041,6 @@ type earlyInflation struct {
 	cid     string // bare Content-ID
 	props   map[string]string
 	started bool
-	pw      *io.PipeWriter
 	done    chan struct{}
 	st      storedPayload
 }
@@ -1076,7 +1075,7 @@ func (x *earlyInflation) tee(cid string, r io.Reader, start func(io.Reader) stor
 	}
 	x.started = true
 	pr, pw := io.Pipe()
-	x.pw, x.done = pw, make(chan struct{})
+	x.done = make(chan struct{})
 	go func() {
 		defer close(x.done)
 		x.st = start(pr)
