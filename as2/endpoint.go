@@ -44,7 +44,7 @@ const DefaultMaxBodyBytes = 100 << 20
 
 // DefaultStreamThreshold is the body size above which a message is
 // unwrapped as a stream when Config.StreamThreshold is zero.
-const DefaultStreamThreshold = 8 << 20
+const DefaultStreamThreshold = 1 << 20
 
 // DefaultReportingUA is the Reporting-UA of our MDNs when Config.ReportingUA
 // is empty.

@@ -73,17 +73,22 @@ func TestBodyLimitsOnBothEndpoints(t *testing.T) {
 		}
 	}
 
-	// Hold 8 MiB × 4 of the budget with an AS2 body that is not finished.
-	hold, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
+	// Hold 48 MiB of the budget with six AS2 bodies that are not finished,
+	// each over the stream threshold (a fixed 8 MiB each).
+	var holders []net.Conn
+	for i := range 6 {
+		hold, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holders = append(holders, hold)
+		io.WriteString(hold, as2Head(fmt.Sprintf("holder-%d", i), 8<<20)+"abc")
 	}
-	io.WriteString(hold, as2Head("holder", 8<<20)+"abc")
 	time.Sleep(300 * time.Millisecond)
-	// Wait until the holder's reservation is in place: then an AS4 10 MiB
-	// request (streamed: 8 MiB + the 4 MiB envelope × 4, 18 left) and an
-	// AS2 8 MiB one (32 MiB: the largest body not streamed) are refused
-	// before their body is read.
+	// Wait until the holders' reservations are in place: then an AS4 10 MiB
+	// request (streamed: 8 MiB + the 4 MiB envelope × 4) and an AS2 8 MiB
+	// one (streamed: 8 MiB), with 2 MiB left, are refused before their body
+	// is read.
 	junk := make([]byte, 8<<20)
 	for name, path := range map[string]string{"as2": "/as2", "as4": "/as4"} {
 		size := 10 << 20
@@ -112,8 +117,10 @@ func TestBodyLimitsOnBothEndpoints(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	hold.Close()
-	// Released when the holder's exchange ends: the AS4 request is read.
+	for _, hold := range holders {
+		hold.Close()
+	}
+	// Released when the holders' exchanges end: the AS4 request is read.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		resp, err := http.Post(url+"/as4", "multipart/related; boundary=b; type=\"application/soap+xml\"", strings.NewReader(string(junk)))
