@@ -16,16 +16,14 @@ import (
 	"github.com/edigateway/gateway/as4/client"
 )
 
-// TestCutBodyRefused is the AS4 twin of AS2's TestStreamedBodyCutWhileUnwrapped:
-// a known partner's message whose sender stops after most of its
-// Content-Length (the attachment cut) is not taken for a complete one: it
-// gets the signed EBMS:0007 MimeInconsistency error (AS4 answers errors as
-// signals, where AS2 answers an unreadable body with 400), and the handler
-// never runs; the same message sent whole is accepted.
-func TestCutBodyRefused(t *testing.T) {
-	k := getKeys(t)
-	h := newHarness(t, harnessOptions{})
-	m := testMessage("cut-1@acme.test")
+// bigMessage is a message from from with a 2 MiB attachment of random
+// bytes, built by the test partner.
+func bigMessage(t *testing.T, k testKeys, id string, from as4.PartyID) (*client.Message, *client.Outgoing) {
+	t.Helper()
+	m := testMessage(id)
+	if from.Value != "" {
+		m.From = from
+	}
 	big := make([]byte, 2<<20)
 	rand.Read(big)
 	m.Payloads = []client.Payload{{MimeType: "application/octet-stream", Data: big}}
@@ -33,7 +31,16 @@ func TestCutBodyRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := url.Parse(h.url)
+	return m, out
+}
+
+// sendPart sends out's request head with its whole Content-Length but only
+// the first n bytes of its body (closing the sending side after them when
+// closeWrite is set), and returns the answer as the client sees it; it
+// fails when none comes within 20 s.
+func sendPart(t *testing.T, target string, out *client.Outgoing, n int, closeWrite bool) *client.Response {
+	t.Helper()
+	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,23 +55,38 @@ func TestCutBodyRefused(t *testing.T) {
 	if _, err := io.WriteString(conn, head); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Write(out.Body[:len(out.Body)-1<<20]); err != nil {
+	if _, err := conn.Write(out.Body[:n]); err != nil {
 		t.Fatal(err)
 	}
-	conn.(*net.TCPConn).CloseWrite()
-	req, _ := http.NewRequest(http.MethodPost, h.url, nil)
+	if closeWrite {
+		conn.(*net.TCPConn).CloseWrite()
+	}
+	req, _ := http.NewRequest(http.MethodPost, target, nil)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
 	if err != nil {
-		t.Fatalf("no answer to a cut body: %v", err)
+		t.Fatalf("no answer with %d of %d body bytes sent: %v", n, len(out.Body), err)
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, ae := signalCode(t, k, &client.Response{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: body})
-	if code != as4.CodeMimeInconsistency || h.handler.count() != 0 {
-		t.Fatalf("cut body: HTTP %d, %s (%v), handler ran %d times; want EBMS:0007, none", resp.StatusCode, code, ae, h.handler.count())
+	return &client.Response{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: body}
+}
+
+// TestCutBodyRefused is the AS4 twin of AS2's TestStreamedBodyCutWhileUnwrapped:
+// a known partner's message whose sender stops after most of its
+// Content-Length (the attachment cut) is not taken for a complete one: it
+// gets the signed EBMS:0007 MimeInconsistency error (AS4 answers errors as
+// signals, where AS2 answers an unreadable body with 400), and the handler
+// never runs; the same message sent whole is accepted.
+func TestCutBodyRefused(t *testing.T) {
+	k := getKeys(t)
+	h := newHarness(t, harnessOptions{})
+	m, out := bigMessage(t, k, "cut-1@acme.test", as4.PartyID{})
+	resp := sendPart(t, h.url, out, len(out.Body)-1<<20, true)
+	if code, ae := signalCode(t, k, resp); code != as4.CodeMimeInconsistency || h.handler.count() != 0 {
+		t.Fatalf("cut body: HTTP %d, %s (%v), handler ran %d times; want EBMS:0007, none", resp.Status, code, ae, h.handler.count())
 	}
 	if _, _, err := rsaClient(k).Send(context.Background(), h.url, m); err != nil {
 		t.Fatalf("the whole message: %v", err)
