@@ -165,7 +165,11 @@ func TestEncryptSmallstepDecrypts(t *testing.T) {
 func TestDecryptErrors(t *testing.T) {
 	cert, key := newCert(t, "partner", 0, certOpts{})
 	other, otherKey := newCert(t, "other", 1, certOpts{})
-	content := []byte("UNB+UNOA:2+X+Y'")
+	// 31 bytes: CBC pads it with a single 0x01 in its second block.
+	content := []byte("UNB+UNOA:2+X+Y'UNH+1+ORDERS:D:'")
+	if len(content)%16 != 15 {
+		t.Fatalf("content of %d bytes does not end its block one byte short", len(content))
+	}
 	for _, c := range []string{CipherAES128CBC, CipherAES128GCM} {
 		der, err := Encrypt(content, []*x509.Certificate{cert}, c, false)
 		if err != nil {
@@ -186,11 +190,18 @@ func TestDecryptErrors(t *testing.T) {
 		} else if err != nil && !errors.Is(err, ErrDecrypt) || err == nil && c == CipherAES128GCM {
 			t.Fatalf("%s: wrong key: want ErrDecrypt, got %v", c, err)
 		}
-		// A flipped ciphertext bit: GCM authentication or CBC padding fails
-		// (for CBC a flip in the last block always breaks the padding here
-		// because the plaintext is short: one block).
+		// A flipped ciphertext bit: GCM authentication or CBC padding fails.
+		// GCM: the last byte is the tag's. CBC: the flipped bit is the last
+		// of the first block, which CBC XORs into the last plaintext byte of
+		// the second: the 0x01 pad becomes 0x00, never valid. (Flipping the
+		// last block itself garbles it whole and leaves a valid-looking pad
+		// about once in 256 runs.)
 		bad := bytes.Clone(der)
-		bad[len(bad)-1] ^= 0x01
+		if c == CipherAES128GCM {
+			bad[len(bad)-1] ^= 0x01
+		} else {
+			bad[len(bad)-17] ^= 0x01
+		}
 		if _, _, err := Decrypt(bad, []KeyPair{{cert, key}}); err == nil {
 			t.Fatalf("%s: corrupted message decrypted", c)
 		}
