@@ -238,7 +238,13 @@ func decompressStream(src io.ReaderAt, size int64, dst io.Writer, lim limits.Inf
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		err := s.octets(oh, pw)
+		// The segments (a sender's are often 1–4 KiB) reach the pipe 256 KiB
+		// at a time: one hand-over between the goroutines per 256 KiB.
+		bw := bufio.NewWriterSize(pw, 256<<10)
+		err := s.octets(oh, bw)
+		if err == nil {
+			err = bw.Flush()
+		}
 		pw.CloseWithError(err)
 		done <- err
 	}()

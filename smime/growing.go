@@ -3,6 +3,7 @@ package smime
 import (
 	"errors"
 	"io"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -25,18 +26,28 @@ var errLayerRewound = errors.New("smime: the layer was written again")
 // it has already read past (see growingLayer.passThrough).
 var errLayerDropped = errors.New("smime: the layer's earlier bytes were not kept")
 
-// The writer's bytes are copied into chunks of at most layerChunk bytes.
-// Kept in the file, at most layerQueue chunks wait for it (write-behind: a
-// goroutine of the layer appends them, so that the writer spends its core
-// on its own work, not on the file system). A layer whose keeping is
-// undecided holds up to layerWindow chunks in memory before it starts
-// writing them to the file after all. Memory is bounded whatever the
-// layer's size.
+// The writer's bytes are copied into chunks of layerChunk bytes (a write
+// fills the last chunk before it starts another). Kept in the file, at most
+// layerQueue bytes wait for it (write-behind: a goroutine of the layer
+// appends the full chunks, so that the writer spends its core on its own
+// work, not on the file system). A layer whose keeping is undecided holds
+// up to layerWindow bytes in memory before it starts writing them to the
+// file after all. Memory is bounded whatever the layer's size.
+//
+// The chunks are large and the goroutines are woken only when what they
+// wait for is there (a reader: the bytes it asked for; the flusher: a full
+// chunk): on a machine with two cores a goroutine woken costs the core it
+// is woken on a wait far longer than a memory copy, and the writer and
+// the readers of a layer would otherwise wake each other for every few
+// KiB.
 const (
-	layerChunk  = 64 << 10
-	layerQueue  = 16                   // 1 MiB
-	layerWindow = 4 << 20 / layerChunk // 4 MiB
+	layerChunk  = 256 << 10
+	layerQueue  = 1 << 20
+	layerWindow = 4 << 20
 )
+
+// noWaiter is growingLayer.wake while no reader waits for bytes.
+const noWaiter = math.MaxInt64
 
 // Whether a layer's bytes go to its file.
 const (
@@ -60,17 +71,20 @@ const (
 // reads: its bytes never touch the disk); it is kept otherwise, once
 // layerWindow chunks wait or the writer finishes.
 type growingLayer struct {
-	f    *os.File
-	mu   sync.Mutex
-	more *sync.Cond // readers, finish and Truncate: bytes, done or the queue changed
-	work *sync.Cond // the flusher: a chunk to write, the mode changed, or the writer finished
-	room *sync.Cond // the writer: the queue has room
+	f       *os.File
+	mu      sync.Mutex
+	more    *sync.Cond // readers: the bytes they wait for, done, or Truncate
+	work    *sync.Cond // the flusher: a full chunk to write, the mode changed, a drain, or the writer finished
+	room    *sync.Cond // the writer: the queue has room
+	drained *sync.Cond // drain and finish: the flusher wrote a chunk or ended
 
 	mode     int
 	queue    [][]byte // chunks not in the file (kept) or not yet read past (passed), in order
 	base     int64    // offset of queue[0]
 	free     [][]byte
 	writing  bool  // the flusher is writing queue[0] (outside mu)
+	draining int   // drain calls waiting: the flusher writes a chunk that is not full too
+	wake     int64 // the fewest bytes a waiting reader waits for (noWaiter: none)
 	accepted int64 // bytes Write took since the last Truncate
 	ferr     error // the first file write error
 	closing  bool  // finish was called: the flusher drains and ends
@@ -86,10 +100,11 @@ type growingLayer struct {
 }
 
 func newGrowingLayer(f *os.File) *growingLayer {
-	g := &growingLayer{f: f}
+	g := &growingLayer{f: f, wake: noWaiter}
 	g.more = sync.NewCond(&g.mu)
 	g.work = sync.NewCond(&g.mu)
 	g.room = sync.NewCond(&g.mu)
+	g.drained = sync.NewCond(&g.mu)
 	go g.flush()
 	return g
 }
@@ -113,12 +128,12 @@ func (g *growingLayer) Write(p []byte) (int, error) {
 			if g.stopped || g.ferr != nil || g.mode == layerDiscarded {
 				break
 			}
-			if g.mode == layerUndecided && len(g.queue) >= layerWindow {
+			if g.mode == layerUndecided && g.accepted-g.base >= layerWindow {
 				// Nobody has decided in time: the layer is kept.
 				g.mode = layerKept
 				g.work.Signal()
 			}
-			if len(g.queue) < layerQueue || g.mode == layerUndecided || g.mode == layerPassed && g.accepted < g.want {
+			if g.accepted-g.base < layerQueue || g.mode == layerUndecided || g.mode == layerPassed && g.accepted < g.want {
 				// (A reader waits for bytes beyond the queue: it gets them
 				// rather than both waiting for each other.)
 				break
@@ -135,19 +150,47 @@ func (g *growingLayer) Write(p []byte) (int, error) {
 		if g.mode == layerDiscarded {
 			g.base += int64(k)
 		} else {
-			var c []byte
-			if f := len(g.free); f > 0 {
-				c, g.free = g.free[f-1][:0], g.free[:f-1]
+			last := len(g.queue) - 1
+			if last >= 0 && len(g.queue[last]) < cap(g.queue[last]) && !(last == 0 && g.writing) {
+				// The last chunk has room (and the flusher is not writing it).
+				c := g.queue[last]
+				k = min(len(p), cap(c)-len(c))
+				g.queue[last] = append(c, p[:k]...)
 			} else {
-				c = make([]byte, 0, layerChunk)
+				var c []byte
+				if f := len(g.free); f > 0 {
+					c, g.free = g.free[f-1][:0], g.free[:f-1]
+				} else {
+					c = make([]byte, 0, layerChunk)
+				}
+				g.queue = append(g.queue, append(c, p[:k]...))
 			}
-			g.queue = append(g.queue, append(c, p[:k]...))
-			g.work.Signal()
+			if g.flushable() {
+				g.work.Signal()
+			}
 		}
 		p, n, g.accepted = p[k:], n+k, g.accepted+int64(k)
-		g.more.Broadcast()
+		if g.accepted >= g.wake {
+			g.wakeReaders()
+		}
 	}
 	return n, nil
+}
+
+// wakeReaders wakes, with mu held, every reader waiting on more; those
+// still short of bytes say again how many they wait for.
+func (g *growingLayer) wakeReaders() {
+	g.wake = noWaiter
+	g.more.Broadcast()
+}
+
+// flushable reports, with mu held, whether the flusher has a chunk to
+// write: a full one, or any once the writer has finished or a drain waits.
+func (g *growingLayer) flushable() bool {
+	if len(g.queue) == 0 || g.mode != layerKept || g.ferr != nil {
+		return false
+	}
+	return len(g.queue) > 1 || len(g.queue[0]) == cap(g.queue[0]) || g.closing || g.draining > 0
 }
 
 // flush appends the queued chunks of a kept layer to the file until the
@@ -156,12 +199,12 @@ func (g *growingLayer) flush() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for {
-		for (len(g.queue) == 0 || g.mode != layerKept || g.ferr != nil) && !g.closing {
+		for !g.flushable() && !g.closing {
 			g.work.Wait()
 		}
-		if len(g.queue) == 0 || g.mode != layerKept || g.ferr != nil {
+		if !g.flushable() {
 			g.flushed = true
-			g.more.Broadcast()
+			g.drained.Broadcast()
 			return
 		}
 		c := g.queue[0]
@@ -178,7 +221,9 @@ func (g *growingLayer) flush() {
 			g.pop()
 		}
 		g.room.Signal()
-		g.more.Broadcast()
+		if g.draining > 0 {
+			g.drained.Broadcast()
+		}
 	}
 }
 
@@ -223,8 +268,11 @@ func (g *growingLayer) release() {
 // drain waits, with mu held, until the flusher has written every queued
 // chunk of a kept layer.
 func (g *growingLayer) drain() {
-	for g.mode == layerKept && g.ferr == nil && (len(g.queue) > 0 || g.writing) {
-		g.more.Wait()
+	g.draining++
+	defer func() { g.draining-- }()
+	for g.mode == layerKept && g.ferr == nil && (len(g.queue) > 0 || g.writing) && !g.flushed {
+		g.work.Signal()
+		g.drained.Wait()
 	}
 }
 
@@ -239,13 +287,13 @@ func (g *growingLayer) finish(err error) {
 	g.closing = true
 	g.work.Signal()
 	for !g.flushed {
-		g.more.Wait()
+		g.drained.Wait()
 	}
 	if err == nil {
 		err = g.ferr
 	}
 	g.done, g.err, g.size = true, err, g.accepted
-	g.more.Broadcast()
+	g.wakeReaders()
 	g.mu.Unlock()
 }
 
@@ -275,7 +323,7 @@ func (g *growingLayer) Truncate(size int64) error {
 		g.pop()
 	}
 	g.accepted, g.base = 0, 0
-	g.more.Broadcast()
+	g.wakeReaders()
 	g.room.Broadcast()
 	return g.f.Truncate(0)
 }
@@ -295,6 +343,7 @@ func (g *growingLayer) ReadAt(p []byte, off int64) (int, error) {
 	g.passed(off)
 	for !g.done && !g.rewound && g.accepted < end {
 		g.want = max(g.want, end)
+		g.wake = min(g.wake, end)
 		g.room.Signal()
 		g.more.Wait()
 	}
@@ -386,6 +435,7 @@ func (g *growingLayer) wait() (int64, error) {
 func (g *growingLayer) waitFor(n int64) {
 	g.mu.Lock()
 	for !g.done && !g.rewound && g.accepted < n {
+		g.wake = min(g.wake, n)
 		g.more.Wait()
 	}
 	g.mu.Unlock()
