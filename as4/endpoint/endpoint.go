@@ -100,6 +100,7 @@ import (
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/bufpipe"
 	"github.com/edigateway/gateway/internal/readahead"
 	"github.com/edigateway/gateway/limits"
 	"github.com/edigateway/gateway/partners"
@@ -1074,7 +1075,11 @@ func (x *earlyInflation) tee(cid string, r io.Reader, start func(io.Reader) stor
 		return r, func(error) {}
 	}
 	x.started = true
-	pr, pw := io.Pipe()
+	// A buffered pipe: the decryption runs on while the inflation takes
+	// the bytes, 256 KiB at a time (io.Pipe would make each wait for the
+	// other at every read).
+	pr := bufpipe.New(4, 256<<10)
+	pw := pr
 	x.done = make(chan struct{})
 	go func() {
 		defer close(x.done)
