@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"testing"
@@ -130,6 +132,30 @@ func benchRun(t *testing.T, r benchResult, body string, post func(f *os.File) er
 			return err
 		}
 		defer f.Close()
+		// GATEWAY_STREAMBENCH_CPUPROFILE=DIR profiles each timed run alone
+		// (the set-up's compression and signing are left out).
+		if dir := os.Getenv("GATEWAY_STREAMBENCH_CPUPROFILE"); dir != "" {
+			pf, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%dMB.prof", strings.ToLower(r.protocol), r.size/1e6)))
+			if err != nil {
+				return err
+			}
+			defer pf.Close()
+			if err := pprof.StartCPUProfile(pf); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
+		}
+		if dir := os.Getenv("GATEWAY_STREAMBENCH_TRACE"); dir != "" {
+			tf, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%dMB.trace", strings.ToLower(r.protocol), r.size/1e6)))
+			if err != nil {
+				return err
+			}
+			defer tf.Close()
+			if err := trace.Start(tf); err != nil {
+				return err
+			}
+			defer trace.Stop()
+		}
 		start := time.Now()
 		err = post(f)
 		r.took = time.Since(start)
