@@ -36,6 +36,12 @@ func FuzzReadMessage(f *testing.F) {
 		testPart{cid: "b@x", contentType: "text/plain", cte: "base64", body: []byte("aGVsbG8=")},
 		testPart{cid: "q@x", contentType: "text/plain", cte: "quoted-printable", body: []byte("a=3Db=\r\nc")})
 	f.Add(ct, body)
+	// An attachment over glimits.SmallInMemory: read while it arrives
+	// when the target streams it.
+	ct, body = multipartMessage("fy", m.envelope(),
+		testPart{cid: "payload-1@sender.example", contentType: "application/octet-stream", cte: "binary", body: bytes.Repeat([]byte("LIN+1'"), 20_000)},
+		testPart{cid: "b@x", contentType: "text/plain", cte: "base64", body: []byte("aGVsbG8=")})
+	f.Add(ct, body)
 	f.Add("application/soap+xml", []byte(m.envelope()))
 	f.Add("text/xml", []byte(`<S:Envelope xmlns:S="http://schemas.xmlsoap.org/soap/envelope/"><S:Body/></S:Envelope>`))
 	f.Add("application/soap+xml", []byte(`<!DOCTYPE a [<!ENTITY b "c">]><a>&b;</a>`))
@@ -57,7 +63,19 @@ func FuzzReadMessage(f *testing.F) {
 	spool := f.TempDir()
 	limits := Limits{MaxMessageSize: 1 << 20, MaxParts: 8, MaxXMLDepth: 32, SpoolDir: spool,
 		AfterEnvelope: func(*Envelope) (int64, error) { return 512 << 10, nil }}
+	// Every body is read twice: as above, and with its first attachment
+	// read while it arrives (Limits.StreamAttachment).
+	streaming := limits
+	streaming.StreamAttachment = func(env *Envelope, _ string) bool { return len(env.Attachments) == 0 }
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
+		for _, lim := range []Limits{limits, streaming} {
+			readMessageFuzzed(t, contentType, body, lim, spool)
+		}
+	})
+}
+
+func readMessageFuzzed(t *testing.T, contentType string, body []byte, limits Limits, spool string) {
+	{
 		env, err := ReadMessage(contentType, bytes.NewReader(body), limits)
 		defer func() {
 			env.Close()
@@ -65,6 +83,14 @@ func FuzzReadMessage(f *testing.F) {
 				t.Fatalf("spool files left: %v", left)
 			}
 		}()
+		if err == nil && env.Arriving() {
+			// The arriving part is read first, as the endpoint decrypts it.
+			if rc, oerr := env.Attachments[0].Open(); oerr == nil {
+				io.Copy(io.Discard, rc)
+				rc.Close()
+			}
+			err = env.Rest()
+		}
 		if err != nil {
 			if CodeOf(err) == "" {
 				t.Fatalf("error without ebMS code: %v", err)
@@ -91,7 +117,7 @@ func FuzzReadMessage(f *testing.F) {
 				_, _ = Match([]PMode{{ID: "a", Service: "s"}, {}}, msg.UserMessage)
 			}
 		}
-	})
+	}
 }
 
 func FuzzParseMessaging(f *testing.F) {

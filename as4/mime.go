@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"mime/multipart"
 	"mime/quotedprintable"
@@ -18,6 +19,7 @@ import (
 	glimits "github.com/edigateway/gateway/limits"
 
 	"github.com/edigateway/gateway/internal/base64body"
+	"github.com/edigateway/gateway/internal/readahead"
 )
 
 // readAhead is the piece in which a multipart body is read.
@@ -59,6 +61,15 @@ type Limits struct {
 	// MaxMessageSize for the whole message, counted from its first byte.
 	// An error it returns ends ReadMessage with that error.
 	AfterEnvelope func(env *Envelope) (max int64, err error)
+	// StreamAttachment, when set, is asked for each attachment after the
+	// envelope whether the caller will read it while it arrives. For true
+	// (and a part larger than glimits.SmallInMemory) ReadMessage returns as
+	// soon as the part begins: the part's Content waits for its bytes
+	// (and fails with the reading's error), and the part and the rest of
+	// the body are read behind the caller's back. The caller must then
+	// call Envelope.Rest before it uses anything of the message but the
+	// envelope and that part.
+	StreamAttachment func(env *Envelope, contentID string) bool
 }
 
 func (l Limits) withDefaults() Limits {
@@ -139,18 +150,58 @@ type Envelope struct {
 	Attachments []Part
 	// files are the spooled attachments, removed by Close.
 	files []*glimits.Spooled
+
+	// An attachment still arriving when ReadMessage returned
+	// (Limits.StreamAttachment): rest is closed once it and the parts
+	// after it are read, with restErr the outcome; arrived is its file,
+	// later and laterFiles the parts after it, merged by Rest.
+	rest       chan struct{}
+	restErr    error
+	arrived    *glimits.BodyFile
+	later      []Part
+	laterFiles []*glimits.Spooled
+	merged     bool
 }
 
-// Close removes the files the attachments were spooled to.
+// Rest waits until the whole message is read when an attachment was still
+// arriving as ReadMessage returned (see Limits.StreamAttachment), and
+// returns what ReadMessage would have returned for the rest of the body:
+// from then on Attachments holds every part. It returns nil at once
+// otherwise.
+func (e *Envelope) Rest() error {
+	if e == nil || e.rest == nil {
+		return nil
+	}
+	<-e.rest
+	if !e.merged {
+		e.merged = true
+		e.Attachments = append(e.Attachments, e.later...)
+		e.files = append(e.files, e.laterFiles...)
+		e.later, e.laterFiles = nil, nil
+	}
+	return e.restErr
+}
+
+// Arriving reports whether ReadMessage returned while an attachment was
+// still arriving.
+func (e *Envelope) Arriving() bool { return e != nil && e.rest != nil }
+
+// Close waits for the rest of the message (see Rest) and removes the files
+// the attachments were spooled to.
 func (e *Envelope) Close() error {
 	if e == nil {
 		return nil
 	}
+	e.Rest()
 	var errs []error
 	for _, f := range e.files {
 		errs = append(errs, f.Remove())
 	}
 	e.files = nil
+	if e.arrived != nil {
+		errs = append(errs, e.arrived.Remove())
+		e.arrived = nil
+	}
 	return errors.Join(errs...)
 }
 
@@ -289,61 +340,161 @@ func (env *Envelope) readMultipart(body io.Reader, r *capReader, params map[stri
 			return MimeInconsistency(fmt.Sprintf("multipart/related type %q is not SOAP", t), err)
 		}
 	}
-	start := stripAngles(params["start"])
-	mr := multipart.NewReader(body, boundary)
-	seen := map[string]bool{}
-	parts, haveRoot := 0, false
+	pr := &partsReader{env: env, mr: multipart.NewReader(body, boundary), limits: limits, r: r,
+		start: stripAngles(params["start"]), seen: map[string]bool{}, atts: &env.Attachments, files: &env.files}
 	for {
-		p, err := mr.NextRawPart()
+		err := pr.next()
 		if err == io.EOF {
-			break
+			return pr.end()
+		}
+		if err == errArriving {
+			return nil
 		}
 		if err != nil {
-			return readErr("reading MIME part", err)
-		}
-		if parts >= limits.MaxParts {
-			return Other("too many MIME parts", fmt.Errorf("more than %d parts: %w", limits.MaxParts, ErrLimit))
-		}
-		parts++
-		// The envelope is the start part, else the first one: its limit is
-		// known from its headers, before its body is read.
-		cid := stripAngles(p.Header.Get("Content-ID"))
-		isRoot := start != "" && cid == start || start == "" && parts == 1
-		if cid != "" {
-			if seen[cid] {
-				return MimeInconsistency("duplicate Content-ID <"+cid+">", nil)
-			}
-			seen[cid] = true
-		}
-		if !isRoot {
-			part, err := env.spoolPart(p, limits)
-			if err != nil {
-				return err
-			}
-			env.Attachments = append(env.Attachments, part)
-			continue
-		}
-		max := limits.MaxEnvelopeSize
-		data, err := readPart(p, cid, func(r io.Reader) ([]byte, error) { return readAtMost(r, max, limits.SpoolDir) })
-		if errors.Is(err, ErrLimit) && !errors.Is(err, ErrMessageLimit) {
-			return envelopeTooLarge(max)
-		}
-		if err != nil {
-			return err
-		}
-		env.Root = Part{Header: p.Header, ContentID: cid, Body: data}
-		haveRoot = true
-		if err := env.checkRoot(limits, r); err != nil {
 			return err
 		}
 	}
-	if parts == 0 {
+}
+
+// partsReader reads the parts of a multipart/related body one at a time.
+type partsReader struct {
+	env      *Envelope
+	mr       *multipart.Reader
+	limits   Limits
+	r        *capReader
+	start    string
+	seen     map[string]bool
+	parts    int
+	haveRoot bool
+	// Where the attachments read go: the envelope's, or, behind an
+	// attachment that was still arriving, those Rest merges.
+	atts  *[]Part
+	files *[]*glimits.Spooled
+}
+
+// errArriving ends ReadMessage's reading while an attachment arrives
+// (Limits.StreamAttachment).
+var errArriving = errors.New("as4: an attachment is arriving")
+
+// next reads the next part; io.EOF after the last, errArriving when the
+// part is read while it arrives.
+func (pr *partsReader) next() error {
+	p, err := pr.mr.NextRawPart()
+	if err == io.EOF {
+		return io.EOF
+	}
+	if err != nil {
+		return readErr("reading MIME part", err)
+	}
+	if pr.parts >= pr.limits.MaxParts {
+		return Other("too many MIME parts", fmt.Errorf("more than %d parts: %w", pr.limits.MaxParts, ErrLimit))
+	}
+	pr.parts++
+	// The envelope is the start part, else the first one: its limit is
+	// known from its headers, before its body is read.
+	cid := stripAngles(p.Header.Get("Content-ID"))
+	isRoot := pr.start != "" && cid == pr.start || pr.start == "" && pr.parts == 1
+	if cid != "" {
+		if pr.seen[cid] {
+			return MimeInconsistency("duplicate Content-ID <"+cid+">", nil)
+		}
+		pr.seen[cid] = true
+	}
+	if !isRoot {
+		if pr.haveRoot && pr.atts == &pr.env.Attachments && pr.limits.StreamAttachment != nil && pr.limits.StreamAttachment(pr.env, cid) {
+			return pr.arriving(p, cid)
+		}
+		part, f, err := spoolPart(p, pr.limits)
+		if err != nil {
+			return err
+		}
+		*pr.atts = append(*pr.atts, part)
+		*pr.files = append(*pr.files, f)
+		return nil
+	}
+	max := pr.limits.MaxEnvelopeSize
+	data, err := readPart(p, cid, func(r io.Reader) ([]byte, error) { return readAtMost(r, max, pr.limits.SpoolDir) })
+	if errors.Is(err, ErrLimit) && !errors.Is(err, ErrMessageLimit) {
+		return envelopeTooLarge(max)
+	}
+	if err != nil {
+		return err
+	}
+	pr.env.Root = Part{Header: p.Header, ContentID: cid, Body: data}
+	pr.haveRoot = true
+	return pr.env.checkRoot(pr.limits, pr.r)
+}
+
+// end checks the body once every part is read.
+func (pr *partsReader) end() error {
+	if pr.parts == 0 {
 		return MimeInconsistency("multipart/related without parts", nil)
 	}
-	if !haveRoot {
-		return MimeInconsistency("no part has the start Content-ID <"+start+">", nil)
+	if !pr.haveRoot {
+		return MimeInconsistency("no part has the start Content-ID <"+pr.start+">", nil)
 	}
 	return nil
+}
+
+// arriving makes attachment p one that is read while it arrives: a part
+// of at most glimits.SmallInMemory bytes is read into memory at once (and
+// reading goes on); a larger one is spooled by a goroutine into a file
+// that the part's Content reads as it grows, after which the goroutine
+// reads the rest of the body (errArriving).
+func (pr *partsReader) arriving(p *multipart.Part, cid string) error {
+	dec, cte, err := decodePart(p)
+	if err != nil {
+		return err
+	}
+	head := make([]byte, glimits.SmallInMemory+1)
+	n, err := readahead.Fill(dec, head)
+	if err == io.EOF {
+		if pr.limits.MaxPartSize > 0 && int64(n) > pr.limits.MaxPartSize {
+			return Other("MIME part too large", fmt.Errorf("part <%s> over %d bytes: %w", cid, pr.limits.MaxPartSize, ErrLimit))
+		}
+		f := glimits.InMemory(bytes.Clone(head[:n]))
+		*pr.atts = append(*pr.atts, Part{Header: p.Header, ContentID: cid, Content: func() (io.ReadCloser, error) {
+			return io.NopCloser(f.Reader()), nil
+		}})
+		*pr.files = append(*pr.files, f)
+		return nil
+	}
+	if err != nil {
+		return partSpoolError(cid, partError(cte, cid, err), pr.limits)
+	}
+	g := glimits.SpoolPartAsync(io.MultiReader(bytes.NewReader(head[:n]), dec), pr.limits.SpoolDir, pr.limits.MaxPartSize)
+	env := pr.env
+	env.Attachments = append(env.Attachments, Part{Header: p.Header, ContentID: cid, Content: func() (io.ReadCloser, error) {
+		return io.NopCloser(io.NewSectionReader(g, 0, math.MaxInt64/2)), nil
+	}})
+	env.rest = make(chan struct{})
+	pr.atts, pr.files = &env.later, &env.laterFiles
+	go func() {
+		defer close(env.rest)
+		defer func() {
+			if v := recover(); v != nil {
+				env.restErr = Other("internal error while reading the message", fmt.Errorf("panic: %v", v))
+			}
+		}()
+		b, err := g.Wait()
+		env.arrived = b
+		if err != nil {
+			env.restErr = partSpoolError(cid, partError(cte, cid, partOver(cid, err, pr.limits)), pr.limits)
+			return
+		}
+		for {
+			err := pr.next()
+			if err == io.EOF {
+				env.restErr = pr.end()
+				return
+			}
+			if err != nil {
+				env.restErr = err
+				return
+			}
+		}
+	}()
+	return errArriving
 }
 
 // checkRoot checks and parses the envelope part once it is read, and runs
@@ -393,53 +544,75 @@ var ErrMessageLimit = fmt.Errorf("message size limit: %w", ErrLimit)
 // readPart transfer-decodes p and hands the decoded stream to read.
 func readPart[T any](p *multipart.Part, cid string, read func(io.Reader) (T, error)) (T, error) {
 	var zero T
-	cte := strings.ToLower(strings.TrimSpace(p.Header.Get("Content-Transfer-Encoding")))
-	var v T
-	var err error
-	switch cte {
-	case "", "binary", "8bit", "7bit":
-		v, err = read(p)
-	case "base64":
-		// Decoded as it is read: no copy of the encoded part is kept.
-		v, err = read(base64body.NewDecoder(p))
-		if err != nil && !errors.Is(err, ErrLimit) && !isReadErr(err) {
-			return zero, MimeInconsistency("bad base64 in part <"+cid+">", err)
-		}
-	case "quoted-printable":
-		v, err = read(quotedprintable.NewReader(p))
-	default:
-		return zero, MimeInconsistency(fmt.Sprintf("unsupported Content-Transfer-Encoding %q", cte), nil)
-	}
+	r, cte, err := decodePart(p)
 	if err != nil {
-		if errors.Is(err, glimits.ErrSpool) {
-			return zero, err // our file system, not the message
-		}
-		return zero, readErr("reading part <"+cid+">", err)
+		return zero, err
+	}
+	v, err := read(r)
+	if err != nil {
+		return zero, partError(cte, cid, err)
 	}
 	return v, nil
 }
 
+// decodePart returns p's content, transfer-decoded as it is read (no copy
+// of the encoded part is kept), and its Content-Transfer-Encoding.
+func decodePart(p *multipart.Part) (io.Reader, string, error) {
+	cte := strings.ToLower(strings.TrimSpace(p.Header.Get("Content-Transfer-Encoding")))
+	switch cte {
+	case "", "binary", "8bit", "7bit":
+		return p, cte, nil
+	case "base64":
+		return base64body.NewDecoder(p), cte, nil
+	case "quoted-printable":
+		return quotedprintable.NewReader(p), cte, nil
+	}
+	return nil, cte, MimeInconsistency(fmt.Sprintf("unsupported Content-Transfer-Encoding %q", cte), nil)
+}
+
+// partError is the error of reading part cid (transfer encoding cte).
+func partError(cte, cid string, err error) error {
+	if cte == "base64" && !errors.Is(err, ErrLimit) && !errors.Is(err, glimits.ErrTooLarge) && !isReadErr(err) {
+		return MimeInconsistency("bad base64 in part <"+cid+">", err)
+	}
+	if errors.Is(err, glimits.ErrSpool) {
+		return err // our file system, not the message
+	}
+	return readErr("reading part <"+cid+">", err)
+}
+
+// partOver is err of spooling part cid, with the spool's ErrTooLarge as
+// the part's limit (ErrLimit).
+func partOver(cid string, err error, limits Limits) error {
+	if errors.Is(err, glimits.ErrTooLarge) {
+		return fmt.Errorf("part <%s> over %d bytes: %w", cid, limits.MaxPartSize, ErrLimit)
+	}
+	return err
+}
+
+// partSpoolError is the error of spooling part cid: over the part size
+// limit, or err as it is.
+func partSpoolError(cid string, err error, limits Limits) error {
+	if errors.Is(err, ErrLimit) && !errors.Is(err, ErrMessageLimit) {
+		return Other("MIME part too large", err)
+	}
+	return err
+}
+
 // spoolPart writes an attachment, transfer-decoded, to a spool file as it
 // arrives (a small one stays in memory).
-func (env *Envelope) spoolPart(p *multipart.Part, limits Limits) (Part, error) {
+func spoolPart(p *multipart.Part, limits Limits) (Part, *glimits.Spooled, error) {
 	cid := stripAngles(p.Header.Get("Content-ID"))
 	f, err := readPart(p, cid, func(r io.Reader) (*glimits.Spooled, error) {
 		f, err := glimits.SpoolSmall(r, limits.SpoolDir, limits.MaxPartSize, glimits.SmallInMemory)
-		if errors.Is(err, glimits.ErrTooLarge) {
-			return nil, fmt.Errorf("part <%s> over %d bytes: %w", cid, limits.MaxPartSize, ErrLimit)
-		}
-		return f, err
+		return f, partOver(cid, err, limits)
 	})
 	if err != nil {
-		if errors.Is(err, ErrLimit) && !errors.Is(err, ErrMessageLimit) {
-			return Part{}, Other("MIME part too large", err)
-		}
-		return Part{}, err
+		return Part{}, nil, partSpoolError(cid, err, limits)
 	}
-	env.files = append(env.files, f)
 	return Part{Header: p.Header, ContentID: cid, Content: func() (io.ReadCloser, error) {
 		return io.NopCloser(f.Reader()), nil
-	}}, nil
+	}}, f, nil
 }
 
 // readAtMost reads r to its end in fixed-size chunks (one exact allocation

@@ -196,6 +196,16 @@ type GrowingBody struct {
 // would have; it must be called, once nothing reads the GrowingBody any
 // more, and the caller removes the BodyFile it returns.
 func SpoolBodyAsync(r io.Reader, dir string, max int64) *GrowingBody {
+	return spoolAsync(r, dir, max, sha256.New())
+}
+
+// SpoolPartAsync is SpoolBodyAsync without the hash: a MIME part that is
+// read while it arrives (its BodyFile's SHA256 is empty).
+func SpoolPartAsync(r io.Reader, dir string, max int64) *GrowingBody {
+	return spoolAsync(r, dir, max, nil)
+}
+
+func spoolAsync(r io.Reader, dir string, max int64, h hash.Hash) *GrowingBody {
 	g := &GrowingBody{}
 	g.more = sync.NewCond(&g.mu)
 	go func() {
@@ -207,14 +217,13 @@ func SpoolBodyAsync(r io.Reader, dir string, max int64) *GrowingBody {
 		g.mu.Lock()
 		g.b = b
 		g.mu.Unlock()
-		h := sha256.New()
 		err = b.fill(r, h, max, func(n int64) {
 			g.mu.Lock()
 			g.written = n
 			g.more.Broadcast()
 			g.mu.Unlock()
 		})
-		if err == nil {
+		if err == nil && h != nil {
 			b.SHA256 = hex.EncodeToString(h.Sum(nil))
 		}
 		g.end(err)
@@ -463,6 +472,9 @@ func SpoolSmall(r io.Reader, dir string, max, keep int64) (*Spooled, error) {
 	}
 	return &Spooled{file: f, Size: f.Size}, nil
 }
+
+// InMemory is content already read into memory, as a Spooled.
+func InMemory(b []byte) *Spooled { return &Spooled{mem: b, Size: int64(len(b))} }
 
 // Reader returns a fresh reader over the content.
 func (s *Spooled) Reader() io.Reader {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/as4/endpoint"
 )
 
 // bigMessage is a message from from with a 2 MiB attachment of random
@@ -84,9 +85,15 @@ func TestCutBodyRefused(t *testing.T) {
 	k := getKeys(t)
 	h := newHarness(t, harnessOptions{})
 	m, out := bigMessage(t, k, "cut-1@acme.test", as4.PartyID{})
+	arriving := endpoint.ArrivingAttachments.Load()
 	resp := sendPart(t, h.url, out, len(out.Body)-1<<20, true)
 	if code, ae := signalCode(t, k, resp); code != as4.CodeMimeInconsistency || h.handler.count() != 0 {
 		t.Fatalf("cut body: HTTP %d, %s (%v), handler ran %d times; want EBMS:0007, none", resp.Status, code, ae, h.handler.count())
+	}
+	// The cut attachment was being decrypted while it arrived: the cut,
+	// not the decryption of what had arrived, is the answer.
+	if endpoint.ArrivingAttachments.Load() == arriving {
+		t.Fatal("the attachment was not decrypted while it arrived")
 	}
 	if _, _, err := rsaClient(k).Send(context.Background(), h.url, m); err != nil {
 		t.Fatalf("the whole message: %v", err)

@@ -34,10 +34,11 @@ func TestEarlyInflation(t *testing.T) {
 		c        *client.Client
 		payloads int
 		early    bool
+		arriving bool // the payload was decrypted (or verified) while it arrived
 	}{
-		{"encrypted, one payload", rsaClient(k), 1, true},
-		{"encrypted, two payloads", rsaClient(k), 2, false},
-		{"signed only", signOnly, 1, false},
+		{"encrypted, one payload", rsaClient(k), 1, true, true},
+		{"encrypted, two payloads", rsaClient(k), 2, false, false},
+		{"signed only", signOnly, 1, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := testMessage(fmt.Sprintf("early-%d-%v@acme.test", tc.payloads, tc.early))
@@ -45,12 +46,15 @@ func TestEarlyInflation(t *testing.T) {
 			for range tc.payloads {
 				m.Payloads = append(m.Payloads, client.Payload{MimeType: "application/edifact", Data: data, Compress: true})
 			}
-			before := endpoint.EarlyInflations.Load()
+			before, arrivingBefore := endpoint.EarlyInflations.Load(), endpoint.ArrivingAttachments.Load()
 			if _, _, err := tc.c.Send(context.Background(), h.url, m); err != nil {
 				t.Fatal(err)
 			}
 			if got := endpoint.EarlyInflations.Load() - before; (got > 0) != tc.early {
 				t.Fatalf("%d payloads inflated early, want early=%v", got, tc.early)
+			}
+			if got := endpoint.ArrivingAttachments.Load() - arrivingBefore; (got > 0) != tc.arriving {
+				t.Fatalf("%d messages read while their attachment arrived, want arriving=%v", got, tc.arriving)
 			}
 			d := h.handler.delivered()
 			last := d[len(d)-1]

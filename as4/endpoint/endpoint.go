@@ -296,6 +296,11 @@ type trace struct {
 	// trusted proxy); clientCertErr an unreadable forwarded one.
 	clientCert    *x509.Certificate
 	clientCertErr error
+	// readFailed answers a failure to read the body (the rest of a message
+	// whose attachment was decrypted while it arrived, see receive), with
+	// large > 0 for an over-limit body; large is its outcome.
+	readFailed func(err error) (reply exchange.Reply, large int64)
+	large      int64
 }
 
 // ServeHTTP implements http.Handler.
@@ -440,6 +445,28 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 		}
 		return limit, nil
 	}
+	// The one attachment the header names as the payload is decrypted
+	// (and inflated) while it arrives: ReadMessage returns as it begins,
+	// and process waits for the rest of the body (Envelope.Rest) once the
+	// decryption has run, before anything else of the message is used.
+	var payloadCID *string
+	lim.StreamAttachment = func(env *as4.Envelope, cid string) bool {
+		if payloadCID == nil {
+			c := onlyAttachmentPayload(env)
+			payloadCID = &c
+		}
+		return *payloadCID != "" && *payloadCID == bareContentID(cid)
+	}
+	tr.readFailed = func(err error) (exchange.Reply, int64) {
+		if errors.Is(err, as4.ErrMessageLimit) || body.n > limit || limits.Status(body.err) != 0 {
+			return exchange.Reply{}, limit
+		}
+		if errors.Is(err, limits.ErrSpool) {
+			tr.err = as4.Other("an attachment could not be spooled", err)
+			return retryLater("the message could not be stored temporarily"), 0
+		}
+		return e.reject(tr, as4.AsError(err), ""), 0
+	}
 	env, err := as4.ReadMessage(contentType, body, lim)
 	if errors.Is(err, errUnknownSender) {
 		env, err = unknownSender, nil
@@ -450,16 +477,46 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 		}
 	}()
 	if err != nil {
-		if errors.Is(err, as4.ErrMessageLimit) || body.n > limit || limits.Status(body.err) != 0 {
-			return exchange.Reply{}, limit
-		}
-		if errors.Is(err, limits.ErrSpool) {
-			tr.err = as4.Other("an attachment could not be spooled", err)
-			return retryLater("the message could not be stored temporarily"), 0
-		}
-		return e.reject(tr, as4.AsError(err), ""), 0
+		return tr.readFailed(err)
 	}
-	return e.process(ctx, env, tr), 0
+	if env.Arriving() {
+		arrivingAttachments.Add(1)
+	}
+	reply = e.process(ctx, env, tr)
+	if tr.large > 0 {
+		return exchange.Reply{}, tr.large
+	}
+	return reply, 0
+}
+
+// onlyAttachmentPayload is the bare Content-ID of the attachment that the
+// unverified header of env names as its only payload, or "".
+func onlyAttachmentPayload(env *as4.Envelope) string {
+	mel, err := env.Messaging()
+	if err != nil {
+		return ""
+	}
+	m, err := as4.ParseMessaging(mel)
+	if err != nil || m.UserMessage == nil || len(m.UserMessage.PayloadInfo) != 1 {
+		return ""
+	}
+	href := strings.TrimSpace(m.UserMessage.PayloadInfo[0].Href)
+	if len(href) < 4 || !strings.EqualFold(href[:4], "cid:") {
+		return ""
+	}
+	return bareContentID(href[4:])
+}
+
+// restOfBody waits for the rest of a message whose attachment arrived
+// while it was decrypted; a failure is the answer (tr.large set for an
+// over-limit body), whatever the decryption made of what had arrived.
+func (e *Endpoint) restOfBody(env *as4.Envelope, tr *trace) (exchange.Reply, bool) {
+	if err := env.Rest(); err != nil {
+		reply, large := tr.readFailed(err)
+		tr.large = large
+		return reply, false
+	}
+	return exchange.Reply{}, true
 }
 
 // errUnknownSender stops reading a message whose unverified eb:From names
@@ -625,6 +682,9 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		// from an unauthenticated request.
 		MaxPrivateKeyOperations: maxKeyOperationsPerMessage * max(1, len(keys)),
 	})
+	if reply, ok := e.restOfBody(env, tr); !ok {
+		return reply
+	}
 	if errors.Is(err, limits.ErrSpool) {
 		tr.err = as4.Other("a decrypted attachment could not be spooled", err)
 		return retryLater("the message could not be stored temporarily")
@@ -1114,6 +1174,10 @@ func (x *earlyInflation) result(p as4.Payload, props map[string]string, payloads
 // earlyInflations counts the payloads inflated while they were decrypted
 // and used (tests).
 var earlyInflations atomic.Int64
+
+// arrivingAttachments counts the messages whose payload attachment was
+// still arriving when processing began (tests).
+var arrivingAttachments atomic.Int64
 
 func payloadName(href string, i int) string {
 	if href != "" {
