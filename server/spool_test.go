@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edigateway/gateway/as2client"
 	"github.com/edigateway/gateway/as4"
@@ -123,7 +124,7 @@ func TestSpoolFilesLiveOnlyDuringTheExchange(t *testing.T) {
 	if !hasPrefixed(during, "gateway-spool-") {
 		t.Errorf("AS4: spool files during the handler %v, want the payload", during)
 	}
-	if left := spooltest.Leftovers(t, cfg.SpoolDir); len(left) != 0 {
+	if left := spooltest.LeftoversAfter(t, cfg.SpoolDir, 5*time.Second); len(left) != 0 {
 		t.Errorf("AS4: spool files left after the exchange: %v", left)
 	}
 }

@@ -301,6 +301,18 @@ type trace struct {
 	// large > 0 for an over-limit body; large is its outcome.
 	readFailed func(err error) (reply exchange.Reply, large int64)
 	large      int64
+	// afterReply removes the exchange's spool files once the reply is
+	// sent (removing a file of a GiB takes tens of milliseconds that the
+	// partner need not wait for).
+	afterReply []func()
+}
+
+// cleanUp runs the afterReply steps, the last registered first.
+func (tr *trace) cleanUp() {
+	for i := len(tr.afterReply) - 1; i >= 0; i-- {
+		tr.afterReply[i]()
+	}
+	tr.afterReply = nil
 }
 
 // ServeHTTP implements http.Handler.
@@ -320,6 +332,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body := &countingReader{r: r.Body}
 	var tr trace
+	defer tr.cleanUp()
 	var ignored string
 	tr.clientCert, ignored, tr.clientCertErr = e.clientCertificate(r)
 	if ignored != "" {
@@ -336,6 +349,9 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply.Write(w)
+	// The reply is on its way before the spool files are removed.
+	http.NewResponseController(w).Flush()
+	tr.cleanUp()
 	if tr.pipeline {
 		return // the pipeline logged the message
 	}
@@ -471,11 +487,15 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 	if errors.Is(err, errUnknownSender) {
 		env, err = unknownSender, nil
 	}
-	defer func() {
+	// The whole body is read before the reply (net/http would otherwise
+	// discard what is left of it while an attachment is still being read);
+	// its spool files are removed after it.
+	defer env.Rest()
+	tr.afterReply = append(tr.afterReply, func() {
 		if err := env.Close(); err != nil {
 			e.log.Warn("as4 spool cleanup failed", "partner", tr.partner, "message_id", tr.messageID, "err", err)
 		}
-	}()
+	})
 	if err != nil {
 		return tr.readFailed(err)
 	}
@@ -611,28 +631,28 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	for i, p := range env.Attachments {
 		atts[i] = xmlenc.Attachment{ContentID: p.ContentID, Header: p.Header, Body: p.Body, Open: p.Content}
 	}
-	// The payloads' spool, removed when the exchange ends; the attachment
+	// The payloads' spool, removed after the reply; the attachment
 	// inflated while it is decrypted (earlyInflation) goes there too, and
-	// is waited for before the spool is removed.
+	// is waited for before process returns.
 	spool := &exchange.Spool{Dir: e.cfg.SpoolDir, Threshold: e.cfg.SpoolThreshold}
-	defer func() {
+	tr.afterReply = append(tr.afterReply, func() {
 		if err := spool.Cleanup(); err != nil {
 			e.log.Warn("as4 spool cleanup failed", "partner", partner.ID, "message_id", msgID, "err", err)
 		}
-	}()
+	})
 	early := planEarlyInflation(env, unverified.UserMessage)
 	defer early.wait()
 	// Decrypted attachments go to spool files (the GCM tag is checked at
 	// the end of each; a failed message keeps nothing), removed when the
-	// exchange ends.
+	// exchange ends (after the reply).
 	var plain []*limits.Spooled
-	defer func() {
+	tr.afterReply = append(tr.afterReply, func() {
 		for _, f := range plain {
 			if err := f.Remove(); err != nil {
 				e.log.Warn("as4 spool cleanup failed", "partner", partner.ID, "message_id", msgID, "err", err)
 			}
 		}
-	}()
+	})
 	// The signature's attachment references are known from the envelope:
 	// each decrypted attachment is digested on its way to the spool file,
 	// not read again for the signature check.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/internal/spooltest"
@@ -46,7 +47,7 @@ func TestSpoolFailureAnswersRetryLater(t *testing.T) {
 	if err != nil || resp.Status != http.StatusOK || resp.Receipt == nil || h.handler.count() != 1 {
 		t.Fatalf("spool back: %v HTTP %d, handler ran %d times", err, resp.Status, h.handler.count())
 	}
-	if left := spooltest.Leftovers(t, dir); len(left) != 0 {
+	if left := spooltest.LeftoversAfter(t, dir, 5*time.Second); len(left) != 0 {
 		t.Fatalf("files left in the spool directory: %v", left)
 	}
 }

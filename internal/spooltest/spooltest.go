@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // spareBodyPrefix is the name prefix of the body files limits reuses.
@@ -43,4 +44,19 @@ func Leftovers(t testing.TB, dir string) []string {
 		t.Fatalf("spooltest: walk %s: %v", dir, err)
 	}
 	return out
+}
+
+// LeftoversAfter is Leftovers once dir is clean or within d: an endpoint
+// removes an exchange's spool files right after it has sent the reply, so
+// a client holding the reply may look a moment too early.
+func LeftoversAfter(t testing.TB, dir string, d time.Duration) []string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		left := Leftovers(t, dir)
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
