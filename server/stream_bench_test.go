@@ -132,29 +132,31 @@ func benchRun(t *testing.T, r benchResult, body string, post func(f *os.File) er
 			return err
 		}
 		defer f.Close()
-		// GATEWAY_STREAMBENCH_CPUPROFILE=DIR profiles each timed run alone
-		// (the set-up's compression and signing are left out).
-		if dir := os.Getenv("GATEWAY_STREAMBENCH_CPUPROFILE"); dir != "" {
-			pf, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%dMB.prof", strings.ToLower(r.protocol), r.size/1e6)))
+		// GATEWAY_STREAMBENCH_CPUPROFILE=DIR and GATEWAY_STREAMBENCH_TRACE=DIR
+		// profile or trace each timed run alone (the set-up's compression
+		// and signing are left out).
+		name := fmt.Sprintf("%s-%dMB", strings.ToLower(r.protocol), r.size/1e6)
+		for _, rec := range []struct {
+			env, ext string
+			start    func(io.Writer) error
+			stop     func()
+		}{
+			{"GATEWAY_STREAMBENCH_CPUPROFILE", ".prof", pprof.StartCPUProfile, pprof.StopCPUProfile},
+			{"GATEWAY_STREAMBENCH_TRACE", ".trace", trace.Start, trace.Stop},
+		} {
+			dir := os.Getenv(rec.env)
+			if dir == "" {
+				continue
+			}
+			out, err := os.Create(filepath.Join(dir, name+rec.ext))
 			if err != nil {
 				return err
 			}
-			defer pf.Close()
-			if err := pprof.StartCPUProfile(pf); err != nil {
+			defer out.Close()
+			if err := rec.start(out); err != nil {
 				return err
 			}
-			defer pprof.StopCPUProfile()
-		}
-		if dir := os.Getenv("GATEWAY_STREAMBENCH_TRACE"); dir != "" {
-			tf, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%dMB.trace", strings.ToLower(r.protocol), r.size/1e6)))
-			if err != nil {
-				return err
-			}
-			defer tf.Close()
-			if err := trace.Start(tf); err != nil {
-				return err
-			}
-			defer trace.Stop()
+			defer rec.stop()
 		}
 		start := time.Now()
 		err = post(f)
