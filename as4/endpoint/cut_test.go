@@ -2,6 +2,7 @@ package endpoint_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -97,5 +98,32 @@ func TestCutBodyRefused(t *testing.T) {
 	}
 	if _, _, err := rsaClient(k).Send(context.Background(), h.url, m); err != nil {
 		t.Fatalf("the whole message: %v", err)
+	}
+}
+
+// TestArrivingAttachmentOverLimit: an attachment decrypted while it arrives
+// that runs past the message size limit is answered 413 (what the body's
+// reading found), not a decryption failure of what had arrived, and the
+// handler does not run; a message within the limit is received.
+func TestArrivingAttachmentOverLimit(t *testing.T) {
+	k := getKeys(t)
+	h := newHarness(t, harnessOptions{maxBody: 1 << 20})
+	_, out := bigMessage(t, k, "over-1@acme.test", as4.PartyID{})
+	arriving := endpoint.ArrivingAttachments.Load()
+	// Chunked: a Content-Length over the limit is refused before the body.
+	resp, err := http.Post(h.url, out.ContentType, struct{ io.Reader }{bytes.NewReader(out.Body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || h.handler.count() != 0 {
+		t.Fatalf("over the limit: HTTP %d, handler ran %d times; want 413, none", resp.StatusCode, h.handler.count())
+	}
+	if endpoint.ArrivingAttachments.Load() == arriving {
+		t.Fatal("the attachment was not decrypted while it arrived")
+	}
+	m := testMessage("within-1@acme.test")
+	if _, _, err := rsaClient(k).Send(context.Background(), h.url, m); err != nil || h.handler.count() != 1 {
+		t.Fatalf("within the limit: %v, handler ran %d times", err, h.handler.count())
 	}
 }
