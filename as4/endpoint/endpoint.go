@@ -88,6 +88,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"net/url"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -471,7 +472,7 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 			c := onlyAttachmentPayload(env)
 			payloadCID = &c
 		}
-		return *payloadCID != "" && *payloadCID == bareContentID(cid)
+		return *payloadCID != "" && *payloadCID == cid
 	}
 	tr.readFailed = func(err error) (exchange.Reply, int64) {
 		if errors.Is(err, as4.ErrMessageLimit) || body.n > limit || limits.Status(body.err) != 0 {
@@ -520,11 +521,16 @@ func onlyAttachmentPayload(env *as4.Envelope) string {
 	if err != nil || m.UserMessage == nil || len(m.UserMessage.PayloadInfo) != 1 {
 		return ""
 	}
-	href := strings.TrimSpace(m.UserMessage.PayloadInfo[0].Href)
-	if len(href) < 4 || !strings.EqualFold(href[:4], "cid:") {
+	// As as4.ResolvePayloads matches it to a part.
+	href := m.UserMessage.PayloadInfo[0].Href
+	if !strings.HasPrefix(strings.ToLower(href), "cid:") {
 		return ""
 	}
-	return bareContentID(href[4:])
+	cid, err := url.PathUnescape(href[4:])
+	if err != nil {
+		return ""
+	}
+	return cid
 }
 
 // restOfBody waits for the rest of a message whose attachment arrived
