@@ -189,6 +189,34 @@ type inbound struct {
 	lg     *slog.Logger
 }
 
+// answeredWriter records whether an answer has been written, so that the
+// exchange's spool files are removed after it has been sent.
+type answeredWriter struct {
+	http.ResponseWriter
+	answered bool
+}
+
+func (a *answeredWriter) WriteHeader(code int) {
+	a.answered = true
+	a.ResponseWriter.WriteHeader(code)
+}
+
+func (a *answeredWriter) Write(b []byte) (int, error) {
+	a.answered = true
+	return a.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (a *answeredWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
+
+// send flushes an answer written so far to the partner (nothing when none
+// is: a handler that panics must not answer 200 by accident).
+func (a *answeredWriter) send() {
+	if a.answered {
+		http.NewResponseController(a.ResponseWriter).Flush()
+	}
+}
+
 // ServeHTTP receives one AS2 message.
 func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
@@ -218,6 +246,10 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// The spool files are removed once the answer is on its way (see
+	// answeredWriter): a GiB of them takes tens of milliseconds.
+	aw := &answeredWriter{ResponseWriter: w}
+	w = aw
 	x := &inbound{req: req, lg: lg}
 	var decryptKeys []cms.KeyPair
 	x.signKeys, decryptKeys = e.identityKeys(req.To)
@@ -250,6 +282,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				bf = b
 			}
 		}
+		aw.send()
 		if err := bf.Remove(); err != nil {
 			lg.Warn("spool cleanup failed", "err", err)
 		}
@@ -334,6 +367,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// payload the handler reads is one of them (or a section of the body).
 	layers := &layerFiles{dir: e.cfg.SpoolDir}
 	defer func() {
+		aw.send()
 		if err := layers.remove(); err != nil {
 			x.lg.Warn("spool cleanup failed", "err", err)
 		}
@@ -426,6 +460,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	spool := &exchange.Spool{Dir: e.cfg.SpoolDir}
 	defer func() {
+		aw.send()
 		if err := spool.Cleanup(); err != nil {
 			x.lg.Warn("spool cleanup failed", "err", err)
 		}

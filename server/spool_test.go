@@ -97,7 +97,7 @@ func TestSpoolFilesLiveOnlyDuringTheExchange(t *testing.T) {
 	if !hasPrefixed(during, "gateway-body-") || !hasPrefixed(during, "gateway-layer-") {
 		t.Errorf("AS2: spool files during the handler %v, want the body and the payload's layer file", during)
 	}
-	if left := spooltest.Leftovers(t, cfg.SpoolDir); len(left) != 0 {
+	if left := spooltest.LeftoversAfter(t, cfg.SpoolDir, 5*time.Second); len(left) != 0 {
 		t.Errorf("AS2: spool files left after the exchange: %v", left)
 	}
 
