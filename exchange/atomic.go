@@ -19,9 +19,11 @@ import (
 // in fewer commits, every one of them all or nothing:
 //
 //   - the claim: the received record, the claim and (when claimed) the
-//     decision record in one transaction of the store, then both records
-//     in the other sinks in one step (audit.WriteBatch: one sync of a
-//     JSON-lines file);
+//     decision record, the claim of the message's first interchange in the
+//     ledger and its decision record in one transaction of the store, then
+//     these records in the other sinks in one step (audit.WriteBatch: one
+//     sync of a JSON-lines file); further interchanges of the message are
+//     claimed one transaction each;
 //   - the accept: the handler's record, the accept of every interchange,
 //     the accept of the transport key with the stored reply and the reply
 //     record in one transaction; the other sinks' handler record is durable
@@ -61,13 +63,20 @@ func claimDecision(d dedup.Decision) string {
 
 // claimAtomic records the message as received and claims its key in one
 // transaction of the store (with the decision record when the key was
-// claimed), while the other sinks record it as received. A non-nil reply
-// is final: nothing is held then.
-func (p *Pipeline) claimAtomic(ctx context.Context, a dedup.Atomic, parts *AuditParts, m *Message, req dedup.ClaimRequest,
-	rec audit.Record, lg *slog.Logger) (dedup.Decision, *Reply) {
+// claimed); when the key was claimed, the same transaction claims the
+// message's first interchange in the ledger too, with its decision record
+// (ledgerClaimsIn). The other sinks then record all of it in one step. A
+// non-nil reply is final: nothing is held then. early holds the ledger's
+// decisions for ics[:len(early)], for claimInterchanges to go on from.
+func (p *Pipeline) claimAtomic(ctx context.Context, a dedup.Atomic, parts *AuditParts, in Inbound, ics []payloadInterchange,
+	req dedup.ClaimRequest, rec audit.Record, lg *slog.Logger) (d dedup.Decision, early []dedup.Decision, final *Reply) {
+	m := in.Message
 	p.retryPendingAbandon(ctx, transportClaim, req.Key)
+	if len(ics) > 0 {
+		p.retryPendingAbandon(ctx, interchangeClaim, ics[0].ic.Key)
+	}
 	received := p.record(rec, audit.StepReceived, "", "", nil)
-	var d dedup.Decision
+	var decided []audit.Record // the interchange's decision record
 	err := a.Atomically(ctx, func(ctx context.Context) error {
 		if err := parts.Store.Write(ctx, received); err != nil {
 			return fmt.Errorf("exchange: audit %s: %w", audit.StepReceived, err)
@@ -76,20 +85,26 @@ func (p *Pipeline) claimAtomic(ctx context.Context, a dedup.Atomic, parts *Audit
 		if d, err = p.Store.Claim(ctx, req); err != nil || d.Outcome != dedup.Claimed {
 			return err
 		}
-		return p.auditTo(ctx, parts.Store, rec, audit.StepDecision, claimDecision(d), "", nil)
+		if err := p.auditTo(ctx, parts.Store, rec, audit.StepDecision, claimDecision(d), "", nil); err != nil {
+			return err
+		}
+		early, decided, err = p.ledgerClaimsIn(ctx, parts.Store, in, ics, rec)
+		return err
 	})
 	if err != nil {
 		// Nothing of the transaction is on disk: no claim is held.
 		lg.Error("dedup store or audit unavailable", "err", err)
 		p.auditBestEffortTo(ctx, parts.Other, rec, audit.StepReceived, "", "", nil)
 		reply := p.unavailable(ctx, rec, err)
-		return dedup.Decision{}, &reply
+		return dedup.Decision{}, nil, &reply
 	}
-	// The other sinks get the received record (and the decision of a
-	// claimed key) now, in one step (one sync of a JSON-lines file).
+	// The other sinks get the received record (and the decisions of a
+	// claimed key and its first interchange) now, in one step (one sync of a
+	// JSON-lines file).
 	recs := []audit.Record{received}
 	if d.Outcome == dedup.Claimed {
 		recs = append(recs, p.record(rec, audit.StepDecision, claimDecision(d), "", nil))
+		recs = append(recs, decided...)
 	}
 	var oerr error
 	if parts.Other != nil {
@@ -100,12 +115,52 @@ func (p *Pipeline) claimAtomic(ctx context.Context, a dedup.Atomic, parts *Audit
 	if oerr != nil {
 		lg.Error("audit unavailable", "err", oerr)
 		if d.Outcome == dedup.Claimed {
+			for i, ed := range early {
+				if ed.Outcome == dedup.Claimed {
+					p.abandonInterchange(ctx, ics[i].ic.Key, ed.Token, lg)
+				}
+			}
 			p.abandon(ctx, m, d.Token, lg)
 		}
 		reply := p.unavailable(ctx, rec, oerr)
-		return dedup.Decision{}, &reply
+		return dedup.Decision{}, nil, &reply
 	}
-	return d, nil
+	return d, early, nil
+}
+
+// ledgerClaimsIn claims the message's first interchange in the ledger
+// inside the transport claim's transaction (ctx carries it), writing the
+// store's decision record when it was claimed, and returns the ledger's
+// decision (for ics[:1]) with the decision record still due in the other
+// sinks. claimInterchanges then acts on that decision as if it had taken
+// the claim itself, one transaction later, and claims the other
+// interchanges as before: the message holds the same claims in the same
+// order, and a crash leaves the transport claim and the first interchange's
+// claim together or neither.
+//
+// Only the first: the transaction then takes its row locks in one order,
+// the transport key and then one interchange, whatever the message. Two of
+// them claiming several interchanges each could lock those in opposite
+// orders and deadlock on PostgreSQL (a message carrying one interchange,
+// the common case, saves its whole transaction).
+func (p *Pipeline) ledgerClaimsIn(ctx context.Context, store audit.Sink, in Inbound, ics []payloadInterchange,
+	rec audit.Record) ([]dedup.Decision, []audit.Record, error) {
+	if len(ics) == 0 {
+		return nil, nil, nil
+	}
+	pic := ics[0]
+	d, err := p.Ledger.ClaimInterchange(ctx, ledgerClaim(in, pic))
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.Outcome != dedup.Claimed {
+		return []dedup.Decision{d}, nil, nil
+	}
+	r := p.record(interchangeRecord(rec, pic), audit.StepDecision, interchangeDecision(d), "", nil)
+	if err := store.Write(ctx, r); err != nil {
+		return nil, nil, fmt.Errorf("exchange: audit %s: %w", audit.StepDecision, err)
+	}
+	return []dedup.Decision{d}, []audit.Record{r}, nil
 }
 
 // acceptAtomic is accept in one transaction of the store (see AuditParts);

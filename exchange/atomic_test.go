@@ -11,17 +11,19 @@ import (
 	"github.com/edigateway/gateway/dedup"
 )
 
-// stepFailingSink fails the writes of one step (when fail is set) and passes
-// the others to Sink with their ctx (so that they join a transaction).
+// stepFailingSink fails the writes of one step (when fail is set; of that
+// step's records with one decision when decision is set) and passes the
+// others to Sink with their ctx (so that they join a transaction).
 type stepFailingSink struct {
 	audit.Sink
-	step  audit.Step
-	fail  atomic.Bool
-	fails atomic.Int64
+	step     audit.Step
+	decision string
+	fail     atomic.Bool
+	fails    atomic.Int64
 }
 
 func (s *stepFailingSink) Write(ctx context.Context, r audit.Record) error {
-	if r.Step == s.step && s.fail.Load() {
+	if r.Step == s.step && (s.decision == "" || r.Decision == s.decision) && s.fail.Load() {
 		s.fails.Add(1)
 		return errors.New("audit disk full")
 	}

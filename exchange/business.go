@@ -87,7 +87,13 @@ type heldInterchange struct {
 // m.Payloads), or a final reply when the delivery cannot go on (in flight
 // elsewhere, drift, store down); in that case every claim taken here has
 // been released and the caller must abandon the transport claim.
-func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payloadInterchange, rec audit.Record, lg *slog.Logger) ([]heldInterchange, []InterchangeDuplicate, *Reply) {
+//
+// early holds the ledger's decisions for ics[:len(early)] when the claims
+// were taken in the transport claim's transaction (ledgerClaimsIn; the
+// decision records of those claimed are written already): they are acted
+// on as if claimed here.
+func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payloadInterchange, early []dedup.Decision,
+	rec audit.Record, lg *slog.Logger) ([]heldInterchange, []InterchangeDuplicate, *Reply) {
 	m := in.Message
 	var held []heldInterchange
 	var dups []InterchangeDuplicate
@@ -98,9 +104,8 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 	}
 	dupPayload := map[int]bool{}
 	seen := map[dedup.Key]string{} // interchange key → payload hash, in this message
-	for _, pic := range ics {
-		r := rec
-		r.InterchangeKey, r.Reference, r.PayloadSHA256 = string(pic.ic.Key), pic.ic.Reference, pic.hash
+	for i, pic := range ics {
+		r := interchangeRecord(rec, pic)
 		if first, ok := seen[pic.ic.Key]; ok {
 			// The message carries this interchange twice. Claiming it again
 			// would find this delivery's own claim in flight.
@@ -115,17 +120,19 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 			return nil, nil, &reply
 		}
 		seen[pic.ic.Key] = pic.hash
-		window := in.Window
-		if pic.ic.Standard == envelope.StandardPeppolSBDH {
-			window = 0 // PEPPOL instance identifiers are unique forever
-		}
-		claim := dedup.InterchangeClaim{Interchange: pic.ic, PayloadSHA256: pic.hash, TransportKey: m.TransportKey, MessageID: m.MessageID, Window: window}
-		p.retryPendingAbandon(ctx, interchangeClaim, pic.ic.Key)
-		d, decided, err := p.claimInterchange(ctx, claim, r)
-		if err != nil {
-			release()
-			reply := p.unavailable(ctx, r, err)
-			return nil, nil, &reply
+		claim := ledgerClaim(in, pic)
+		var d dedup.Decision
+		var decided audit.Sink // where the decision of a claimed interchange is still to be recorded
+		if i < len(early) {
+			d = early[i]
+		} else {
+			p.retryPendingAbandon(ctx, interchangeClaim, pic.ic.Key)
+			var err error
+			if d, decided, err = p.claimInterchange(ctx, claim, r); err != nil {
+				release()
+				reply := p.unavailable(ctx, r, err)
+				return nil, nil, &reply
+			}
 		}
 		switch d.Outcome {
 		case dedup.Claimed:
@@ -189,6 +196,22 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 		m.Payloads = keep
 	}
 	return held, dups, nil
+}
+
+// ledgerClaim is the ledger claim of one payload's interchange.
+func ledgerClaim(in Inbound, pic payloadInterchange) dedup.InterchangeClaim {
+	window := in.Window
+	if pic.ic.Standard == envelope.StandardPeppolSBDH {
+		window = 0 // PEPPOL instance identifiers are unique forever
+	}
+	return dedup.InterchangeClaim{Interchange: pic.ic, PayloadSHA256: pic.hash, TransportKey: in.Message.TransportKey,
+		MessageID: in.Message.MessageID, Window: window}
+}
+
+// interchangeRecord is rec for the records of one payload's interchange.
+func interchangeRecord(rec audit.Record, pic payloadInterchange) audit.Record {
+	rec.InterchangeKey, rec.Reference, rec.PayloadSHA256 = string(pic.ic.Key), pic.ic.Reference, pic.hash
+	return rec
 }
 
 // driftInfo describes a key seen again with another payload.

@@ -242,9 +242,10 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 	// recorded: the atomic claim wrote it to the store's table already.
 	decisionSink := p.Audit
 	var d dedup.Decision
+	var early []dedup.Decision // interchange claims taken with the transport claim
 	if a, parts := p.atomicStore(); a != nil && damaged == nil {
 		var final *Reply
-		if d, final = p.claimAtomic(ctx, a, parts, m, req, rec, lg); final != nil {
+		if d, early, final = p.claimAtomic(ctx, a, parts, in, ics, req, rec, lg); final != nil {
 			return *final
 		}
 		decisionSink = nil // claimAtomic wrote it everywhere
@@ -284,7 +285,7 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 			p.abandon(ctx, m, d.Token, lg)
 			return p.unavailable(ctx, rec, err)
 		}
-		return p.claimed(ctx, in, ics, d.Token, rec, lg)
+		return p.claimed(ctx, in, ics, early, d.Token, rec, lg)
 	}
 	err := fmt.Errorf("exchange: store returned outcome %v", d.Outcome)
 	lg.Error("dedup store misbehaved", "err", err)
@@ -307,7 +308,7 @@ func (p *Pipeline) duplicate(ctx context.Context, in Inbound, ics []payloadInter
 			if d2.Outcome != dedup.Claimed {
 				return retryLater(p.inFlightRetryAfter(d2.RetryAfter), "in-flight")
 			}
-			return p.claimed(ctx, in, ics, d2.Token, rec, lg)
+			return p.claimed(ctx, in, ics, nil, d2.Token, rec, lg)
 		}
 		// The message drifted as a whole: all of its payloads are kept.
 		return p.driftReply(ctx, in, rec, lg, info, m.Payloads)
@@ -329,13 +330,16 @@ func (p *Pipeline) duplicate(ctx context.Context, in Inbound, ics []payloadInter
 	return reply
 }
 
-func (p *Pipeline) claimed(ctx context.Context, in Inbound, ics []payloadInterchange, token dedup.Token, rec audit.Record, lg *slog.Logger) Reply {
+// claimed runs a message whose transport key this delivery holds with
+// token; early are the interchange claims taken with it (claimInterchanges).
+func (p *Pipeline) claimed(ctx context.Context, in Inbound, ics []payloadInterchange, early []dedup.Decision, token dedup.Token,
+	rec audit.Record, lg *slog.Logger) Reply {
 	m := in.Message
 	var held []heldInterchange
 	var dups []InterchangeDuplicate
 	if len(ics) > 0 {
 		var final *Reply
-		held, dups, final = p.claimInterchanges(ctx, in, ics, rec, lg)
+		held, dups, final = p.claimInterchanges(ctx, in, ics, early, rec, lg)
 		if final != nil {
 			p.abandon(ctx, m, token, lg)
 			return *final

@@ -22,8 +22,10 @@ type AtomicStore interface {
 }
 
 // ExerciseAtomic checks dedup.Atomic against a store implementation:
-// a claim (or an interchange claim) and audit records written in one
-// Atomically commit together; a
+// a claim (or an interchange claim, or both: the transport key and the
+// interchange it carries) and audit records written in one Atomically
+// commit together, also when several such transactions claim one
+// interchange at once; a
 // failing callback (or a failing write in it) leaves none of them (the key
 // is claimable again, no record); an accept, the accept of an interchange
 // and audit records commit together or not at all (a stale token fails
@@ -128,6 +130,114 @@ func ExerciseAtomic(t *testing.T, newStore NewStore) {
 		// The claim was rolled back with it: the interchange is free.
 		if d, err := s.ClaimInterchange(ctx, claim); err != nil || d.Outcome != dedup.Claimed {
 			t.Fatalf("interchange after the rollback: %+v %v, want claimed", d, err)
+		}
+	})
+	t.Run("claim, interchange claim and records commit together", func(t *testing.T) {
+		s, r := open(t)
+		ctx, key := c(t), NewKey(t)
+		ic := NewInterchange(t)
+		claimBoth := func(fail error) (dedup.Decision, dedup.Decision, error) {
+			var d, di dedup.Decision
+			err := s.Atomically(ctx, func(ctx context.Context) error {
+				if err := s.AuditSink().Write(ctx, rec(key, audit.StepReceived, "")); err != nil {
+					return err
+				}
+				var err error
+				if d, err = s.Claim(ctx, dedup.ClaimRequest{Key: key, PayloadSHA256: "h"}); err != nil {
+					return err
+				}
+				if di, err = s.ClaimInterchange(ctx, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: "h", TransportKey: key, MessageID: "m"}); err != nil {
+					return err
+				}
+				if err := s.AuditSink().Write(ctx, rec(key, audit.StepDecision, "new-interchange")); err != nil {
+					return err
+				}
+				return fail
+			})
+			return d, di, err
+		}
+		if _, _, err := claimBoth(boom); err != boom {
+			t.Fatalf("failing transaction: %v", err)
+		}
+		if got := records(t, r, key); len(got) != 0 {
+			t.Fatalf("records survived the rollback: %+v", got)
+		}
+		d, di, err := claimBoth(nil)
+		if err != nil || d.Outcome != dedup.Claimed || di.Outcome != dedup.Claimed {
+			t.Fatalf("after a rolled back transaction both keys are claimed anew: %+v %+v %v", d, di, err)
+		}
+		if got := records(t, r, key); len(got) != 2 {
+			t.Fatalf("records after the commit: %+v", got)
+		}
+		// Both held by this transaction's claims: in flight for another
+		// delivery, accepted by their holders.
+		if d2, err := s.Claim(ctx, dedup.ClaimRequest{Key: key}); err != nil || d2.Outcome != dedup.InFlight {
+			t.Fatalf("claim after the commit: %+v %v, want in-flight", d2, err)
+		}
+		if d2, err := s.ClaimInterchange(ctx, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: "h", TransportKey: NewKey(t)}); err != nil || d2.Outcome != dedup.InFlight {
+			t.Fatalf("interchange after the commit: %+v %v, want in-flight", d2, err)
+		}
+		if err := s.AcceptInterchange(ctx, ic.Key, di.Token); err != nil {
+			t.Fatalf("the holder accepts the interchange: %v", err)
+		}
+		if err := s.Accept(ctx, key, d.Token, []byte("r")); err != nil {
+			t.Fatalf("the holder accepts the key: %v", err)
+		}
+	})
+	t.Run("concurrent claims of one interchange under several keys", func(t *testing.T) {
+		// Transactions each claiming their own transport key and then the
+		// same interchange: one holds the interchange, the others find it
+		// in flight; none fails, none waits forever.
+		s, _ := open(t)
+		ctx := c(t)
+		ic := NewInterchange(t)
+		const n = 16
+		outcomes := make([]dedup.Outcome, n)
+		tokens := make([]dedup.Token, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				key := NewKey(t)
+				errs[i] = s.Atomically(ctx, func(ctx context.Context) error {
+					d, err := s.Claim(ctx, dedup.ClaimRequest{Key: key})
+					if err != nil {
+						return err
+					}
+					if d.Outcome != dedup.Claimed {
+						return fmt.Errorf("new key %v", d.Outcome)
+					}
+					di, err := s.ClaimInterchange(ctx, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: "h", TransportKey: key,
+						MessageID: fmt.Sprintf("m%d", i)})
+					if err != nil {
+						return err
+					}
+					outcomes[i], tokens[i] = di.Outcome, di.Token
+					return nil
+				})
+			}()
+		}
+		wg.Wait()
+		claimed := 0
+		for i := range n {
+			if errs[i] != nil {
+				t.Errorf("transaction %d: %v", i, errs[i])
+			}
+			switch outcomes[i] {
+			case dedup.Claimed:
+				claimed++
+				if err := s.AcceptInterchange(ctx, ic.Key, tokens[i]); err != nil {
+					t.Errorf("accept by the holder: %v", err)
+				}
+			case dedup.InFlight:
+			default:
+				t.Errorf("transaction %d: interchange %v, want claimed or in flight", i, outcomes[i])
+			}
+		}
+		if claimed != 1 {
+			t.Fatalf("%d transactions claimed the interchange, want 1", claimed)
 		}
 	})
 	t.Run("accept, interchange and records commit together", func(t *testing.T) {
