@@ -19,6 +19,7 @@ import (
 	glimits "github.com/edigateway/gateway/limits"
 
 	"github.com/edigateway/gateway/internal/base64body"
+	"github.com/edigateway/gateway/internal/bufpool"
 	"github.com/edigateway/gateway/internal/readahead"
 )
 
@@ -446,8 +447,11 @@ func (pr *partsReader) arriving(p *multipart.Part, cid string) error {
 	if err != nil {
 		return err
 	}
-	head := make([]byte, glimits.SmallInMemory+1)
+	head := bufpool.Get(glimits.SmallInMemory + 1)
 	n, err := readahead.Fill(dec, head)
+	if err != nil {
+		defer bufpool.Put(head)
+	}
 	if err == io.EOF {
 		if pr.limits.MaxPartSize > 0 && int64(n) > pr.limits.MaxPartSize {
 			return Other("MIME part too large", fmt.Errorf("part <%s> over %d bytes: %w", cid, pr.limits.MaxPartSize, ErrLimit))
@@ -477,6 +481,7 @@ func (pr *partsReader) arriving(p *multipart.Part, cid string) error {
 			}
 		}()
 		b, err := g.Wait()
+		bufpool.Put(head) // the spooling has ended: nothing reads it any more
 		env.arrived = b
 		if err != nil {
 			env.restErr = partSpoolError(cid, partError(cte, cid, partOver(cid, err, pr.limits)), pr.limits)

@@ -11,13 +11,17 @@ import (
 	"errors"
 	"io"
 	"sync"
+
+	"github.com/edigateway/gateway/internal/bufpool"
 )
 
 // ErrReaderClosed is what Write returns once the reader has closed.
 var ErrReaderClosed = errors.New("bufpipe: the reader has closed")
 
 // Pipe buffers at most n chunks of size bytes: memory is bounded by n ×
-// size whatever passes through it. One goroutine writes, one reads.
+// size whatever passes through it. One goroutine writes, one reads. The
+// chunks come from a pool shared by the pipes of that size and go back to
+// it once the reader has read to the end or closed.
 type Pipe struct {
 	mu       sync.Mutex
 	readable *sync.Cond // a whole chunk, or the writer closed
@@ -61,7 +65,7 @@ func (p *Pipe) Write(b []byte) (int, error) {
 			if f := len(p.free); f > 0 {
 				c, p.free = p.free[f-1][:0], p.free[:f-1]
 			} else {
-				c = make([]byte, 0, p.size)
+				c = bufpool.Get(p.size)[:0]
 			}
 			p.chunks = append(p.chunks, c)
 			last++
@@ -108,6 +112,8 @@ func (p *Pipe) Read(b []byte) (int, error) {
 			break
 		}
 		if p.wclosed && (len(p.chunks) == 0 || len(p.chunks) == 1 && p.off == len(p.chunks[0])) {
+			// Read to the end: no more writes, nothing more to read.
+			p.release()
 			if p.werr != nil {
 				return 0, p.werr
 			}
@@ -134,7 +140,19 @@ func (p *Pipe) CloseRead() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.rclosed = true
-	p.chunks, p.free = nil, nil
+	p.release()
 	p.writable.Signal()
 	return nil
+}
+
+// release gives the chunks back to the pool, with mu held, once neither
+// side will touch them again.
+func (p *Pipe) release() {
+	for _, c := range p.chunks {
+		bufpool.Put(c)
+	}
+	for _, c := range p.free {
+		bufpool.Put(c)
+	}
+	p.chunks, p.free, p.off = nil, nil, 0
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -120,5 +121,41 @@ func TestCloseReadReleasesTheWriter(t *testing.T) {
 	}
 	if _, err := p.Read(make([]byte, 1)); err != io.ErrClosedPipe {
 		t.Fatalf("read after CloseRead: %v", err)
+	}
+}
+
+// TestChunksArePooled: a pipe read to its end (or closed by its reader)
+// gives its chunks back, so that piping a small stream after a warm-up
+// allocates far less than a chunk.
+func TestChunksArePooled(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop buffers at random")
+	}
+	const size = 256 << 10
+	small := bytes.Repeat([]byte("UNB+UNOA:2+X+Y'"), 700) // 10 KB
+	pipe := func(closeRead bool) {
+		p := New(4, size)
+		p.Write(small)
+		p.Close()
+		if closeRead {
+			p.CloseRead()
+			return
+		}
+		if got, err := io.ReadAll(p); err != nil || !bytes.Equal(got, small) {
+			t.Fatalf("read %d bytes, %v", len(got), err)
+		}
+	}
+	for _, closeRead := range []bool{false, true} {
+		pipe(closeRead)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		const rounds = 50
+		for range rounds {
+			pipe(closeRead)
+		}
+		runtime.ReadMemStats(&after)
+		if per := (after.TotalAlloc - before.TotalAlloc) / rounds; per > size/4 {
+			t.Fatalf("closeRead=%v: %d bytes allocated per small stream, want far less than a %d-byte chunk", closeRead, per, size)
+		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"io"
 	"sync"
+
+	"github.com/edigateway/gateway/internal/bufpool"
 )
 
 // ErrClosed is what Read returns after Close.
@@ -19,7 +21,10 @@ type chunk struct {
 }
 
 // Reader reads its source in a goroutine into at most n buffers of size
-// bytes; memory is bounded by n × size whatever the source's length.
+// bytes; memory is bounded by n × size whatever the source's length. The
+// buffers are taken as they are needed (a small source uses one) from a
+// pool shared by the Readers of that size, and go back to it at Close: a
+// message of a few KiB does not allocate and clear a MiB of buffers.
 type Reader struct {
 	full  chan chunk
 	free  chan []byte
@@ -29,27 +34,46 @@ type Reader struct {
 	buf   []byte // cur's whole buffer, returned to free when consumed
 	err   error
 	ended chan struct{}
+	// n buffers of size bytes at most; made is how many the goroutine took.
+	n, size, made int
 }
 
 // New starts reading src ahead. The caller must Close the Reader (which
 // waits for the goroutine to end) when done with it, read to the end or
 // not; src's own Read must return once it gets no more input.
 func New(src io.Reader, n, size int) *Reader {
-	r := &Reader{full: make(chan chunk, n), free: make(chan []byte, n), stop: make(chan struct{}), ended: make(chan struct{})}
-	for range n {
-		r.free <- make([]byte, size)
-	}
+	n = max(n, 1)
+	r := &Reader{full: make(chan chunk, n), free: make(chan []byte, n), stop: make(chan struct{}), ended: make(chan struct{}),
+		n: n, size: size}
 	go r.run(src)
 	return r
+}
+
+// take is the goroutine's next buffer: a free one, a new one while fewer
+// than n are out, else the first freed; nil once Close stops it.
+func (r *Reader) take() []byte {
+	select {
+	case b := <-r.free:
+		return b
+	default:
+	}
+	if r.made < r.n {
+		r.made++
+		return bufpool.Get(r.size)
+	}
+	select {
+	case b := <-r.free:
+		return b
+	case <-r.stop:
+		return nil
+	}
 }
 
 func (r *Reader) run(src io.Reader) {
 	defer close(r.ended)
 	for {
-		var b []byte
-		select {
-		case b = <-r.free:
-		case <-r.stop:
+		b := r.take()
+		if b == nil {
 			return
 		}
 		k, err := Fill(src, b)
@@ -101,10 +125,37 @@ func (r *Reader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// Close stops the goroutine and waits for it to end.
+// Close stops the goroutine, waits for it to end and gives the buffers
+// back to their pool.
 func (r *Reader) Close() error {
-	r.once.Do(func() { close(r.stop) })
+	r.once.Do(func() {
+		close(r.stop)
+		<-r.ended
+		r.err, r.cur = ErrClosed, nil
+		// Every buffer is the Reader's now: the one being read, those read
+		// ahead, those freed.
+		give := func(b []byte) {
+			if cap(b) == r.size {
+				bufpool.Put(b)
+			}
+		}
+		if r.buf != nil {
+			give(r.buf)
+			r.buf = nil
+		}
+		for {
+			select {
+			case c := <-r.full:
+				give(c.b)
+				continue
+			case b := <-r.free:
+				give(b)
+				continue
+			default:
+			}
+			break
+		}
+	})
 	<-r.ended
-	r.err, r.cur = ErrClosed, nil
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"runtime"
 	"testing"
 	"testing/iotest"
 )
@@ -42,5 +43,36 @@ func TestReadAhead(t *testing.T) {
 	r.Close() // the goroutine is blocked handing over a full buffer
 	if _, err := r.Read(make([]byte, 10)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("read after Close: %v", err)
+	}
+}
+
+// TestBuffersArePooled: a Reader takes only the buffers its source needs
+// and gives them back at Close, so that reading ahead a small source after
+// a warm-up allocates far less than its n × size buffers.
+func TestBuffersArePooled(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop buffers at random")
+	}
+	const size = 256 << 10
+	small := bytes.Repeat([]byte("UNB+UNOA:2+X+Y'"), 700) // 10 KB
+	read := func() {
+		r := New(bytes.NewReader(small), 4, size)
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || !bytes.Equal(got, small) {
+			t.Fatalf("read %d bytes, %v", len(got), err)
+		}
+	}
+	read()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const rounds = 50
+	for range rounds {
+		read()
+	}
+	runtime.ReadMemStats(&after)
+	// Without the pool each round made 4 × 256 KiB (50 MiB in all).
+	if per := (after.TotalAlloc - before.TotalAlloc) / rounds; per > size/2 {
+		t.Fatalf("%d bytes allocated per small source, want far less than the %d of its buffers", per, 4*size)
 	}
 }

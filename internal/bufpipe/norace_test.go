@@ -1,0 +1,5 @@
+//go:build !race
+
+package bufpipe
+
+const raceEnabled = false
