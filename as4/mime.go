@@ -13,6 +13,7 @@ import (
 	"mime/quotedprintable"
 	"net/textproto"
 	"strings"
+	"sync"
 
 	"github.com/beevik/etree"
 
@@ -25,6 +26,9 @@ import (
 
 // readAhead is the piece in which a multipart body is read.
 const readAhead = 64 << 10
+
+// bodyReaders keeps the readAhead buffers between messages.
+var bodyReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readAhead) }}
 
 // Default limits, used for every zero field of Limits.
 const (
@@ -276,8 +280,13 @@ func ReadMessage(contentType string, body io.Reader, limits Limits) (*Envelope, 
 	case mt == "multipart/related":
 		// The MIME reader asks for a few KiB at a time: read the body in
 		// larger pieces (fewer system calls for a message of any size).
-		br := bufio.NewReaderSize(r, readAhead)
-		if err := env.readMultipart(br, r, params, limits); err != nil {
+		br := bodyReaders.Get().(*bufio.Reader)
+		br.Reset(r)
+		release := func() {
+			br.Reset(nil)
+			bodyReaders.Put(br)
+		}
+		if err := env.readMultipart(br, r, params, limits, release); err != nil {
 			env.Close()
 			return nil, err
 		}
@@ -331,7 +340,16 @@ func readErr(what string, err error) *Error {
 // readMultipart reads the parts of a multipart/related body: the SOAP
 // envelope part into memory (parsed as soon as it is complete, then
 // Limits.AfterEnvelope runs), every other part to a spool file.
-func (env *Envelope) readMultipart(body io.Reader, r *capReader, params map[string]string, limits Limits) error {
+//
+// release is called once body is read no more: before readMultipart
+// returns, or, while an attachment arrives, when the rest has been read.
+func (env *Envelope) readMultipart(body io.Reader, r *capReader, params map[string]string, limits Limits, release func()) error {
+	arriving := false
+	defer func() {
+		if !arriving {
+			release()
+		}
+	}()
 	boundary := params["boundary"]
 	if boundary == "" {
 		return MimeInconsistency("multipart/related without boundary", nil)
@@ -342,13 +360,14 @@ func (env *Envelope) readMultipart(body io.Reader, r *capReader, params map[stri
 		}
 	}
 	pr := &partsReader{env: env, mr: multipart.NewReader(body, boundary), limits: limits, r: r,
-		start: stripAngles(params["start"]), seen: map[string]bool{}, atts: &env.Attachments, files: &env.files}
+		start: stripAngles(params["start"]), seen: map[string]bool{}, atts: &env.Attachments, files: &env.files, release: release}
 	for {
 		err := pr.next()
 		if err == io.EOF {
 			return pr.end()
 		}
 		if err == errArriving {
+			arriving = true // the goroutine reading the rest releases body
 			return nil
 		}
 		if err != nil {
@@ -371,6 +390,8 @@ type partsReader struct {
 	// attachment that was still arriving, those Rest merges.
 	atts  *[]Part
 	files *[]*glimits.Spooled
+	// release gives the body's reader back once nothing reads it.
+	release func()
 }
 
 // errArriving ends ReadMessage's reading while an attachment arrives
@@ -475,6 +496,7 @@ func (pr *partsReader) arriving(p *multipart.Part, cid string) error {
 	pr.atts, pr.files = &env.later, &env.laterFiles
 	go func() {
 		defer close(env.rest)
+		defer pr.release()
 		defer func() {
 			if v := recover(); v != nil {
 				env.restErr = Other("internal error while reading the message", fmt.Errorf("panic: %v", v))
