@@ -5,9 +5,10 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
-	"runtime"
 	"testing"
 	"time"
+
+	"github.com/edigateway/gateway/internal/heaptest"
 )
 
 // TestBytesArriveInOrder writes pieces of random sizes (some larger than a
@@ -147,14 +148,13 @@ func TestChunksArePooled(t *testing.T) {
 	}
 	for _, closeRead := range []bool{false, true} {
 		pipe(closeRead)
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
 		const rounds = 50
-		for range rounds {
-			pipe(closeRead)
-		}
-		runtime.ReadMemStats(&after)
-		if per := (after.TotalAlloc - before.TotalAlloc) / rounds; per > size/4 {
+		allocated := heaptest.Allocated(func() {
+			for range rounds {
+				pipe(closeRead)
+			}
+		})
+		if per := allocated / rounds; per > size/4 {
 			t.Fatalf("closeRead=%v: %d bytes allocated per small stream, want far less than a %d-byte chunk", closeRead, per, size)
 		}
 	}
