@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/textproto"
 
+	"github.com/edigateway/gateway/internal/bufpool"
 	"github.com/edigateway/gateway/internal/gcmstream"
 )
 
@@ -50,7 +51,7 @@ func newCipherReader(key []byte, dc dataCipher, src io.Reader) (*cipherReader, e
 	if err != nil {
 		return nil, fail(ErrDecrypt, "%v", err)
 	}
-	return &cipherReader{src: src, block: block, gcm: dc.gcm, in: make([]byte, 0, cipherChunk+32)}, nil
+	return &cipherReader{src: src, block: block, gcm: dc.gcm, in: bufpool.Get(cipherChunk + 32)[:0]}, nil
 }
 
 // Read implements io.Reader; errors of the cipher are *Error values, read
@@ -58,6 +59,7 @@ func newCipherReader(key []byte, dc dataCipher, src io.Reader) (*cipherReader, e
 func (c *cipherReader) Read(p []byte) (int, error) {
 	for len(c.out) == 0 {
 		if c.err != nil {
+			c.release()
 			return 0, c.err
 		}
 		c.fill()
@@ -90,6 +92,19 @@ func (c *cipherReader) start() error {
 	c.cbc = cipher.NewCBCDecrypter(c.block, iv)
 	c.pt = make([]byte, cipherChunk+32)
 	return nil
+}
+
+// release gives the buffers back to their pool once the reader has ended
+// and everything it decrypted has been read.
+func (c *cipherReader) release() {
+	if c.in != nil {
+		bufpool.Put(c.in)
+		c.in = nil
+	}
+	if c.g != nil {
+		c.g.Release()
+		c.g = nil
+	}
 }
 
 // fill reads the next piece of ciphertext and decrypts what need not be

@@ -9,6 +9,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/edigateway/gateway/internal/bufpool"
 )
 
 // Errors of Stream; callers wrap them in their own.
@@ -110,7 +112,7 @@ func newGHASHStream(block cipher.Block) (*ghashStream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrParams, err)
 	}
-	g := &ghashStream{aead: aead, buf: make([]byte, 0, Chunk)}
+	g := &ghashStream{aead: aead, buf: bufpool.Get(Chunk)[:0]}
 	var zero, hb [16]byte
 	block.Encrypt(hb[:], zero[:])
 	g.h = gfLoad(hb[:])
@@ -180,7 +182,7 @@ func New(block cipher.Block, nonce []byte) (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Stream{block: block, g: g, out: make([]byte, 32<<10)}
+	d := &Stream{block: block, g: g, out: bufpool.Get(Chunk)}
 	if len(nonce) == 12 {
 		copy(d.j0[:], nonce)
 		d.j0[15] = 1
@@ -230,6 +232,19 @@ func (d *Stream) xorKeyStream(dst, p []byte) {
 			d.restartCTR(false)
 		}
 	}
+}
+
+// Release gives the Stream's buffers back to their pool once it has ended
+// (Tag or Verify) and nothing holds what Decrypt returned; the Stream is
+// not used afterwards. Without it they are garbage collected.
+func (d *Stream) Release() {
+	if cap(d.out) == Chunk {
+		bufpool.Put(d.out)
+	}
+	if d.g != nil && cap(d.g.buf) == Chunk {
+		bufpool.Put(d.g.buf)
+	}
+	d.out, d.g = nil, nil
 }
 
 // Decrypt turns ciphertext p into plaintext in an internal buffer (valid
