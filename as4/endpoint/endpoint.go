@@ -446,11 +446,20 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 	lim := e.cfg.Limits
 	lim.MaxMessageSize = limit
 	var unknownSender *as4.Envelope
+	// The one attachment the header names as the payload is decrypted
+	// (and inflated) while it arrives: ReadMessage returns as it begins,
+	// and process waits for the rest of the body (Envelope.Rest) once the
+	// decryption has run, before anything else of the message is used.
+	var payloadCID string
+	lim.StreamAttachment = func(_ *as4.Envelope, cid string) bool { return payloadCID != "" && payloadCID == cid }
 	lim.AfterEnvelope = func(env *as4.Envelope) (int64, error) {
 		// The unverified eb:From names the partner whose size limit
-		// applies from here on; the attachments follow the envelope.
+		// applies from here on; the attachments follow the envelope (and
+		// StreamAttachment is asked only after it).
 		limit = e.cfg.Limits.MaxMessageSize
-		p, unknown := e.unverifiedPartner(env)
+		um := unverifiedUserMessage(env)
+		payloadCID = onlyAttachmentPayload(um)
+		p, unknown := e.unverifiedPartner(um)
 		if unknown {
 			// No agreement with the sender: process refuses it
 			// (EBMS:0010) without its attachments being read.
@@ -461,18 +470,6 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 			limit = partners.BodyLimit(p, limit)
 		}
 		return limit, nil
-	}
-	// The one attachment the header names as the payload is decrypted
-	// (and inflated) while it arrives: ReadMessage returns as it begins,
-	// and process waits for the rest of the body (Envelope.Rest) once the
-	// decryption has run, before anything else of the message is used.
-	var payloadCID *string
-	lim.StreamAttachment = func(env *as4.Envelope, cid string) bool {
-		if payloadCID == nil {
-			c := onlyAttachmentPayload(env)
-			payloadCID = &c
-		}
-		return *payloadCID != "" && *payloadCID == cid
 	}
 	tr.readFailed = func(err error) (exchange.Reply, int64) {
 		if errors.Is(err, as4.ErrMessageLimit) || body.n > limit || limits.Status(body.err) != 0 {
@@ -512,17 +509,12 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 
 // onlyAttachmentPayload is the bare Content-ID of the attachment that the
 // unverified header of env names as its only payload, or "".
-func onlyAttachmentPayload(env *as4.Envelope) string {
-	mel, err := env.Messaging()
-	if err != nil {
-		return ""
-	}
-	m, err := as4.ParseMessaging(mel)
-	if err != nil || m.UserMessage == nil || len(m.UserMessage.PayloadInfo) != 1 {
+func onlyAttachmentPayload(um *as4.UserMessage) string {
+	if um == nil || len(um.PayloadInfo) != 1 {
 		return ""
 	}
 	// As as4.ResolvePayloads matches it to a part.
-	href := m.UserMessage.PayloadInfo[0].Href
+	href := um.PayloadInfo[0].Href
 	if !strings.HasPrefix(strings.ToLower(href), "cid:") {
 		return ""
 	}
@@ -549,24 +541,33 @@ func (e *Endpoint) restOfBody(env *as4.Envelope, tr *trace) (exchange.Reply, boo
 // no partner: it costs no more than its envelope.
 var errUnknownSender = errors.New("as4: eb:From names no trading partner")
 
-// unverifiedPartner is the partner the unverified eb:From of env names (nil
-// for a Peppol access point without a partner file, or when the header does
-// not parse: refused later with its own error); unknown reports a user
-// message whose eb:From names no partner, which process refuses with
-// EBMS:0010 whatever follows the envelope.
-func (e *Endpoint) unverifiedPartner(env *as4.Envelope) (p *partners.Partner, unknown bool) {
+// unverifiedUserMessage is the user message of env's unverified header, nil
+// when there is none or it does not parse (refused later with its own
+// error).
+func unverifiedUserMessage(env *as4.Envelope) *as4.UserMessage {
 	mel, err := env.Messaging()
 	if err != nil {
-		return nil, false
+		return nil
 	}
 	m, err := as4.ParseMessaging(mel)
-	if err != nil || m.UserMessage == nil {
+	if err != nil {
+		return nil
+	}
+	return m.UserMessage
+}
+
+// unverifiedPartner is the partner the unverified eb:From of um names (nil
+// for a Peppol access point without a partner file, or without a user
+// message); unknown reports a user message whose eb:From names no partner,
+// which process refuses with EBMS:0010 whatever follows the envelope.
+func (e *Endpoint) unverifiedPartner(um *as4.UserMessage) (p *partners.Partner, unknown bool) {
+	if um == nil {
 		return nil, false
 	}
-	if p, _, ok := e.partnerFor(m.UserMessage.From); ok {
+	if p, _, ok := e.partnerFor(um.From); ok {
 		return p, false
 	}
-	if _, _, ok := e.peppolPartner(m.UserMessage.From); ok {
+	if _, _, ok := e.peppolPartner(um.From); ok {
 		return nil, false
 	}
 	return nil, true
