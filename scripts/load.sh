@@ -30,8 +30,9 @@
 # so take msgs/s and the ratio from an untraced run), PROFILE=1 turns on
 # admin.pprof and saves a 10 s CPU profile and allocation profile (the
 # allocations of those 10 s) of the gateway taken during each load as
-# $PROFILE_DIR/{as2,as4}.{cpu,allocs}.pprof (PROFILE_DIR default: the current
-# directory), GATEWAY_BIN (serve this binary instead of building
+# $PROFILE_DIR/{as2,as4}.{cpu,allocs}.pprof, and a CPU profile of the load
+# tool's whole sending phase as $PROFILE_DIR/{as2,as4}.load.cpu.pprof
+# (PROFILE_DIR default: the current directory), GATEWAY_BIN (serve this binary instead of building
 # bin/gateway, e.g. an earlier version for before/after figures), KEEP=1 keeps the temporary directory (store, inbox, logs).
 # Exit status: 0 when every run had no failures.
 set -euo pipefail
@@ -242,12 +243,14 @@ for proto in "${PROTOCOLS[@]}"; do
 		) &
 		prof_pid=$!
 	fi
+	loadprof=()
+	[[ "$PROFILE" == 1 ]] && loadprof=(-cpuprofile "$PROFILE_DIR/$proto.load.cpu.pprof")
 	line=$(bin/gateway-load -protocol "$proto" -url "http://$addr/$proto" -metrics "http://$admin/metrics" -n "$n" \
-		-c "$CONCURRENCY" -size "$SIZE" -duplicates "$DUPLICATES" -op-time "$OP_TIME" -timeout 10m 2>"$tmp/load-$proto.err") || status=1
+		-c "$CONCURRENCY" -size "$SIZE" -duplicates "$DUPLICATES" -op-time "$OP_TIME" -timeout 10m "${loadprof[@]}" 2>"$tmp/load-$proto.err") || status=1
 	cat "$tmp/load-$proto.err" >&2
 	if [[ -n "$prof_pid" ]]; then
 		wait "$prof_pid" || echo "load.sh: no CPU profile for $proto" >&2
-		echo "CPU and allocation profiles of the gateway during the $proto load: $PROFILE_DIR/$proto.{cpu,allocs}.pprof" >&2
+		echo "CPU and allocation profiles of the gateway during the $proto load: $PROFILE_DIR/$proto.{cpu,allocs}.pprof; the load tool's: $PROFILE_DIR/$proto.load.cpu.pprof" >&2
 	fi
 	stop_gateway
 	msgs=$(sed -n 's/.* messages=\([0-9]*\) .*/\1/p' <<<"$line")

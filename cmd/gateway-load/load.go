@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
@@ -78,6 +79,9 @@ type summary struct {
 	// gatewayCPU is the gateway's CPU time during the load (-metrics; 0:
 	// not read).
 	gatewayCPU time.Duration
+	// loadCPU is this process's own CPU time while it sent the messages
+	// and verified the replies (0: not measured on this system).
+	loadCPU time.Duration
 }
 
 // cpuPerMessage is the gateway's CPU time per transmission.
@@ -86,6 +90,37 @@ func (s *summary) cpuPerMessage() time.Duration {
 		return 0
 	}
 	return s.gatewayCPU / time.Duration(s.messages)
+}
+
+// loadCPUPerMessage is this tool's own CPU time per transmission.
+func (s *summary) loadCPUPerMessage() time.Duration {
+	if s.messages == 0 {
+		return 0
+	}
+	return s.loadCPU / time.Duration(s.messages)
+}
+
+// ceiling is the ratio that a gateway spending nothing beside its two
+// private-key operations could reach on this machine with this tool beside
+// it: both share the cores the bound was measured on, so the best rate is
+// cores ÷ (2 × RSA + load tool) per message against the bound's
+// cores ÷ (2 × RSA). 0 when either CPU figure was not measured.
+func (s *summary) ceiling() float64 {
+	if s.rsaCPU <= 0 || s.loadCPU <= 0 {
+		return 0
+	}
+	return float64(2*s.rsaCPU) / float64(2*s.rsaCPU+s.loadCPUPerMessage())
+}
+
+// cpuBoundRatio is the ratio the measured CPU costs allow when every core
+// is busy: cores ÷ (gateway + load tool) per message against the bound's
+// cores ÷ (2 × RSA). The measured ratio ÷ this is how busy the gateway
+// kept the cores. 0 when a CPU figure was not measured.
+func (s *summary) cpuBoundRatio() float64 {
+	if s.rsaCPU <= 0 || s.loadCPU <= 0 || s.gatewayCPU <= 0 {
+		return 0
+	}
+	return float64(2*s.rsaCPU) / float64(s.cpuPerMessage()+s.loadCPUPerMessage())
 }
 
 // bound is the messages per second the RSA work alone allows: two private
@@ -119,6 +154,15 @@ func (s *summary) cpuFields() string {
 		fmt.Fprintf(&b, " gateway_cpu_ms/msg=%.3f", msf(s.cpuPerMessage()))
 		if s.rsaCPU > 0 {
 			fmt.Fprintf(&b, " non_rsa_cpu_ms/msg=%.3f", msf(s.cpuPerMessage()-2*s.rsaCPU))
+		}
+	}
+	if s.loadCPU > 0 {
+		fmt.Fprintf(&b, " load_cpu_ms/msg=%.3f", msf(s.loadCPUPerMessage()))
+		if c := s.ceiling(); c > 0 {
+			fmt.Fprintf(&b, " ceiling_ratio=%.3f", c)
+		}
+		if c := s.cpuBoundRatio(); c > 0 {
+			fmt.Fprintf(&b, " cpu_bound_ratio=%.3f", c)
 		}
 	}
 	return b.String()
@@ -189,12 +233,24 @@ func load(ctx context.Context, o *options, progress io.Writer) (*summary, error)
 			return nil, err
 		}
 	}
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return nil, err
+	}
 	sendStart := time.Now()
+	lcpu0, lcpuOK := processCPU()
 	outcomes, elapsed := send(ctx, d, msgs, jobs, o.c)
+	lcpu1, _ := processCPU()
+	if err := stopProfile(); err != nil {
+		return nil, err
+	}
 
 	s := &summary{protocol: o.protocol, messages: len(jobs), unique: o.n, duplicates: len(jobs) - o.n,
 		elapsed: elapsed, opBits: opKey.N.BitLen(), opsPerSec: ops, opWorkers: workers,
 		boundStart: boundStart, boundEnd: boundEnd, sendStart: sendStart, rsaCPU: rsaCPU}
+	if lcpuOK {
+		s.loadCPU = lcpu1 - lcpu0
+	}
 	if o.metricsURL != "" {
 		gw1, err := gatewayCPU(ctx, hc, o.metricsURL)
 		if err != nil {
@@ -226,6 +282,29 @@ func load(ctx context.Context, o *options, progress io.Writer) (*summary, error)
 		s.msgsPerSec = float64(len(jobs)) / elapsed.Seconds()
 	}
 	return s, nil
+}
+
+// startCPUProfile writes a CPU profile of this process to path (nothing
+// when path is empty) until the returned function is called.
+func startCPUProfile(path string) (func() error, error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("gateway-load: -cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("gateway-load: -cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("gateway-load: -cpuprofile: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // runID is a random base-36 token of six characters that keeps this run's

@@ -77,7 +77,8 @@ func demoFlags(t *testing.T) []string {
 var summaryLine = regexp.MustCompile(`^gateway-load (as2|as4): messages=(\d+) unique=(\d+) duplicates=(\d+) elapsed=\d+\.\d{3}s ` +
 	`msgs/s=(\d+\.\d) p50=\d+\.\dms p95=\d+\.\dms p99=\d+\.\dms failures=(\d+) duplicates_answered=(\d+)/(\d+) ` +
 	`rsa2048_ops/s=(\d+\.\d) sign_goroutines=(\d+) bound_msgs/s=(\d+\.\d) ratio=(\d+\.\d{3})` +
-	` rsa_cpu_ms/op=(\d+\.\d{3})(?: gateway_cpu_ms/msg=(\d+\.\d{3}) non_rsa_cpu_ms/msg=(-?\d+\.\d{3}))?\n$`)
+	` rsa_cpu_ms/op=(\d+\.\d{3})(?: gateway_cpu_ms/msg=(\d+\.\d{3}) non_rsa_cpu_ms/msg=(-?\d+\.\d{3}))?` +
+	`(?: load_cpu_ms/msg=(\d+\.\d{3})(?: ceiling_ratio=(\d+\.\d{3}))?(?: cpu_bound_ratio=(\d+\.\d{3}))?)?\n$`)
 
 // TestLoadAgainstDemoGateway runs the tool against the demo gateway for
 // both protocols, with a quarter of the messages resent: every message and
@@ -90,8 +91,9 @@ func TestLoadAgainstDemoGateway(t *testing.T) {
 			base, inboxDir, s, admin := demoGatewayAdmin(t)
 			audit := filepath.Join(filepath.Dir(inboxDir), "audit.jsonl")
 			var out, errb bytes.Buffer
+			profile := filepath.Join(t.TempDir(), "load.cpu.pprof")
 			args := append(demoFlags(t), "-protocol", protocol, "-url", base+"/"+protocol, "-metrics", admin+"/metrics",
-				"-n", "16", "-c", "4", "-size", "2048", "-duplicates", "0.25")
+				"-n", "16", "-c", "4", "-size", "2048", "-duplicates", "0.25", "-cpuprofile", profile)
 			if code := run(args, &out, &errb); code != 0 {
 				t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
 			}
@@ -123,6 +125,21 @@ func TestLoadAgainstDemoGateway(t *testing.T) {
 			nonRSA, _ := strconv.ParseFloat(m[15], 64)
 			if rsaCPU <= 0 || gwCPU < rsaCPU || abs(nonRSA-(gwCPU-2*rsaCPU)) > 0.002 {
 				t.Errorf("CPU figures rsa %s, gateway %s, non-RSA %s", m[13], m[14], m[15])
+			}
+			// The tool's own CPU (here it counts the in-process gateway
+			// too) and what follows from it: the ceiling 2r ÷ (2r + l)
+			// and the CPU-bound ratio 2r ÷ (g + l), from the printed
+			// (rounded) figures.
+			loadCPU, _ := strconv.ParseFloat(m[16], 64)
+			ceiling, _ := strconv.ParseFloat(m[17], 64)
+			cpuBound, _ := strconv.ParseFloat(m[18], 64)
+			if loadCPU <= 0 || m[17] == "" || m[18] == "" {
+				t.Errorf("load tool CPU figures missing: %q", out.String())
+			} else if abs(ceiling-2*rsaCPU/(2*rsaCPU+loadCPU)) > 0.002 || abs(cpuBound-2*rsaCPU/(gwCPU+loadCPU)) > 0.002 || ceiling > 1 {
+				t.Errorf("ceiling %s is not 2r÷(2r+l), or cpu_bound_ratio %s is not 2r÷(g+l), with r %s, l %s, g %s", m[17], m[18], m[13], m[16], m[14])
+			}
+			if p, err := os.ReadFile(profile); err != nil || len(p) < 2 || p[0] != 0x1f || p[1] != 0x8b {
+				t.Errorf("-cpuprofile wrote no gzipped profile: %d bytes, %v", len(p), err)
 			}
 			if m[10] != strconv.Itoa(runtime.GOMAXPROCS(0)) {
 				t.Errorf("the bound was measured on %s goroutines, want GOMAXPROCS = %d", m[10], runtime.GOMAXPROCS(0))
