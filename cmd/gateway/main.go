@@ -211,6 +211,7 @@ flags:
 	log := newLogger(cfg.LogLevel, stderr)
 	slog.SetDefault(log)
 	tuneGC(cfg.Limits.MemoryBudget, os.Getenv, log)
+	tuneProcs(os.Getenv, log)
 	server.Version = versionString()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
