@@ -27,7 +27,7 @@ import (
 )
 
 // demoDir is testdata/demo of the repository.
-func demoDir(t *testing.T) string {
+func demoDir(t testing.TB) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "demo")
