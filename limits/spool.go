@@ -246,7 +246,14 @@ func (g *GrowingBody) ReadAt(p []byte, off int64) (int, error) {
 	for !g.done && g.written < end {
 		g.more.Wait()
 	}
-	written, err, b := g.written, g.err, g.b
+	// The file is taken under the lock: Wait removes a failed body under
+	// it, and a read that raced with that removal then fails on the
+	// closed file instead of racing for the field.
+	written, err := g.written, g.err
+	var f *os.File
+	if g.b != nil {
+		f = g.b.f
+	}
 	g.mu.Unlock()
 	if err != nil {
 		return 0, err
@@ -254,7 +261,10 @@ func (g *GrowingBody) ReadAt(p []byte, off int64) (int, error) {
 	if off >= written {
 		return 0, io.EOF
 	}
-	n, rerr := b.f.ReadAt(p[:min(end, written)-off], off)
+	if f == nil {
+		return 0, fmt.Errorf("limits: spool body read: %w: %w", ErrSpool, os.ErrClosed)
+	}
+	n, rerr := f.ReadAt(p[:min(end, written)-off], off)
 	if rerr == nil && end > written {
 		rerr = io.EOF
 	}
@@ -269,11 +279,12 @@ func (g *GrowingBody) Wait() (*BodyFile, error) {
 		g.more.Wait()
 	}
 	b, err := g.b, g.err
-	g.mu.Unlock()
 	if err != nil {
-		b.Remove()
+		b.Remove() // under the lock: see ReadAt
+		g.mu.Unlock()
 		return nil, err
 	}
+	g.mu.Unlock()
 	return b, nil
 }
 

@@ -294,6 +294,43 @@ func TestSpoolBodyAsyncReadsWhileArriving(t *testing.T) {
 	}
 }
 
+// TestGrowingBodyReadersWhileAFailedBodyIsRemoved: readers that are still
+// reading a body when it fails and Wait removes it get an error, never
+// bytes read from a file being emptied and reused (the race detector
+// caught ReadAt taking the file while Wait's Remove cleared it).
+func TestGrowingBodyReadersWhileAFailedBodyIsRemoved(t *testing.T) {
+	dir := t.TempDir()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 20000)
+	for range 20 {
+		g := SpoolPartAsync(bytes.NewReader(data), dir, int64(len(data))-1)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p := make([]byte, 4096)
+				for off := int64(0); off < int64(len(data)); off += int64(len(p)) {
+					n, err := g.ReadAt(p, off)
+					if err != nil {
+						return
+					}
+					if !bytes.Equal(p[:n], data[off:off+int64(n)]) {
+						t.Errorf("bytes at %d are not the body's", off)
+						return
+					}
+				}
+			}()
+		}
+		if _, err := g.Wait(); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("over the limit: %v", err)
+		}
+		wg.Wait()
+		if _, err := g.ReadAt(make([]byte, 10), 0); err == nil {
+			t.Fatal("a read after the failed body was removed succeeded")
+		}
+	}
+}
+
 // TestSpoolAllocatesLittlePerBody: spooling a 10 KB body allocates a few
 // KiB, not a 256 KiB read buffer per body, and keeping a small one in
 // memory (SpoolSmall, 64 KiB keep) about its size; a reused buffer holds
