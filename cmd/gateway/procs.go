@@ -32,7 +32,9 @@ func procsSettings(defaultProcs int, getenv func(string) string) (procs int, ok 
 	return defaultProcs + min(defaultProcs, serveExtraProcs), true
 }
 
-// tuneProcs applies procsSettings and logs what it chose.
+// tuneProcs applies procsSettings and logs what it chose. Setting
+// GOMAXPROCS stops the runtime from following a container CPU limit that
+// changes while the process runs; the next start counts again.
 func tuneProcs(getenv func(string) string, log *slog.Logger) {
 	def := runtime.GOMAXPROCS(0)
 	procs, ok := procsSettings(def, getenv)
