@@ -65,7 +65,7 @@ func demoGatewayAdmin(t *testing.T) (string, string, *server.Server, string) {
 	return srv.URL, cfg.Handler.Inbox, s, admin.URL
 }
 
-func demoFlags(t *testing.T) []string {
+func demoFlags(t testing.TB) []string {
 	d := demoDir(t)
 	return []string{
 		"-key", filepath.Join(d, "keys", "demo-partner.key"), "-cert", filepath.Join(d, "partners", "demo-partner.pem"),
