@@ -757,7 +757,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	// The signer's certificate must be valid now and its key long enough
 	// (the same check and wording as AS2's authentication-failed).
 	if err := trust.CheckSigner(res.Signer, e.cfg.Now(), trust.Policy{AllowWeakKeys: pa.AllowWeakKeys}); err != nil {
-		return e.reject(tr, as4.FailedAuthentication("the signer's "+err.Error(), err), msgID)
+		return e.reject(tr, as4.FailedAuthentication(partnerDetail(as4.CodeFailedAuthentication, "the signer's "+err.Error()), err), msgID)
 	}
 	if tr.bdew {
 		if ae := checkBDEWSignature(res); ae != nil {
@@ -1295,9 +1295,9 @@ func headers(um *as4.UserMessage, pm *as4.PMode) textproto.MIMEHeader {
 func decryptError(err error) *as4.Error {
 	switch xmlenc.Code(err) {
 	case xmlenc.CodePolicyNoncompliance:
-		return as4.PolicyNoncompliance(truncate(err.Error()), err)
+		return as4.PolicyNoncompliance(partnerDetail(as4.CodePolicyNoncompliance, err.Error()), err)
 	default:
-		return as4.FailedDecryption("the message could not be decrypted with our keys", err)
+		return as4.FailedDecryption(stableReasons[as4.CodeFailedDecryption], err)
 	}
 }
 
@@ -1305,14 +1305,14 @@ func decryptError(err error) *as4.Error {
 // message, not our keys, and is passed on without the text of foreign
 // errors (base64, XML, crypto) behind it (wssec.Reason).
 func securityError(err error) *as4.Error {
-	detail := truncate(wssec.Reason(err))
+	reason := wssec.Reason(err)
 	switch wssec.Code(err) {
 	case wssec.CodePolicyNoncompliance:
-		return as4.PolicyNoncompliance(detail, err)
+		return as4.PolicyNoncompliance(partnerDetail(as4.CodePolicyNoncompliance, reason), err)
 	case wssec.CodeInvalidHeader:
-		return as4.InvalidHeader(detail, err)
+		return as4.InvalidHeader(partnerDetail(as4.CodeInvalidHeader, reason), err)
 	default:
-		return as4.FailedAuthentication(detail, err)
+		return as4.FailedAuthentication(partnerDetail(as4.CodeFailedAuthentication, reason), err)
 	}
 }
 
