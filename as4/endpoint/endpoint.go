@@ -775,6 +775,9 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		return e.reject(tr, as4.FailedAuthentication("the signed eb:Messaging header is not the one that was read", nil), msgID)
 	}
 	tr.id = e.identityFor(um.To) // the verified eb:To signs from here on
+	if ae := checkMessageAge(um, res.Timestamp, e.cfg.Now(), pa); ae != nil {
+		return e.reject(tr, ae, msgID)
+	}
 	if ae := checkClientCert(tr, e.cfg.Partners.AS4TLSCertificates(partner)); ae != nil {
 		return e.reject(tr, ae, msgID)
 	}

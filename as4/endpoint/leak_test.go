@@ -92,6 +92,11 @@ func TestNoAS4RefusalShowsGoErrorText(t *testing.T) {
 			c.Now = func() time.Time { return time.Now().Add(-time.Hour) }
 			return build(c, next())
 		}},
+		{"eb:Timestamp older than the dedup window", as4.CodeFailedAuthentication, func() *client.Outgoing {
+			c := rsaClient(k)
+			c.Now = func() time.Time { return time.Now().Add(-400 * 24 * time.Hour) }
+			return build(c, next())
+		}},
 		{"unsupported key transport algorithm", as4.CodePolicyNoncompliance, edit(rsaClient(k), func(doc *etree.Document) {
 			find(doc.Root(), xmlenc.NSXEnc, "EncryptionMethod").CreateAttr("Algorithm", "urn:example:unsupported")
 		})},
