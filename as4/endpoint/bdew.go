@@ -33,7 +33,7 @@ func bdewSigningKey(keys []xmlenc.KeyPair) *signingKey {
 		if !ok || k.Cert == nil || !bk.PublicKey().Equal(k.Cert.PublicKey) {
 			continue
 		}
-		if k.Cert.KeyUsage != 0 && k.Cert.KeyUsage&x509.KeyUsageDigitalSignature == 0 {
+		if !maySign(k.Cert) {
 			continue
 		}
 		return &signingKey{signer: bk, cert: k.Cert, pkiPath: true}
@@ -43,13 +43,13 @@ func bdewSigningKey(keys []xmlenc.KeyPair) *signingKey {
 
 // signingKeyFor returns the key of identity id (nil: the first) for
 // signals to a partner: for bdew partners its brainpool signing key (an
-// X509PKIPathv1 token), else its Keys[0].
+// X509PKIPathv1 token), else its signing key (see newIdentity).
 func (e *Endpoint) signingKeyFor(id *ownIdentity, bdew bool) (signingKey, error) {
 	if id == nil {
 		id = e.ids[0]
 	}
 	if !bdew {
-		return signingKey{signer: id.signer, cert: id.Keys[0].Cert}, nil
+		return signingKey{signer: id.signer, cert: id.signerCert}, nil
 	}
 	if id.bdewKey == nil {
 		return signingKey{}, fmt.Errorf("as4 endpoint: a bdew partner needs a brainpoolP256r1 signing key among the keys of our party %s", id.PartyID)

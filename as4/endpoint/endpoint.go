@@ -140,10 +140,14 @@ type Config struct {
 	// partners with an as4 section, signed by one of their certificates.
 	Partners *partners.Directory
 	// Keys are our certificate/key pairs. Keys[0] signs receipts and error
-	// signals and must hold a crypto.Signer (RSA, ECDSA or Ed25519). Every
-	// key is tried for decryption: RSA keys for RSA-OAEP key transport,
-	// X25519 keys (*ecdh.PrivateKey) for eDelivery AS4 2.0 key agreement;
-	// list old and new keys during a rollover.
+	// signals when it can: a crypto.Signer (RSA, ECDSA or Ed25519) whose
+	// certificate's key usage allows signatures; otherwise the first key
+	// that can (New fails when none can). Every key is tried for
+	// decryption whose certificate's key usage allows it (keyEncipherment
+	// for RSA-OAEP key transport, keyAgreement for X25519 (*ecdh.PrivateKey,
+	// eDelivery AS4 2.0) and brainpoolP256r1 ECDH-ES (BDEW); a certificate
+	// without the extension allows both); list old and new keys during a
+	// rollover.
 	Keys []xmlenc.KeyPair
 	// Pipeline runs verified messages: dedup, handler, audit, reply.
 	Pipeline *exchange.Pipeline
