@@ -87,3 +87,23 @@ func checkBDEWKeyReference(keys []xmlenc.UsedKey) *as4.Error {
 	}
 	return nil
 }
+
+// checkBDEWCompression enforces the profile's P-Mode
+// (PayloadService.CompressionType application/gzip): every payload is
+// gzip-compressed. EBMS:0010 ProcessingModeMismatch: the message does not
+// follow the P-Mode agreed for it (ebMS 3 Core §6.7.1); EBMS:0303
+// DecompressionFailure would claim a payload that could not be
+// decompressed, and nothing here was.
+func checkBDEWCompression(payloads []as4.Payload) *as4.Error {
+	for i, p := range payloads {
+		if ct := p.PartInfo.PropertyMap()[as4.PropCompressionType]; ct != as4.CompressionGzip {
+			what := "no CompressionType"
+			if ct != "" {
+				what = fmt.Sprintf("CompressionType %q", truncate(ct))
+			}
+			return as4.ProcessingModeMismatch(fmt.Sprintf("the BDEW AS4 P-Mode requires every payload compressed with %s; payload %s has %s",
+				as4.CompressionGzip, payloadName(p.PartInfo.Href, i), what), nil)
+		}
+	}
+	return nil
+}

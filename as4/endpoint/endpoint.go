@@ -343,6 +343,19 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ignored != "" {
 		e.log.Warn("as4 client certificate header ignored: not from a trusted proxy", "protocol", string(exchange.AS4), "remote", ignored, "header", e.cfg.ClientCertHeader)
 	}
+	if errors.Is(tr.clientCertErr, errTwoClientCerts) {
+		// Whichever certificate the proxy verified, the other one may be
+		// the client's own claim: refused for every partner, before the
+		// body is read.
+		incident := exchange.NewIncident()
+		e.log.Warn("as4 message rejected", "partner", "", "protocol", string(exchange.AS4), "message_id", "",
+			"status", http.StatusBadRequest, "incident", incident, "header", e.cfg.ClientCertHeader,
+			"err", tr.clientCertErr.Error(), "duration_ms", time.Since(start).Milliseconds())
+		w.Header().Set("Connection", "close")
+		http.Error(w, fmt.Sprintf("the %s header appears more than once; the proxy must forward exactly one client certificate (%s)",
+			e.cfg.ClientCertHeader, exchange.IncidentNote(incident)), http.StatusBadRequest)
+		return
+	}
 	reply, large := e.receive(r.Context(), r.Header.Get("Content-Type"), body, limit, &tr)
 	if large > 0 {
 		if st := limits.Status(body.err); st != 0 && st != http.StatusRequestEntityTooLarge {
@@ -796,6 +809,11 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	resolved, err := as4.ResolvePayloads(env, um)
 	if err != nil {
 		return e.reject(tr, as4.AsError(err), msgID)
+	}
+	if tr.bdew {
+		if ae := checkBDEWCompression(resolved); ae != nil {
+			return e.reject(tr, ae, msgID)
+		}
 	}
 	payloads, err := e.payloads(ctx, spool, resolved, early)
 	if errors.Is(err, limits.ErrBusy) {
