@@ -29,6 +29,9 @@ import (
 // its security settings differ from the agreement, which they need not.
 func checkMessageAge(um *as4.UserMessage, ts *wssec.Timestamp, now time.Time, pa *partners.AS4) *as4.Error {
 	window, skew := pa.DedupWindow.Std(), pa.ClockSkew.Std()
+	if skew <= 0 {
+		skew = wssec.DefaultClockSkew // as the wsu:Timestamp check
+	}
 	type signedTime struct {
 		name string
 		t    time.Time
