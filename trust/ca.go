@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -234,7 +235,15 @@ func (c *Checker) Check(ctx context.Context, p *CAPolicy, leaf *x509.Certificate
 	if len(ekus) == 0 {
 		ekus = []x509.ExtKeyUsage{x509.ExtKeyUsageAny}
 	}
-	chains, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: ekus})
+	var chains [][]*x509.Certificate
+	var err error
+	if hasBrainpoolIssuer(p.Roots, p.Intermediates, presented) {
+		// crypto/x509 cannot check brainpoolP256r1 signatures (BDEW).
+		others := append(slices.Clone(p.Intermediates), slices.DeleteFunc(slices.Clone(presented), func(c *x509.Certificate) bool { return c == nil || c.Equal(leaf) })...)
+		chains, err = brainpoolChains(leaf, p.Roots, others, now, ekus)
+	} else {
+		chains, err = leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: ekus})
+	}
 	if err != nil {
 		var inv x509.CertificateInvalidError
 		var ua x509.UnknownAuthorityError

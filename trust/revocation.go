@@ -245,7 +245,7 @@ func parseCRL(raw []byte, issuer *x509.Certificate, now time.Time) (*crlResult, 
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	if err := rl.CheckSignatureFrom(issuer); err != nil {
+	if err := checkCRLSignature(rl, issuer); err != nil {
 		return nil, time.Time{}, fmt.Errorf("not signed by %q: %w", issuer.Subject.String(), err)
 	}
 	if rl.ThisUpdate.After(now.Add(maxClockSkew)) {

@@ -3,6 +3,8 @@ package wssec
 import (
 	"crypto/x509"
 	"errors"
+
+	"github.com/edigateway/gateway/internal/brainpool"
 )
 
 // SignerInfo is what VerifyOptions.CheckSigner decides on.
@@ -42,7 +44,7 @@ func (s *Signature) presented() []*x509.Certificate {
 		}
 		switch vt {
 		case ValueTypeX509v3:
-			if c, err := x509.ParseCertificate(der); err == nil {
+			if c, err := brainpool.ParseCertificate(der); err == nil {
 				out = append(out, c)
 			}
 		case ValueTypeX509PKIPathv1:
@@ -51,7 +53,9 @@ func (s *Signature) presented() []*x509.Certificate {
 				continue
 			}
 			for _, raw := range path {
-				if c, err := x509.ParseCertificate(raw); err == nil {
+				// brainpool.ParseCertificate reads the BDEW PKI's
+				// brainpoolP256r1 keys too.
+				if c, err := brainpool.ParseCertificate(raw); err == nil {
 					out = append(out, c)
 				}
 			}

@@ -82,6 +82,9 @@ func (o VerifyOptions) withDefaults() VerifyOptions {
 // Timestamp is a verified wsu:Timestamp; zero times were absent.
 type Timestamp struct {
 	Created, Expires time.Time
+	// Signed reports that a verified ds:Reference digested the
+	// wsu:Timestamp: only then do its times say when the sender signed.
+	Signed bool
 }
 
 // Result is what a successful Verify established.
@@ -162,6 +165,9 @@ func Verify(doc *etree.Document, atts []Attachment, opts VerifyOptions) (*Result
 		References:      sig.References,
 		Timestamp:       ts,
 		TokenType:       sig.tokenType,
+	}
+	if ts != nil && tsEl != nil {
+		ts.Signed = digested[tsEl]
 	}
 	messaging, err := sig.env.messaging()
 	if err != nil {

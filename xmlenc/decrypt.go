@@ -430,19 +430,34 @@ func (d *decryptor) unwrap(el *etree.Element) (*encKey, error) {
 	// algorithm does not fit it, that is an error, not somebody else's key.
 	var idx []int
 	var forms []string
+	forbidden, forbiddenKind := -1, kindNone
 	if len(refs) > 0 {
 		for _, k := range []keyKind{kindRSA, kindX25519, kindBrainpool} {
-			i, f := candidates(refs, d.keys, k)
+			i, f, fb := candidates(refs, d.keys, k)
 			if len(i) > 0 && k != want {
 				if want == kindNone {
 					return nil, d.unsupportedKey(el, alg, agreement)
 				}
 				return nil, fail(ErrPolicy, "EncryptedKey %q uses %s with a key that does not support it", truncate(attr(el, "Id")), truncate(alg))
 			}
+			if fb >= 0 && forbidden < 0 {
+				forbidden, forbiddenKind = fb, k
+			}
 			idx, forms = append(idx, i...), append(forms, f...)
 		}
 	} else if want != kindNone {
-		idx, forms = candidates(nil, d.keys, want)
+		idx, forms, _ = candidates(nil, d.keys, want)
+	}
+	if len(idx) == 0 && forbidden >= 0 {
+		// Addressed to a certificate of ours that may not be used for
+		// this: the sender chose the wrong one of our certificates (the
+		// answer, unless another EncryptedKey is addressed to a key that
+		// may).
+		if d.skipped == nil {
+			d.skipped = fail(ErrPolicy, "EncryptedKey %q is addressed to our certificate %q, whose key usage does not include %s",
+				truncate(attr(el, "Id")), truncate(d.keys[forbidden].Cert.Subject.String()), usageName(forbiddenKind))
+		}
+		return nil, nil
 	}
 	if len(idx) == 0 {
 		return nil, nil

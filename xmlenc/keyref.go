@@ -256,26 +256,61 @@ func kindOf(kp KeyPair) keyKind {
 	return kindNone
 }
 
+// usageAllows reports whether the key usage of kp's certificate allows the
+// operation its kind performs: key encipherment (RSA key transport) or key
+// agreement (X25519, brainpoolP256r1 ECDH-ES). A certificate without the
+// extension allows both (RFC 5280 §4.2.1.3).
+func usageAllows(kp KeyPair, k keyKind) bool {
+	if kp.Cert == nil || kp.Cert.KeyUsage == 0 {
+		return true
+	}
+	switch k {
+	case kindRSA:
+		return kp.Cert.KeyUsage&x509.KeyUsageKeyEncipherment != 0
+	case kindX25519, kindBrainpool:
+		return kp.Cert.KeyUsage&x509.KeyUsageKeyAgreement != 0
+	}
+	return false
+}
+
+// usageName is the key usage a key of kind k needs to decrypt.
+func usageName(k keyKind) string {
+	if k == kindRSA {
+		return "keyEncipherment"
+	}
+	return "keyAgreement"
+}
+
 // candidates returns the keys of kind k named by refs; with no refs at all
 // (a KeyInfo without a usable reference) every key of kind k is a candidate.
-// The matched reference form is returned alongside each key.
-func candidates(refs []keyRef, keys []KeyPair, k keyKind) (out []int, forms []string) {
+// The matched reference form is returned alongside each key. A key whose
+// certificate's key usage does not allow the operation is never a
+// candidate; forbidden is the first such key that refs name (-1: none).
+func candidates(refs []keyRef, keys []KeyPair, k keyKind) (out []int, forms []string, forbidden int) {
+	forbidden = -1
 	for i, kp := range keys {
 		if kindOf(kp) != k {
 			continue
 		}
+		allowed := usageAllows(kp, k)
 		if len(refs) == 0 {
-			out, forms = append(out, i), append(forms, RefNone)
+			if allowed {
+				out, forms = append(out, i), append(forms, RefNone)
+			}
 			continue
 		}
 		for _, r := range refs {
 			if r.matches(kp.Cert) {
-				out, forms = append(out, i), append(forms, r.form)
+				if allowed {
+					out, forms = append(out, i), append(forms, r.form)
+				} else if forbidden < 0 {
+					forbidden = i
+				}
 				break
 			}
 		}
 	}
-	return out, forms
+	return out, forms, forbidden
 }
 
 // sameDN compares an RFC 4514/2253 distinguished name string with the issuer

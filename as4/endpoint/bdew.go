@@ -33,7 +33,7 @@ func bdewSigningKey(keys []xmlenc.KeyPair) *signingKey {
 		if !ok || k.Cert == nil || !bk.PublicKey().Equal(k.Cert.PublicKey) {
 			continue
 		}
-		if k.Cert.KeyUsage != 0 && k.Cert.KeyUsage&x509.KeyUsageDigitalSignature == 0 {
+		if !maySign(k.Cert) {
 			continue
 		}
 		return &signingKey{signer: bk, cert: k.Cert, pkiPath: true}
@@ -43,13 +43,13 @@ func bdewSigningKey(keys []xmlenc.KeyPair) *signingKey {
 
 // signingKeyFor returns the key of identity id (nil: the first) for
 // signals to a partner: for bdew partners its brainpool signing key (an
-// X509PKIPathv1 token), else its Keys[0].
+// X509PKIPathv1 token), else its signing key (see newIdentity).
 func (e *Endpoint) signingKeyFor(id *ownIdentity, bdew bool) (signingKey, error) {
 	if id == nil {
 		id = e.ids[0]
 	}
 	if !bdew {
-		return signingKey{signer: id.signer, cert: id.Keys[0].Cert}, nil
+		return signingKey{signer: id.signer, cert: id.signerCert}, nil
 	}
 	if id.bdewKey == nil {
 		return signingKey{}, fmt.Errorf("as4 endpoint: a bdew partner needs a brainpoolP256r1 signing key among the keys of our party %s", id.PartyID)
@@ -83,6 +83,26 @@ func checkBDEWKeyReference(keys []xmlenc.UsedKey) *as4.Error {
 	for _, k := range keys {
 		if k.Reference != xmlenc.RefX509SKI {
 			return as4.PolicyNoncompliance("the BDEW AS4 profile requires the recipient key referenced by X509SKI; this message uses "+truncate(k.Reference), nil)
+		}
+	}
+	return nil
+}
+
+// checkBDEWCompression enforces the profile's P-Mode
+// (PayloadService.CompressionType application/gzip): every payload is
+// gzip-compressed. EBMS:0010 ProcessingModeMismatch: the message does not
+// follow the P-Mode agreed for it (ebMS 3 Core §6.7.1); EBMS:0303
+// DecompressionFailure would claim a payload that could not be
+// decompressed, and nothing here was.
+func checkBDEWCompression(payloads []as4.Payload) *as4.Error {
+	for i, p := range payloads {
+		if ct := p.PartInfo.PropertyMap()[as4.PropCompressionType]; ct != as4.CompressionGzip {
+			what := "no CompressionType"
+			if ct != "" {
+				what = fmt.Sprintf("CompressionType %q", truncate(ct))
+			}
+			return as4.ProcessingModeMismatch(fmt.Sprintf("the BDEW AS4 P-Mode requires every payload compressed with %s; payload %s has %s",
+				as4.CompressionGzip, payloadName(p.PartInfo.Href, i), what), nil)
 		}
 	}
 	return nil

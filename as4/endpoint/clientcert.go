@@ -16,6 +16,10 @@ import (
 	"github.com/edigateway/gateway/internal/brainpool"
 )
 
+// errTwoClientCerts: the trusted proxy forwarded the client certificate
+// header more than once; the request is answered 400.
+var errTwoClientCerts = errors.New("the client certificate header appears more than once")
+
 // maxClientCertHeader bounds the forwarded certificate header.
 const maxClientCertHeader = 16 << 10
 
@@ -32,8 +36,8 @@ func (e *Endpoint) clientCertificate(r *http.Request) (cert *x509.Certificate, i
 	if name == "" {
 		return nil, "", nil
 	}
-	v := r.Header.Get(name)
-	if v == "" {
+	vs := r.Header.Values(name)
+	if len(vs) == 0 || len(vs) == 1 && vs[0] == "" {
 		return nil, "", nil
 	}
 	host, _, splitErr := net.SplitHostPort(r.RemoteAddr)
@@ -44,6 +48,12 @@ func (e *Endpoint) clientCertificate(r *http.Request) (cert *x509.Certificate, i
 	if perr != nil || !e.trustedProxy(addr.Unmap()) {
 		return nil, host, nil
 	}
+	if len(vs) > 1 {
+		// A proxy that appends the verified certificate to a header the
+		// client already sent: which one it verified cannot be told.
+		return nil, "", errTwoClientCerts
+	}
+	v := vs[0]
 	if len(v) > maxClientCertHeader {
 		return nil, "", errors.New("forwarded client certificate header too long")
 	}

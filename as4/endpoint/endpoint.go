@@ -140,10 +140,14 @@ type Config struct {
 	// partners with an as4 section, signed by one of their certificates.
 	Partners *partners.Directory
 	// Keys are our certificate/key pairs. Keys[0] signs receipts and error
-	// signals and must hold a crypto.Signer (RSA, ECDSA or Ed25519). Every
-	// key is tried for decryption: RSA keys for RSA-OAEP key transport,
-	// X25519 keys (*ecdh.PrivateKey) for eDelivery AS4 2.0 key agreement;
-	// list old and new keys during a rollover.
+	// signals when it can: a crypto.Signer (RSA, ECDSA or Ed25519) whose
+	// certificate's key usage allows signatures; otherwise the first key
+	// that can (New fails when none can). Every key is tried for
+	// decryption whose certificate's key usage allows it (keyEncipherment
+	// for RSA-OAEP key transport, keyAgreement for X25519 (*ecdh.PrivateKey,
+	// eDelivery AS4 2.0) and brainpoolP256r1 ECDH-ES (BDEW); a certificate
+	// without the extension allows both); list old and new keys during a
+	// rollover.
 	Keys []xmlenc.KeyPair
 	// Pipeline runs verified messages: dedup, handler, audit, reply.
 	Pipeline *exchange.Pipeline
@@ -338,6 +342,19 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tr.clientCert, ignored, tr.clientCertErr = e.clientCertificate(r)
 	if ignored != "" {
 		e.log.Warn("as4 client certificate header ignored: not from a trusted proxy", "protocol", string(exchange.AS4), "remote", ignored, "header", e.cfg.ClientCertHeader)
+	}
+	if errors.Is(tr.clientCertErr, errTwoClientCerts) {
+		// Whichever certificate the proxy verified, the other one may be
+		// the client's own claim: refused for every partner, before the
+		// body is read.
+		incident := exchange.NewIncident()
+		e.log.Warn("as4 message rejected", "partner", "", "protocol", string(exchange.AS4), "message_id", "",
+			"status", http.StatusBadRequest, "incident", incident, "header", e.cfg.ClientCertHeader,
+			"err", tr.clientCertErr.Error(), "duration_ms", time.Since(start).Milliseconds())
+		w.Header().Set("Connection", "close")
+		http.Error(w, fmt.Sprintf("the %s header appears more than once; the proxy must forward exactly one client certificate (%s)",
+			e.cfg.ClientCertHeader, exchange.IncidentNote(incident)), http.StatusBadRequest)
+		return
 	}
 	reply, large := e.receive(r.Context(), r.Header.Get("Content-Type"), body, limit, &tr)
 	if large > 0 {
@@ -757,7 +774,7 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	// The signer's certificate must be valid now and its key long enough
 	// (the same check and wording as AS2's authentication-failed).
 	if err := trust.CheckSigner(res.Signer, e.cfg.Now(), trust.Policy{AllowWeakKeys: pa.AllowWeakKeys}); err != nil {
-		return e.reject(tr, as4.FailedAuthentication("the signer's "+err.Error(), err), msgID)
+		return e.reject(tr, as4.FailedAuthentication(partnerDetail(as4.CodeFailedAuthentication, "the signer's "+err.Error()), err), msgID)
 	}
 	if tr.bdew {
 		if ae := checkBDEWSignature(res); ae != nil {
@@ -775,6 +792,9 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 		return e.reject(tr, as4.FailedAuthentication("the signed eb:Messaging header is not the one that was read", nil), msgID)
 	}
 	tr.id = e.identityFor(um.To) // the verified eb:To signs from here on
+	if ae := checkMessageAge(um, res.Timestamp, e.cfg.Now(), pa); ae != nil {
+		return e.reject(tr, ae, msgID)
+	}
 	if ae := checkClientCert(tr, e.cfg.Partners.AS4TLSCertificates(partner)); ae != nil {
 		return e.reject(tr, ae, msgID)
 	}
@@ -789,6 +809,11 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	resolved, err := as4.ResolvePayloads(env, um)
 	if err != nil {
 		return e.reject(tr, as4.AsError(err), msgID)
+	}
+	if tr.bdew {
+		if ae := checkBDEWCompression(resolved); ae != nil {
+			return e.reject(tr, ae, msgID)
+		}
 	}
 	payloads, err := e.payloads(ctx, spool, resolved, early)
 	if errors.Is(err, limits.ErrBusy) {
@@ -1295,9 +1320,9 @@ func headers(um *as4.UserMessage, pm *as4.PMode) textproto.MIMEHeader {
 func decryptError(err error) *as4.Error {
 	switch xmlenc.Code(err) {
 	case xmlenc.CodePolicyNoncompliance:
-		return as4.PolicyNoncompliance(truncate(err.Error()), err)
+		return as4.PolicyNoncompliance(partnerDetail(as4.CodePolicyNoncompliance, err.Error()), err)
 	default:
-		return as4.FailedDecryption("the message could not be decrypted with our keys", err)
+		return as4.FailedDecryption(stableReasons[as4.CodeFailedDecryption], err)
 	}
 }
 
@@ -1305,14 +1330,14 @@ func decryptError(err error) *as4.Error {
 // message, not our keys, and is passed on without the text of foreign
 // errors (base64, XML, crypto) behind it (wssec.Reason).
 func securityError(err error) *as4.Error {
-	detail := truncate(wssec.Reason(err))
+	reason := wssec.Reason(err)
 	switch wssec.Code(err) {
 	case wssec.CodePolicyNoncompliance:
-		return as4.PolicyNoncompliance(detail, err)
+		return as4.PolicyNoncompliance(partnerDetail(as4.CodePolicyNoncompliance, reason), err)
 	case wssec.CodeInvalidHeader:
-		return as4.InvalidHeader(detail, err)
+		return as4.InvalidHeader(partnerDetail(as4.CodeInvalidHeader, reason), err)
 	default:
-		return as4.FailedAuthentication(detail, err)
+		return as4.FailedAuthentication(partnerDetail(as4.CodeFailedAuthentication, reason), err)
 	}
 }
 

@@ -540,7 +540,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"no partners":       func(c *endpoint.Config) { c.Partners = nil },
 		"no pipeline":       func(c *endpoint.Config) { c.Pipeline = nil },
 		"no keys":           func(c *endpoint.Config) { c.Keys = nil },
-		"X25519 first":      func(c *endpoint.Config) { c.Keys = []xmlenc.KeyPair{k.gatewayX25519, k.gatewayRSA} },
+		"X25519 only":       func(c *endpoint.Config) { c.Keys = []xmlenc.KeyPair{k.gatewayX25519} },
 		"foreign key first": func(c *endpoint.Config) { c.Keys = []xmlenc.KeyPair{{Cert: k.gatewayRSA.Cert, Key: k.partnerRSA.Key}} },
 	} {
 		cfg := base()
@@ -551,6 +551,12 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 	if _, err := endpoint.New(base()); err != nil {
 		t.Errorf("valid config: %v", err)
+	}
+	// A key that cannot sign listed first: the next one signs.
+	cfg := base()
+	cfg.Keys = []xmlenc.KeyPair{k.gatewayX25519, k.gatewayRSA}
+	if _, err := endpoint.New(cfg); err != nil {
+		t.Errorf("X25519 first, RSA second: %v", err)
 	}
 }
 

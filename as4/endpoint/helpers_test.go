@@ -287,6 +287,8 @@ type harnessOptions struct {
 	onDrift string
 	// peppol turns on the Peppol AP mode.
 	peppol *peppol.AP
+	// configure, when set, changes the endpoint configuration last.
+	configure func(*endpoint.Config)
 }
 
 // defaultPartners is the generated agreement: acme (RSA and Ed25519
@@ -355,13 +357,17 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	if o.spoolDir == "" {
 		o.spoolDir = t.TempDir()
 	}
-	ep, err := endpoint.New(endpoint.Config{
+	cfg := endpoint.Config{
 		Partners: dir, Keys: o.keys, Pipeline: pl,
 		PartyID: o.party.Value, PartyType: o.party.Type,
 		Limits: as4.Limits{MaxMessageSize: o.maxBody},
 		Now:    o.now, Log: log, Host: "gateway.test",
 		SpoolDir: o.spoolDir, SpoolThreshold: 64 << 10, Peppol: o.peppol,
-	})
+	}
+	if o.configure != nil {
+		o.configure(&cfg)
+	}
+	ep, err := endpoint.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

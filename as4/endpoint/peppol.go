@@ -3,6 +3,7 @@ package endpoint
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/edigateway/gateway/as4"
@@ -56,7 +57,7 @@ func (e *Endpoint) peppolCheck(um *as4.UserMessage, from as4.PartyID, payloads [
 	}
 	h, err := peppol.ParseSBDH(b)
 	if err != nil {
-		return nil, as4.Other("the payload's Peppol envelope (SBDH) could not be read: "+truncate(err.Error()), err)
+		return nil, as4.Other(strings.TrimSuffix("the payload's Peppol envelope (SBDH) could not be read: "+partnerText(err.Error()), ": "), err)
 	}
 	m := peppol.Message{MessageID: um.MessageInfo.MessageID, FromAP: from.Value, Action: um.CollaborationInfo.Action,
 		Service:  peppol.Identifier{Scheme: um.CollaborationInfo.Service.Type, Value: um.CollaborationInfo.Service.Value},

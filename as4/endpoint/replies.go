@@ -145,6 +145,14 @@ func (e *Endpoint) reject(tr *trace, ae *as4.Error, refTo string) exchange.Reply
 	if refTo != "" && ae.RefToMessageID == "" {
 		ae = ae.WithRef(refTo)
 	}
+	if goErrorText.MatchString(ae.Detail) {
+		// Never an error text of a Go package to the partner (the log and
+		// the audit record keep ae.Err).
+		if ae.Err == nil {
+			ae.Err = errors.New(ae.Detail)
+		}
+		ae.Detail = partnerDetail(ae.Code, ae.Detail)
+	}
 	tr.incident = exchange.NewIncident()
 	ae.Detail = strings.TrimSpace(ae.Detail + " (" + exchange.IncidentNote(tr.incident) + ")")
 	tr.err = ae

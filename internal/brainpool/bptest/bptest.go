@@ -64,7 +64,7 @@ func New(t testing.TB) *PKI {
 	p := &PKI{t: t, Dir: t.TempDir()}
 	key := p.genKey("ca")
 	OpenSSL(t, p.Dir, "req", "-new", "-x509", "-key", key, "-subj", "/O=BDEW test/CN=brainpool test CA", "-days", "30", "-sha256",
-		"-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign", "-out", "ca.crt")
+		"-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-out", "ca.crt")
 	p.CA = p.load("ca.crt", key)
 	return p
 }
