@@ -296,7 +296,7 @@ func TestExtractReaderReusesItsBuffer(t *testing.T) {
 	if per := (b.TotalAlloc - a.TotalAlloc) / rounds; per > 16<<10 && !raceEnabled {
 		t.Fatalf("a %d-byte payload allocated %d KiB per extraction", len(small), per>>10)
 	}
-	if _, err := ExtractReader(strings.NewReader("UNB")); !errors.Is(err, ErrDamaged) {
+	if _, err := ExtractReader(strings.NewReader("UNB+")); !errors.Is(err, ErrDamaged) {
 		t.Fatalf("truncated payload after others: %v", err)
 	}
 	if _, err := ExtractReader(io.MultiReader(strings.NewReader("UN"), iotestErr{})); err == nil || errors.Is(err, ErrDamaged) {
