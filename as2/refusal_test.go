@@ -79,8 +79,8 @@ func TestDamagedPayloadIsRefused(t *testing.T) {
 	cases := []struct {
 		name, ct, payload, want string
 	}{
-		{"UBL cut inside its root start tag", "application/xml", ubl[:strings.Index(ubl, "xmlns:cbc")+8], "xml: malformed XML before the root element (line 2)"},
-		{"UBL malformed", "application/xml", strings.Replace(ubl, "</cbc:ID>", "</cbc:Id>", 1), "ubl: malformed XML (line 2)"},
+		{"UBL cut inside its root start tag", "application/xml", ubl[:strings.Index(ubl, "xmlns:cbc")+8], "XML: malformed XML before the root element (line 2)"},
+		{"UBL malformed", "application/xml", strings.Replace(ubl, "</cbc:ID>", "</cbc:Id>", 1), "UBL: malformed XML (line 2)"},
 		{"declared XML but not XML", "text/xml", "INVOICE 4711", "declared text/xml"},
 		{"UNZ reference differs", "application/edifact",
 			"UNB+UNOC:3+4000001000002:14+4000001000003:14+260101:1200+REF1'UNH+1+ORDERS:D:96A:UN'UNT+2+1'UNZ+1+REF2'", `UNZ 0020 "REF2" does not match UNB 0020 "REF1"`},

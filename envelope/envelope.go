@@ -453,23 +453,45 @@ func isXMLType(contentType string) bool {
 }
 
 // Reason is the text of an Extract or ExtractTyped error for the sending
-// partner: the standard and the problem as Error gives them, but without the
-// text of an underlying decoder error (an XML syntax error becomes its line
-// number). Errors that are not damaged envelopes give a generic sentence.
+// partner: the standard by its name (EDIFACT, X12, UBL, PEPPOL SBDH, XML)
+// and the problem as Error gives it, but without the text of an underlying
+// decoder error (an XML syntax error becomes its line number), e.g.
+// `EDIFACT: UNZ 0020 "X" does not match UNB 0020 "Y"` or `XML: malformed XML
+// before the root element (line 2)`. Errors that are not damaged envelopes
+// give a generic sentence.
 func Reason(err error) string {
 	var d *damagedError
 	if !errors.As(err, &d) {
 		return "the business envelope could not be read"
 	}
+	msg := standardName(d.standard) + ": " + d.problem
 	var ml *markupTooLongError
 	if errors.As(d.err, &ml) {
-		return d.msg + ": " + ml.Error()
+		return msg + ": " + ml.Error()
 	}
 	var se *xml.SyntaxError
 	if errors.As(d.err, &se) {
-		return fmt.Sprintf("%s (line %d)", d.msg, se.Line)
+		return fmt.Sprintf("%s (line %d)", msg, se.Line)
 	}
-	return d.msg
+	return msg
+}
+
+// standardName is how partners are told the standard of a damaged
+// envelope: its usual name, not the lower-case label of the error text.
+func standardName(standard string) string {
+	switch standard {
+	case StandardEDIFACT:
+		return "EDIFACT"
+	case StandardX12:
+		return "X12"
+	case StandardUBL:
+		return "UBL"
+	case StandardPeppolSBDH, "sbdh":
+		return "PEPPOL SBDH"
+	case standardXML:
+		return "XML"
+	}
+	return standard
 }
 
 func isAlnum(b byte) bool {
@@ -504,15 +526,17 @@ func (ic *Interchange) checkLengths() error {
 // problem; errors.Is(err, ErrDamaged) holds, and Unwrap gives the underlying
 // error if any (an XML syntax error, for example).
 type damagedError struct {
-	msg string
-	err error
+	standard string // the label of Error's text: edifact, x12, ubl, sbdh or xml
+	problem  string
+	err      error
 }
 
 func (e *damagedError) Error() string {
+	msg := e.standard + ": " + e.problem
 	if e.err != nil {
-		return e.msg + ": " + clip(e.err.Error(), 2*maxQuoted)
+		return msg + ": " + clip(e.err.Error(), 2*maxQuoted)
 	}
-	return e.msg
+	return msg
 }
 
 // maxQuoted bounds partner-controlled text quoted in an error message.
@@ -541,5 +565,5 @@ func damagedWrap(standard string, err error, format string, args ...any) error {
 			args[i] = clip(s, maxQuoted)
 		}
 	}
-	return &damagedError{msg: standard + ": " + fmt.Sprintf(format, args...), err: err}
+	return &damagedError{standard: standard, problem: fmt.Sprintf(format, args...), err: err}
 }

@@ -577,12 +577,16 @@ func TestExtractTyped(t *testing.T) {
 // standard and the problem but not the XML decoder's error text.
 func TestReasonHasNoParserText(t *testing.T) {
 	_, err := Extract([]byte("<Invoice xmlns=\"urn:oasis:names:specification:ubl:schema:xsd:Invoice-2\">\n<a></b></Invoice>"))
-	if got, want := Reason(err), "ubl: malformed XML (line 2)"; got != want {
+	if got, want := Reason(err), "UBL: malformed XML (line 2)"; got != want {
 		t.Errorf("Reason = %q, want %q (error %v)", got, want, err)
 	}
 	_, err = Extract([]byte("UNB+UNOA:2+S:14+R:14+240315:0930+X'UNH+1+INVOIC:D:96A:UN'UNZ+1+Y'"))
-	if got := Reason(err); got != err.Error() || !strings.Contains(got, `UNZ 0020 "Y" does not match UNB 0020 "X"`) {
-		t.Errorf("Reason = %q, error %v", got, err)
+	if got, want := Reason(err), `EDIFACT: UNZ 0020 "Y" does not match UNB 0020 "X"`; got != want {
+		t.Errorf("Reason = %q, want %q (error %v)", got, want, err)
+	}
+	_, err = ExtractTyped("application/xml", []byte("<Invoice xmlns=\"urn:oasis:names:specification:ubl:schema:xsd:Invoice-2\"\n\x01"))
+	if got, want := Reason(err), "XML: malformed XML before the root element (line 2)"; got != want {
+		t.Errorf("Reason = %q, want %q (error %v)", got, want, err)
 	}
 	if got := Reason(errors.New("invalid BER: length 97")); strings.Contains(got, "BER") {
 		t.Errorf("Reason of a foreign error = %q", got)

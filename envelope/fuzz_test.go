@@ -95,7 +95,10 @@ func checkExtract(t *testing.T, data []byte) *Interchange {
 				!strings.HasPrefix(msg, "sbdh: ") && !strings.HasPrefix(msg, "xml: ") {
 				t.Fatalf("damaged error %q does not name the standard", msg)
 			}
-			if r := Reason(err); r == "" || strings.Contains(r, "XML syntax error") || len(r) > len(msg) {
+			// Reason names the standard ("sbdh" becomes "PEPPOL SBDH") and
+			// drops the decoder's text.
+			if r := Reason(err); r == "" || strings.Contains(r, "XML syntax error") || len(r) > len(msg)+len("PEPPOL ") ||
+				!strings.HasPrefix(r, strings.SplitN(partnerReason(msg), ":", 2)[0]+": ") {
 				t.Fatalf("Reason %q of %q", r, msg)
 			}
 		}
