@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -322,4 +323,43 @@ func TestRefusalsOfMalformedInputLeakNoGoErrors(t *testing.T) {
 	if h.handler.count() != 0 {
 		t.Fatalf("handler ran %d times", h.handler.count())
 	}
+}
+
+// TestRandomBinaryStartingWithLTIsProcessed: with business dedup, an
+// application/octet-stream attachment of '<' and 10,000 random bytes is an
+// opaque payload, not a damaged XML envelope: it gets a receipt, and its
+// retransmission the same receipt without the handler running again (it was
+// EBMS:0004 "malformed XML before the root element", every retransmission
+// too). The same attachment declared application/xml is still refused.
+func TestRandomBinaryStartingWithLTIsProcessed(t *testing.T) {
+	t.Parallel()
+	k := getKeys(t)
+	h := newHarness(t, harnessOptions{ledger: true})
+	payload := make([]byte, 10_001)
+	r := rand.New(rand.NewPCG(22, 0))
+	for i := range payload {
+		payload[i] = byte(r.Uint32())
+	}
+	payload[0] = '<'
+	c := rsaClient(k)
+	out, err := c.Build(ediMessage("random-lt@acme.test", "application/octet-stream", payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.Post(context.Background(), h.url, out)
+	if err != nil || first.Receipt == nil {
+		t.Fatalf("first post: %v", err)
+	}
+	second, err := c.Post(context.Background(), h.url, out)
+	if err != nil || !bytes.Equal(first.Body, second.Body) {
+		t.Fatalf("retransmission: %v", err)
+	}
+	if n := h.handler.count(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	_, resp, err := c.Send(context.Background(), h.url, ediMessage("random-lt-xml@acme.test", "application/xml", payload))
+	if resp == nil {
+		t.Fatalf("not sent: %v", err)
+	}
+	describedRefusal(t, h, resp, "its business envelope is damaged: payload 1: XML: malformed XML before the root element (line 1)")
 }
