@@ -305,17 +305,21 @@ func (s *payloadStart) extract(decl declared) (*Interchange, error) {
 	case s.empty:
 		return nil, ErrNoEnvelope
 	case s.hasTag("UNA") || s.hasTag("UNB"):
-		if decl != declaredEDI && !s.startsEDIFACT() {
-			return nil, ErrNoEnvelope
+		if ok, err := s.startsEDIFACT(); err != nil || !ok && decl != declaredEDI {
+			return nil, orNoEnvelope(err)
 		}
 		ic, err = extractEDIFACT(s.br)
 	case s.hasTag("ISA"):
-		if decl != declaredEDI && !s.startsX12() {
-			return nil, ErrNoEnvelope
+		if ok, err := s.startsX12(); err != nil || !ok && decl != declaredEDI {
+			return nil, orNoEnvelope(err)
 		}
 		ic, err = extractX12(s.br)
 	case s.first == '<':
-		ic, err = extractXML(s.br, decl == declaredXML || s.startsXMLDeclaration())
+		withDeclaration, perr := s.startsXMLDeclaration()
+		if perr != nil {
+			return nil, perr
+		}
+		ic, err = extractXML(s.br, decl == declaredXML || withDeclaration)
 	default:
 		return nil, ErrNoEnvelope
 	}
@@ -356,19 +360,22 @@ func declaredBy(contentType string) declared {
 // interchange: "UNB" followed by the data element separator of syntax level
 // A ('+') or B (IS3, 0x1D), or a UNA service string advice (any six bytes)
 // followed, after at most maxSpaceAfterUNA bytes of white space, by "UNB".
-func (s *payloadStart) startsEDIFACT() bool {
-	head, _ := s.br.Peek(9 + maxSpaceAfterUNA + 3)
+func (s *payloadStart) startsEDIFACT() (bool, error) {
+	head, err := s.peek(9 + maxSpaceAfterUNA + 3)
+	if err != nil {
+		return false, err
+	}
 	if bytes.HasPrefix(head, []byte("UNB")) {
-		return len(head) > 3 && (head[3] == edifactLevelA.element || head[3] == edifactLevelB.element)
+		return len(head) > 3 && (head[3] == edifactLevelA.element || head[3] == edifactLevelB.element), nil
 	}
 	if len(head) < 9 {
-		return false
+		return false, nil
 	}
 	rest := head[9:]
 	for len(rest) > 0 && isSpace(rest[0]) {
 		rest = rest[1:]
 	}
-	return bytes.HasPrefix(rest, []byte("UNB"))
+	return bytes.HasPrefix(rest, []byte("UNB")), nil
 }
 
 // maxSpaceAfterUNA is the most white space between a UNA and the "UNB"
@@ -378,18 +385,37 @@ const maxSpaceAfterUNA = 16
 // startsX12 reports whether the payload starts as an X12 interchange:
 // "ISA", an element separator that is neither a letter, a digit nor white
 // space, the two bytes of ISA01 and the same separator again ("ISA*00*").
-func (s *payloadStart) startsX12() bool {
-	head, _ := s.br.Peek(7)
-	return len(head) == 7 && !isAlnum(head[3]) && !isSpace(head[3]) && head[6] == head[3]
+func (s *payloadStart) startsX12() (bool, error) {
+	head, err := s.peek(7)
+	return len(head) == 7 && !isAlnum(head[3]) && !isSpace(head[3]) && head[6] == head[3], err
 }
 
 // startsXMLDeclaration reports whether the payload starts with an XML
 // declaration ("<?xml" and white space). Without one (and without an XML
 // MIME type) a payload starting with '<' is XML only if its root start tag
 // parses (extractXML).
-func (s *payloadStart) startsXMLDeclaration() bool {
-	head, _ := s.br.Peek(6)
-	return len(head) == 6 && bytes.HasPrefix(head, []byte("<?xml")) && isSpace(head[5])
+func (s *payloadStart) startsXMLDeclaration() (bool, error) {
+	head, err := s.peek(6)
+	return len(head) == 6 && bytes.HasPrefix(head, []byte("<?xml")) && isSpace(head[5]), err
+}
+
+// peek returns up to the next n bytes without consuming them: fewer at the
+// end of the payload; an error reading it is returned (wrapped, not
+// ErrDamaged).
+func (s *payloadStart) peek(n int) ([]byte, error) {
+	head, err := s.br.Peek(n)
+	if err != nil && err != io.EOF {
+		return head, readErr(err)
+	}
+	return head, nil
+}
+
+// orNoEnvelope is err, or ErrNoEnvelope when err is nil.
+func orNoEnvelope(err error) error {
+	if err != nil {
+		return err
+	}
+	return ErrNoEnvelope
 }
 
 // standardXML names, in damaged-envelope errors, XML that does not parse

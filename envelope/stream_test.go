@@ -321,3 +321,16 @@ func partnerReason(errText string) string {
 	}
 	return errText
 }
+
+// TestExtractReaderReadErrorAtTheStart: an error reading the first bytes,
+// which decide whether the payload recognisably starts as a business
+// document, is returned as such, not taken for an opaque payload.
+func TestExtractReaderReadErrorAtTheStart(t *testing.T) {
+	boom := errors.New("disk gone")
+	for _, head := range []string{"UNA:+.? '", "UNB", "ISA*0", "<?xm"} {
+		_, err := ExtractReader(io.MultiReader(strings.NewReader(head), &failingReader{boom}))
+		if !errors.Is(err, boom) || errors.Is(err, ErrDamaged) || err == ErrNoEnvelope {
+			t.Errorf("%q: %v", head, err)
+		}
+	}
+}
