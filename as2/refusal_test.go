@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -79,8 +80,8 @@ func TestDamagedPayloadIsRefused(t *testing.T) {
 	cases := []struct {
 		name, ct, payload, want string
 	}{
-		{"UBL cut inside its root start tag", "application/xml", ubl[:strings.Index(ubl, "xmlns:cbc")+8], "xml: malformed XML before the root element (line 2)"},
-		{"UBL malformed", "application/xml", strings.Replace(ubl, "</cbc:ID>", "</cbc:Id>", 1), "ubl: malformed XML (line 2)"},
+		{"UBL cut inside its root start tag", "application/xml", ubl[:strings.Index(ubl, "xmlns:cbc")+8], "XML: malformed XML before the root element (line 2)"},
+		{"UBL malformed", "application/xml", strings.Replace(ubl, "</cbc:ID>", "</cbc:Id>", 1), "UBL: malformed XML (line 2)"},
 		{"declared XML but not XML", "text/xml", "INVOICE 4711", "declared text/xml"},
 		{"UNZ reference differs", "application/edifact",
 			"UNB+UNOC:3+4000001000002:14+4000001000003:14+260101:1200+REF1'UNH+1+ORDERS:D:96A:UN'UNT+2+1'UNZ+1+REF2'", `UNZ 0020 "REF2" does not match UNB 0020 "REF1"`},
@@ -211,5 +212,43 @@ func TestRefusalsOfMalformedInputLeakNoGoErrorsAS2(t *testing.T) {
 	}
 	if !strings.Contains(e.logs.String(), `"incident"`) {
 		t.Fatal("no incident logged")
+	}
+}
+
+// TestRandomBinaryStartingWithLTIsProcessed: with business dedup, an
+// application/octet-stream payload of '<' and 10,000 random bytes is an
+// opaque payload, not a damaged XML envelope: it is processed, and its
+// retransmission is a duplicate (it was processed/error "malformed XML
+// before the root element", every retransmission too). The same payload
+// declared application/xml is still refused.
+func TestRandomBinaryStartingWithLTIsProcessed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{ledger: true})
+	c := e.client()
+	payload := make([]byte, 10_001)
+	r := rand.New(rand.NewPCG(22, 0))
+	for i := range payload {
+		payload[i] = byte(r.Uint32())
+	}
+	payload[0] = '<'
+	m, err := c.Prepare(payload, "application/octet-stream", "blob.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, body := e.post(t, m.Header, m.Body)
+	expectMDN(t, resp, body, mdn.DispProcessed)
+	resp, body = e.post(t, m.Header, m.Body)
+	expectMDN(t, resp, body, mdn.DispDuplicateDocument)
+	if n := e.handler.count(m.ID); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	declared, err := c.Prepare(payload, "application/xml", "blob.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, body = e.post(t, declared.Header, declared.Body)
+	p := expectMDN(t, resp, body, mdn.DispUnexpectedProcessingError)
+	if txt := strings.Join(strings.Fields(p.Report.HumanText), " "); !strings.Contains(txt, "its business envelope is damaged: payload 1: XML: malformed XML before the root element (line 1)") {
+		t.Errorf("declared application/xml: %s", txt)
 	}
 }

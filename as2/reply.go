@@ -83,7 +83,7 @@ func (r *replies) Failed(ctx context.Context, f *exchange.Failure) (exchange.Rep
 			text += fmt.Sprintf(" (stored payload SHA-256 %s, this delivery %s)", f.StoredSHA256, f.PayloadSHA256)
 		}
 	case exchange.Damaged:
-		text = fmt.Sprintf("The AS2 message %s was not processed: its business envelope is damaged: %s.", id, f.Reason)
+		text = fmt.Sprintf("The AS2 message %s was not processed: %s.", id, exchange.DamagedText(f.Reason))
 	default:
 		return exchange.Reply{}, fmt.Errorf("as2: no MDN for failure kind %s", f.Kind)
 	}

@@ -145,22 +145,32 @@ func (ic *Interchange) Key(partner string) dedup.Key {
 
 // Extract reads the business envelope of payload. The standard is detected
 // from the content, after an optional UTF-8 byte order mark and leading white
-// space:
+// space, and only from a start that is recognisably a business document:
 //
-//   - "UNA" or "UNB": UN/EDIFACT (UNA service string advice read by position;
+//   - UN/EDIFACT: "UNB" followed by the data element separator of syntax
+//     level A ('+') or B (IS3, 0x1D), or a UNA service string advice
+//     followed, after white space, by "UNB" (the advice is read by position;
 //     without it the syntax level A defaults `:+.? '`, or the level B
-//     information separators when UNB is followed by IS3, 0x1D);
-//   - "ISA": ASC X12, whose separators come from the fixed 106-byte ISA;
-//   - '<': XML; a root element in a urn:oasis:names:specification:ubl:schema:xsd:
-//     namespace is UBL, a StandardBusinessDocument in the UN/CEFACT SBDH
-//     namespace is a PEPPOL SBDH. A payload starting with '<' that does not
-//     parse to a root element (cut inside its declaration or root start
-//     tag, text before the root) is damaged, with standard "xml".
+//     information separators when UNB is followed by IS3);
+//   - ASC X12: "ISA", an element separator (not a letter, digit or white
+//     space), ISA01 and the separator again, as in "ISA*00*"; the
+//     separators come from the fixed 106-byte ISA;
+//   - XML: an XML declaration ("<?xml" and white space), or '<' and a root
+//     start tag that parses; a root element in a
+//     urn:oasis:names:specification:ubl:schema:xsd: namespace is UBL, a
+//     StandardBusinessDocument in the UN/CEFACT SBDH namespace is a PEPPOL
+//     SBDH. A payload with an XML declaration that does not parse to a
+//     root element (cut inside its declaration, text before the root) is
+//     damaged, with standard "xml".
 //
-// Anything else, including XML with another root and text that merely starts
-// with those letters followed by a letter or digit, gives (nil,
-// ErrNoEnvelope). A recognised but damaged envelope gives an error wrapping
-// ErrDamaged whose text names the standard and the problem, e.g.
+// Anything else gives (nil, ErrNoEnvelope): XML with another root, text that
+// merely starts with those letters ("UNBOUND", "ISAAC"), and bytes that
+// only might be a business document and do not parse as one, such as
+// random binary data starting with '<' (no root start tag that parses),
+// "UNB" or "ISA": such a payload is opaque (transport dedup only), not
+// damaged. ExtractTyped also reads as damaged what the MIME type declares.
+// A recognised but damaged envelope gives an error wrapping ErrDamaged
+// whose text names the standard and the problem, e.g.
 // `edifact: UNZ 0020 "X" does not match UNB 0020 "Y"`.
 //
 // Checks that make an envelope damaged: EDIFACT UNA separators that are
@@ -211,7 +221,7 @@ func ExtractReader(r io.Reader) (*Interchange, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.extract()
+	return s.extract(declaredNothing)
 }
 
 // payloadStart is a payload positioned after its byte order mark and white
@@ -286,7 +296,7 @@ func (s *payloadStart) hasTag(tag string) bool {
 	return len(data) == len(tag) || !isAlnum(data[len(tag)])
 }
 
-func (s *payloadStart) extract() (*Interchange, error) {
+func (s *payloadStart) extract(decl declared) (*Interchange, error) {
 	var (
 		ic  *Interchange
 		err error
@@ -295,11 +305,21 @@ func (s *payloadStart) extract() (*Interchange, error) {
 	case s.empty:
 		return nil, ErrNoEnvelope
 	case s.hasTag("UNA") || s.hasTag("UNB"):
+		if ok, err := s.startsEDIFACT(); err != nil || !ok && decl != declaredEDI {
+			return nil, orNoEnvelope(err)
+		}
 		ic, err = extractEDIFACT(s.br)
 	case s.hasTag("ISA"):
+		if ok, err := s.startsX12(); err != nil || !ok && decl != declaredEDI {
+			return nil, orNoEnvelope(err)
+		}
 		ic, err = extractX12(s.br)
 	case s.first == '<':
-		ic, err = extractXML(s.br)
+		withDeclaration, perr := s.startsXMLDeclaration()
+		if perr != nil {
+			return nil, perr
+		}
+		ic, err = extractXML(s.br, decl == declaredXML || withDeclaration)
 	default:
 		return nil, ErrNoEnvelope
 	}
@@ -312,18 +332,110 @@ func (s *payloadStart) extract() (*Interchange, error) {
 	return ic, nil
 }
 
+// declared is what a payload's MIME type says it is.
+type declared int
+
+const (
+	declaredNothing declared = iota // no type, or one that names no business document (application/octet-stream, text/plain)
+	declaredXML                     // application/xml, text/xml, */*+xml
+	declaredEDI                     // application/EDIFACT, application/EDI-X12 (RFC 1767)
+)
+
+func declaredBy(contentType string) declared {
+	switch mt := mediaType(contentType); {
+	case isXMLType(contentType):
+		return declaredXML
+	case mt == "application/edifact" || mt == "application/edi-x12":
+		return declaredEDI
+	}
+	return declaredNothing
+}
+
+// Recognisable starts. A payload whose type does not declare a business
+// document is read as one only when it recognisably starts as one; bytes
+// that merely might (random binary data beginning with '<', "UNB" or "ISA")
+// are an opaque payload, not a damaged envelope.
+
+// startsEDIFACT reports whether the payload starts as an EDIFACT
+// interchange: "UNB" followed by the data element separator of syntax level
+// A ('+') or B (IS3, 0x1D), or a UNA service string advice (any six bytes)
+// followed, after at most maxSpaceAfterUNA bytes of white space, by "UNB".
+func (s *payloadStart) startsEDIFACT() (bool, error) {
+	head, err := s.peek(9 + maxSpaceAfterUNA + 3)
+	if err != nil {
+		return false, err
+	}
+	if bytes.HasPrefix(head, []byte("UNB")) {
+		return len(head) > 3 && (head[3] == edifactLevelA.element || head[3] == edifactLevelB.element), nil
+	}
+	if len(head) < 9 {
+		return false, nil
+	}
+	rest := head[9:]
+	for len(rest) > 0 && isSpace(rest[0]) {
+		rest = rest[1:]
+	}
+	return bytes.HasPrefix(rest, []byte("UNB")), nil
+}
+
+// maxSpaceAfterUNA is the most white space between a UNA and the "UNB"
+// that makes it recognisable (a CR LF, or a few lines of them, in practice).
+const maxSpaceAfterUNA = 16
+
+// startsX12 reports whether the payload starts as an X12 interchange:
+// "ISA", an element separator that is neither a letter, a digit nor white
+// space, the two bytes of ISA01 and the same separator again ("ISA*00*").
+func (s *payloadStart) startsX12() (bool, error) {
+	head, err := s.peek(7)
+	return len(head) == 7 && !isAlnum(head[3]) && !isSpace(head[3]) && head[6] == head[3], err
+}
+
+// startsXMLDeclaration reports whether the payload starts with an XML
+// declaration ("<?xml" and white space). Without one (and without an XML
+// MIME type) a payload starting with '<' is XML only if its root start tag
+// parses (extractXML).
+func (s *payloadStart) startsXMLDeclaration() (bool, error) {
+	head, err := s.peek(6)
+	return len(head) == 6 && bytes.HasPrefix(head, []byte("<?xml")) && isSpace(head[5]), err
+}
+
+// peek returns up to the next n bytes without consuming them: fewer at the
+// end of the payload; an error reading it is returned (wrapped, not
+// ErrDamaged).
+func (s *payloadStart) peek(n int) ([]byte, error) {
+	head, err := s.br.Peek(n)
+	if err != nil && err != io.EOF {
+		return head, readErr(err)
+	}
+	return head, nil
+}
+
+// orNoEnvelope is err, or ErrNoEnvelope when err is nil.
+func orNoEnvelope(err error) error {
+	if err != nil {
+		return err
+	}
+	return ErrNoEnvelope
+}
+
 // standardXML names, in damaged-envelope errors, XML that does not parse
 // far enough to tell which standard it is in.
 const standardXML = "xml"
 
 // ExtractTyped is Extract for a payload whose MIME type is known. A payload
 // declared XML (application/xml, text/xml or any type with the +xml suffix,
-// RFC 7303) must be XML: if it is empty or starts with neither an XML
+// RFC 7303) must be XML: if it is empty, starts with neither an XML
 // declaration nor an element (after a UTF-8 byte order mark and white
-// space) it is damaged, with standard "xml". A UTF-16 payload (byte order
-// mark FE FF or FF FE) is not read and gives ErrNoEnvelope. Otherwise the
-// type does not matter: the content decides, as for Extract. It is
-// ExtractTypedReader over the bytes of payload.
+// space), or starts with '<' but does not parse to a root element, it is
+// damaged, with standard "xml". A UTF-16 payload (byte order mark FE FF or
+// FF FE) is not read and gives ErrNoEnvelope. A payload declared EDI
+// (application/EDIFACT, application/EDI-X12) that starts with the tag "UNA",
+// "UNB" or "ISA" and a byte that is not a letter or digit is read as
+// EDIFACT or X12 even when its start is not otherwise recognisable (e.g.
+// "UNB:"), and is damaged if it does not parse. Otherwise the type does not
+// matter: the content decides, as for Extract (application/octet-stream,
+// text/plain and any other type). It is ExtractTypedReader over the bytes of
+// payload.
 func ExtractTyped(contentType string, payload []byte) (*Interchange, error) {
 	return ExtractTypedReader(contentType, bytes.NewReader(payload))
 }
@@ -336,8 +448,9 @@ func ExtractTypedReader(contentType string, r io.Reader) (*Interchange, error) {
 	if err != nil {
 		return nil, err
 	}
-	ic, err := s.extract()
-	if err != ErrNoEnvelope || !isXMLType(contentType) || s.utf16 {
+	decl := declaredBy(contentType)
+	ic, err := s.extract(decl)
+	if err != ErrNoEnvelope || decl != declaredXML || s.utf16 {
 		return ic, err
 	}
 	mt := mediaType(contentType)
@@ -366,23 +479,45 @@ func isXMLType(contentType string) bool {
 }
 
 // Reason is the text of an Extract or ExtractTyped error for the sending
-// partner: the standard and the problem as Error gives them, but without the
-// text of an underlying decoder error (an XML syntax error becomes its line
-// number). Errors that are not damaged envelopes give a generic sentence.
+// partner: the standard by its name (EDIFACT, X12, UBL, PEPPOL SBDH, XML)
+// and the problem as Error gives it, but without the text of an underlying
+// decoder error (an XML syntax error becomes its line number), e.g.
+// `EDIFACT: UNZ 0020 "X" does not match UNB 0020 "Y"` or `XML: malformed XML
+// before the root element (line 2)`. Errors that are not damaged envelopes
+// give a generic sentence.
 func Reason(err error) string {
 	var d *damagedError
 	if !errors.As(err, &d) {
 		return "the business envelope could not be read"
 	}
+	msg := standardName(d.standard) + ": " + d.problem
 	var ml *markupTooLongError
 	if errors.As(d.err, &ml) {
-		return d.msg + ": " + ml.Error()
+		return msg + ": " + ml.Error()
 	}
 	var se *xml.SyntaxError
 	if errors.As(d.err, &se) {
-		return fmt.Sprintf("%s (line %d)", d.msg, se.Line)
+		return fmt.Sprintf("%s (line %d)", msg, se.Line)
 	}
-	return d.msg
+	return msg
+}
+
+// standardName is how partners are told the standard of a damaged
+// envelope: its usual name, not the lower-case label of the error text.
+func standardName(standard string) string {
+	switch standard {
+	case StandardEDIFACT:
+		return "EDIFACT"
+	case StandardX12:
+		return "X12"
+	case StandardUBL:
+		return "UBL"
+	case StandardPeppolSBDH, "sbdh":
+		return "PEPPOL SBDH"
+	case standardXML:
+		return "XML"
+	}
+	return standard
 }
 
 func isAlnum(b byte) bool {
@@ -417,15 +552,17 @@ func (ic *Interchange) checkLengths() error {
 // problem; errors.Is(err, ErrDamaged) holds, and Unwrap gives the underlying
 // error if any (an XML syntax error, for example).
 type damagedError struct {
-	msg string
-	err error
+	standard string // the label of Error's text: edifact, x12, ubl, sbdh or xml
+	problem  string
+	err      error
 }
 
 func (e *damagedError) Error() string {
+	msg := e.standard + ": " + e.problem
 	if e.err != nil {
-		return e.msg + ": " + clip(e.err.Error(), 2*maxQuoted)
+		return msg + ": " + clip(e.err.Error(), 2*maxQuoted)
 	}
-	return e.msg
+	return msg
 }
 
 // maxQuoted bounds partner-controlled text quoted in an error message.
@@ -454,5 +591,5 @@ func damagedWrap(standard string, err error, format string, args ...any) error {
 			args[i] = clip(s, maxQuoted)
 		}
 	}
-	return &damagedError{msg: standard + ": " + fmt.Sprintf(format, args...), err: err}
+	return &damagedError{standard: standard, problem: fmt.Sprintf(format, args...), err: err}
 }

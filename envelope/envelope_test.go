@@ -182,11 +182,27 @@ func TestExtractInline(t *testing.T) {
 		{name: "XML other root", payload: edi(`<?xml version="1.0"?><note><to>x</to></note>`), noEnvelope: true},
 		{name: "cXML with DOCTYPE", payload: edi(`<?xml version="1.0"?><!DOCTYPE cXML SYSTEM "http://xml.cxml.org/schemas/cXML/1.2.014/cXML.dtd"><cXML payloadID="1"/>`), noEnvelope: true},
 		{name: "HTML", payload: edi("<html><body>hi</body></html>"), noEnvelope: true},
-		// XML by its first bytes that does not parse to a root element is
-		// damaged: a UBL document cut inside its root start tag must not
-		// pass as "no envelope" and be delivered.
-		{name: "not XML after <", payload: edi("<<<>>>"),
-			wantErr: "xml: malformed XML before the root element: XML syntax error on line 1: expected element name after <"},
+		// Bytes that only might be a business document and do not parse as
+		// one are an opaque payload, not a damaged envelope: '<' without a
+		// root start tag that parses, "UNB" without the data element
+		// separator, "UNA" without a valid advice or a UNB after it, "ISA"
+		// without "ISA*xx*" (TestExtractTyped: declared, they are damaged).
+		{name: "not XML after <", payload: edi("<<<>>>"), noEnvelope: true},
+		{name: "binary after <", payload: edi("<\x93\x01\xfe<a\x00>"), noEnvelope: true},
+		{name: "start tag that does not parse", payload: edi("<a\x01b>"), noEnvelope: true},
+		{name: "UBL without XML declaration cut inside its root start tag", payload: edi(`<Invoice xmlns="urn:oasis:names:specification:ubl:schema:xsd:Invoice-2" xmlns:cbc="urn:oasis:na`), noEnvelope: true},
+		{name: "comment only", payload: edi("<!-- x -->"), noEnvelope: true},
+		{name: "edifact UNB alone", payload: edi("UNB"), noEnvelope: true},
+		{name: "edifact UNB wrong separator", payload: edi("UNB:UNOA'"), noEnvelope: true},
+		{name: "edifact UNA truncated", payload: edi("UNA:+."), noEnvelope: true},
+		{name: "edifact UNA non-ASCII duplicate", payload: edi("UNA\xae\xae.? '"), noEnvelope: true},
+		{name: "edifact UNA letter separator", payload: edi("UNA:X.? '"), noEnvelope: true},
+		{name: "edifact UNA then nothing", payload: edi("UNA:+.? '  "), noEnvelope: true},
+		{name: "edifact UNA then UNH", payload: edi("UNA:+.? '" + unh), noEnvelope: true},
+		{name: "x12 ISA and binary", payload: edi("ISA*\x00\x01\x02" + strings.Repeat("\xff", 120)), noEnvelope: true},
+		{name: "x12 ISA space separator", payload: edi("ISA 00 " + strings.Repeat("x", 120)), noEnvelope: true},
+		// A payload with an XML declaration that does not parse to a root
+		// element is damaged.
 		{name: "text before root", payload: edi("<?xml version=\"1.0\"?>junk<Invoice/>"), wantErr: "xml: text before the root element"},
 		{name: "UBL cut inside its root start tag", payload: edi(`<?xml version="1.0" encoding="UTF-8"?>` + "\n" + `<Invoice xmlns="urn:oasis:names:specification:ubl:schema:xsd:Invoice-2" xmlns:cbc="urn:oasis:na`),
 			wantErr: "xml: malformed XML before the root element: XML syntax error on line 2: unexpected EOF"},
@@ -211,14 +227,10 @@ func TestExtractInline(t *testing.T) {
 		{name: "edifact first UNH wins", payload: edi(unb + unh + "UNT+2+1'UNH+2+ORDERS:D:96A:UN'UNZ+2+X'"), want: basic},
 
 		// EDIFACT damaged.
-		{name: "edifact UNB alone", payload: edi("UNB"), wantErr: `edifact: segment "UNB" is not terminated (no '\'' before the end of the data)`},
-		{name: "edifact UNA truncated", payload: edi("UNA:+."), wantErr: "edifact: UNA service string advice truncated: 6 of 9 bytes"},
+		{name: "edifact UNB cut", payload: edi("UNB+"), wantErr: `edifact: segment "UNB" is not terminated (no '\'' before the end of the data)`},
+		{name: "edifact level B UNB cut", payload: edi("UNB\x1dUNOB"), wantErr: `edifact: segment "UNB" is not terminated (no '\x1c' before the end of the data)`},
 		{name: "edifact UNA duplicate separators", payload: edi("UNA::.? '" + unb), wantErr: `edifact: UNA: UNA1 component data element separator and UNA2 data element separator are both ':'`},
-		{name: "edifact UNA non-ASCII duplicate", payload: edi("UNA\xae\xae.? '"), wantErr: `edifact: UNA: UNA1 component data element separator and UNA2 data element separator are both '\xae'`},
-		{name: "edifact UNA letter separator", payload: edi("UNA:X.? '"), wantErr: `edifact: UNA: UNA2 data element separator 'X' cannot be a separator`},
-		{name: "edifact UNA then nothing", payload: edi("UNA:+.? '  "), wantErr: "edifact: UNB interchange header missing after UNA"},
-		{name: "edifact UNA then UNH", payload: edi("UNA:+.? '" + unh), wantErr: `edifact: interchange does not start with UNB followed by the data element separator '+' (found "UNH")`},
-		{name: "edifact UNB wrong separator", payload: edi("UNB:UNOA'"), wantErr: `edifact: interchange does not start with UNB followed by the data element separator '+' (found "UNB")`},
+		{name: "edifact UNA letter separator then UNB", payload: edi("UNA:X.? '\r\n" + unb), wantErr: `edifact: UNA: UNA2 data element separator 'X' cannot be a separator`},
 		{name: "edifact UNB without reference", payload: edi("UNB+UNOA:2+S:14+R:14+240315:0930'" + unh + "UNZ+1+'"), wantErr: "edifact: UNB without interchange control reference (0020)"},
 		{name: "edifact UNB without sender", payload: edi("UNB+UNOA:2+:14+R:14+240315:0930+X'"), wantErr: "edifact: UNB without S002 interchange sender identification (0004)"},
 		{name: "edifact UNB without time", payload: edi("UNB+UNOA:2+S:14+R:14+240315+X'"), wantErr: "edifact: UNB without S004 time (0019)"},
@@ -520,6 +532,23 @@ func TestExtractTyped(t *testing.T) {
 		{"Application/XML", "garbage", "xml: the payload is declared application/xml but does not start with an XML declaration or element"},
 		{"application/xml", string(ubl[:40]), "xml: malformed XML before the root element: XML syntax error on line 1: unexpected EOF"},
 		{"application/xml", "<note/>", "none"},
+		// Declared XML, '<' and no root start tag that parses: damaged (the
+		// same bytes untyped or application/octet-stream are opaque).
+		{"application/xml", "<<<>>>", "xml: malformed XML before the root element: XML syntax error on line 1: expected element name after <"},
+		{"text/xml", "<=\x93\x01", "xml: malformed XML before the root element: XML syntax error on line 1: expected element name after <"},
+		{"application/octet-stream", "<<<>>>", "none"},
+		{"application/octet-stream", "<\x93\x01", "none"},
+		{"application/octet-stream", string(ubl[:40]), "none"},
+		{"application/octet-stream", `<?xml version="1.0"?>` + "\x93", "xml: malformed XML before the root element: XML syntax error on line 1: invalid UTF-8"},
+		// Declared EDI: a tag and a separator are enough to be read as EDI.
+		{"application/EDIFACT", "UNB", `edifact: segment "UNB" is not terminated (no '\'' before the end of the data)`},
+		{"application/edifact", "UNB:UNOA'", `edifact: interchange does not start with UNB followed by the data element separator '+' (found "UNB")`},
+		{"application/edifact", "UNA:+.", "edifact: UNA service string advice truncated: 6 of 9 bytes"},
+		{"application/edifact", "UNA:+.? '  ", "edifact: UNB interchange header missing after UNA"},
+		{"application/edifact", "UNA:+.? 'UNH+1+INVOIC:D:96A:UN'", `edifact: interchange does not start with UNB followed by the data element separator '+' (found "UNH")`},
+		{"application/edifact", "UNA\xae\xae.? '", `edifact: UNA: UNA1 component data element separator and UNA2 data element separator are both '\xae'`},
+		{"application/edi-x12", "ISA 00 x", "x12: ISA segment truncated: 8 of 106 bytes"},
+		{"application/edifact", "%PDF-1.7", "none"},
 		{"application/xml", "\xff\xfe<\x00n\x00/\x00>\x00", "none"}, // UTF-16 is not read: transport dedup only
 		{"application/octet-stream", "garbage", "none"},
 		{"", "garbage", "none"},
@@ -548,14 +577,45 @@ func TestExtractTyped(t *testing.T) {
 // standard and the problem but not the XML decoder's error text.
 func TestReasonHasNoParserText(t *testing.T) {
 	_, err := Extract([]byte("<Invoice xmlns=\"urn:oasis:names:specification:ubl:schema:xsd:Invoice-2\">\n<a></b></Invoice>"))
-	if got, want := Reason(err), "ubl: malformed XML (line 2)"; got != want {
+	if got, want := Reason(err), "UBL: malformed XML (line 2)"; got != want {
 		t.Errorf("Reason = %q, want %q (error %v)", got, want, err)
 	}
 	_, err = Extract([]byte("UNB+UNOA:2+S:14+R:14+240315:0930+X'UNH+1+INVOIC:D:96A:UN'UNZ+1+Y'"))
-	if got := Reason(err); got != err.Error() || !strings.Contains(got, `UNZ 0020 "Y" does not match UNB 0020 "X"`) {
-		t.Errorf("Reason = %q, error %v", got, err)
+	if got, want := Reason(err), `EDIFACT: UNZ 0020 "Y" does not match UNB 0020 "X"`; got != want {
+		t.Errorf("Reason = %q, want %q (error %v)", got, want, err)
+	}
+	_, err = ExtractTyped("application/xml", []byte("<Invoice xmlns=\"urn:oasis:names:specification:ubl:schema:xsd:Invoice-2\"\n\x01"))
+	if got, want := Reason(err), "XML: malformed XML before the root element (line 2)"; got != want {
+		t.Errorf("Reason = %q, want %q (error %v)", got, want, err)
 	}
 	if got := Reason(errors.New("invalid BER: length 97")); strings.Contains(got, "BER") {
 		t.Errorf("Reason of a foreign error = %q", got)
+	}
+}
+
+// TestRandomBinariesAreOpaque: 10,000 random bytes after the first bytes
+// of each standard ('<', "UNB", "ISA", ...), as a load test's random
+// application/octet-stream payloads are, are no envelope (transport dedup
+// only), never a damaged one, unless they recognisably start as a business
+// document. Before, every one starting with '<' (1 in 256) was damaged.
+func TestRandomBinariesAreOpaque(t *testing.T) {
+	const perHead = 300
+	for i, head := range randomHeads {
+		damaged := 0
+		for n := range perHead {
+			data := randomBinary(uint64(i*perHead+n), head, 10_000)
+			_, err := ExtractTyped("application/octet-stream", data)
+			if errors.Is(err, ErrDamaged) {
+				damaged++
+				if !recognisable(data) {
+					t.Errorf("%q + random bytes (seed %d): damaged: %v", head, i*perHead+n, err)
+				}
+			} else if err != ErrNoEnvelope {
+				t.Fatalf("%q + random bytes: %v", head, err)
+			}
+		}
+		if damaged > 0 {
+			t.Logf("%q: %d of %d recognisable and damaged", head, damaged, perHead)
+		}
 	}
 }

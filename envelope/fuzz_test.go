@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/xml"
 	"errors"
+	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,13 +86,19 @@ func checkExtract(t *testing.T, data []byte) *Interchange {
 		if noEnvelope == damaged {
 			t.Fatalf("error %v: ErrNoEnvelope %v, ErrDamaged %v; want exactly one", err, noEnvelope, damaged)
 		}
+		if damaged && !recognisable(data) {
+			t.Fatalf("%q: damaged (%v) but does not recognisably start as a business document", clipBytes(data, 40), err)
+		}
 		if damaged {
 			msg := err.Error()
 			if !strings.HasPrefix(msg, "edifact: ") && !strings.HasPrefix(msg, "x12: ") && !strings.HasPrefix(msg, "ubl: ") &&
 				!strings.HasPrefix(msg, "sbdh: ") && !strings.HasPrefix(msg, "xml: ") {
 				t.Fatalf("damaged error %q does not name the standard", msg)
 			}
-			if r := Reason(err); r == "" || strings.Contains(r, "XML syntax error") || len(r) > len(msg) {
+			// Reason names the standard ("sbdh" becomes "PEPPOL SBDH") and
+			// drops the decoder's text.
+			if r := Reason(err); r == "" || strings.Contains(r, "XML syntax error") || len(r) > len(msg)+len("PEPPOL ") ||
+				!strings.HasPrefix(r, strings.SplitN(partnerReason(msg), ":", 2)[0]+": ") {
 				t.Fatalf("Reason %q of %q", r, msg)
 			}
 		}
@@ -188,9 +196,14 @@ func FuzzEDIFACTRoundTrip(f *testing.F) {
 			}
 			return
 		}
+		// A UNA alone is not recognisably EDIFACT; with a UNB after it,
+		// invalid separators are a damaged interchange.
+		if _, err := Extract(data); err != ErrNoEnvelope {
+			t.Fatalf("UNA%q alone: Extract error %v, want ErrNoEnvelope", una, err)
+		}
 		d, uerr := parseUNA(data)
 		if uerr != nil {
-			_, err := Extract(data)
+			_, err := Extract(append(data, "UNB+UNOC:3'"...))
 			if !errors.Is(err, ErrDamaged) || err.Error() != uerr.Error() {
 				t.Fatalf("UNA%q: Extract error %v, want %v", una, err, uerr)
 			}
@@ -258,12 +271,12 @@ func FuzzX12RoundTrip(f *testing.F) {
 			"IEA" + s + "1" + s + ctl + tm)
 		got, err := Extract(data)
 		switch {
-		case isAlnum(sep):
+		case isAlnum(sep) || isSpace(sep): // not recognisably X12
 			if err != ErrNoEnvelope {
 				t.Fatalf("%q: %v, want ErrNoEnvelope", data, err)
 			}
 			return
-		case isSpace(sep) || isAlnum(comp) || isSpace(comp) || isAlnum(term) || term == ' ' || term == '\t' ||
+		case isAlnum(comp) || isSpace(comp) || isAlnum(term) || term == ' ' || term == '\t' ||
 			sep == comp || sep == term || comp == term ||
 			strings.TrimSpace(sender) == "" || strings.TrimSpace(ctl) == "":
 			if !errors.Is(err, ErrDamaged) {
@@ -324,6 +337,89 @@ func FuzzUBLRoundTrip(f *testing.F) {
 		}
 		if *got != *want {
 			t.Fatalf("%q:\n got %+v\nwant %+v", data, *got, *want)
+		}
+	})
+}
+
+func clipBytes(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+// recognisable is the test's own statement of when a payload whose MIME
+// type declares nothing may be a damaged envelope: after a UTF-8 byte order
+// mark and white space it starts as an EDIFACT interchange ("UNB+",
+// "UNB" IS3, a UNA advice followed by "UNB"), an
+// X12 interchange ("ISA*00*" with any separator that is not a letter, digit
+// or white space), or XML (an XML declaration, or a root start tag that
+// encoding/xml parses).
+func recognisable(data []byte) bool {
+	d := bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	d = bytes.TrimLeft(d, " \t\r\n")
+	switch {
+	case bytes.HasPrefix(d, []byte("UNB+")) || bytes.HasPrefix(d, []byte("UNB\x1d")):
+		return true
+	case bytes.HasPrefix(d, []byte("UNA")) && len(d) >= 9:
+		return bytes.HasPrefix(bytes.TrimLeft(d[9:], " \t\r\n"), []byte("UNB"))
+	case bytes.HasPrefix(d, []byte("ISA")) && len(d) >= 7:
+		return !isAlnum(d[3]) && !isSpace(d[3]) && d[6] == d[3]
+	case bytes.HasPrefix(d, []byte("<?xml")) && len(d) > 5 && isSpace(d[5]):
+		return true
+	case bytes.HasPrefix(d, []byte("<")):
+		dec := xml.NewDecoder(bytes.NewReader(d))
+		dec.CharsetReader = func(_ string, r io.Reader) (io.Reader, error) { return r, nil }
+		for {
+			tok, err := dec.RawToken()
+			if err != nil {
+				return false
+			}
+			if _, ok := tok.(xml.StartElement); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// randomBinary is n bytes of deterministic pseudo-random data after head.
+func randomBinary(seed uint64, head string, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, 22))
+	b := make([]byte, len(head)+n)
+	copy(b, head)
+	for i := len(head); i < len(b); i++ {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// randomHeads are the starts that random binary data shares with business
+// documents.
+var randomHeads = []string{"<", "<?", "<!", "<a", "U", "UN", "UNA", "UNB", "I", "IS", "ISA", "\xef\xbb\xbf<", " \r\n<"}
+
+// FuzzExtractOpaque feeds random binary data, seeded with random bytes
+// after the first bytes of each standard, under no type, a binary type and
+// a text type: it is never a damaged envelope unless it recognisably starts
+// as a business document (recognisable), and the types that declare
+// nothing change nothing.
+func FuzzExtractOpaque(f *testing.F) {
+	for i, h := range randomHeads {
+		f.Add(randomBinary(uint64(i), h, 200))
+	}
+	f.Add([]byte("<a>\x93"))
+	f.Add([]byte("UNB+\x00"))
+	f.Add([]byte("ISA*00*\x00"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		plain := checkExtract(t, data)
+		for _, ct := range []string{"application/octet-stream", "text/plain", "application/pdf"} {
+			ic, err := ExtractTyped(ct, data)
+			if errors.Is(err, ErrDamaged) && !recognisable(data) {
+				t.Fatalf("%s %q: damaged (%v) but does not recognisably start as a business document", ct, clipBytes(data, 40), err)
+			}
+			if (plain == nil) != (ic == nil) || plain != nil && *ic != *plain {
+				t.Fatalf("%s: %+v, %v; Extract found %+v", ct, ic, err, plain)
+			}
 		}
 	})
 }

@@ -197,8 +197,8 @@ func TestLongSegments(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, ErrDamaged) || err.Error() != tc.err || Reason(err) != tc.err {
-			t.Errorf("%s: %v, want %q", tc.name, err, tc.err)
+		if !errors.Is(err, ErrDamaged) || err.Error() != tc.err || Reason(err) != partnerReason(tc.err) {
+			t.Errorf("%s: %v (reason %q), want %q", tc.name, err, Reason(err), tc.err)
 		}
 	}
 }
@@ -212,8 +212,8 @@ func TestXMLLongMarkup(t *testing.T) {
 	}
 	long := strings.Repeat("x", xmlMaxMarkup)
 	for _, tc := range []struct{ name, payload, reason string }{
-		{"attribute", doc(`<cbc:Note a="` + long + `"/>`), "ubl: malformed XML: tag longer than 1048576 bytes"},
-		{"comment", doc(`<!--` + long + `-->`), "ubl: malformed XML: comment longer than 1048576 bytes"},
+		{"attribute", doc(`<cbc:Note a="` + long + `"/>`), "UBL: malformed XML: tag longer than 1048576 bytes"},
+		{"comment", doc(`<!--` + long + `-->`), "UBL: malformed XML: comment longer than 1048576 bytes"},
 		{"text", doc(`<cbc:Note>` + long + long + `</cbc:Note>`), ""},
 		{"cdata", doc(`<cbc:Note><![CDATA[` + long + `]]]]>` + long + `]]></cbc:Note>`), ""},
 	} {
@@ -296,7 +296,7 @@ func TestExtractReaderReusesItsBuffer(t *testing.T) {
 	if per := (b.TotalAlloc - a.TotalAlloc) / rounds; per > 16<<10 && !raceEnabled {
 		t.Fatalf("a %d-byte payload allocated %d KiB per extraction", len(small), per>>10)
 	}
-	if _, err := ExtractReader(strings.NewReader("UNB")); !errors.Is(err, ErrDamaged) {
+	if _, err := ExtractReader(strings.NewReader("UNB+")); !errors.Is(err, ErrDamaged) {
 		t.Fatalf("truncated payload after others: %v", err)
 	}
 	if _, err := ExtractReader(io.MultiReader(strings.NewReader("UN"), iotestErr{})); err == nil || errors.Is(err, ErrDamaged) {
@@ -310,3 +310,27 @@ func TestExtractReaderReusesItsBuffer(t *testing.T) {
 type iotestErr struct{}
 
 func (iotestErr) Read([]byte) (int, error) { return 0, errors.New("disk gone") }
+
+// partnerReason is what Reason gives for a damaged envelope whose error
+// text is errText: the standard's label replaced by its name.
+func partnerReason(errText string) string {
+	for label, name := range map[string]string{"edifact": "EDIFACT", "x12": "X12", "ubl": "UBL", "sbdh": "PEPPOL SBDH", "peppol-sbdh": "PEPPOL SBDH", "xml": "XML"} {
+		if rest, ok := strings.CutPrefix(errText, label+": "); ok {
+			return name + ": " + rest
+		}
+	}
+	return errText
+}
+
+// TestExtractReaderReadErrorAtTheStart: an error reading the first bytes,
+// which decide whether the payload recognisably starts as a business
+// document, is returned as such, not taken for an opaque payload.
+func TestExtractReaderReadErrorAtTheStart(t *testing.T) {
+	boom := errors.New("disk gone")
+	for _, head := range []string{"UNA:+.? '", "UNB", "ISA*0", "<?xm"} {
+		_, err := ExtractReader(io.MultiReader(strings.NewReader(head), &failingReader{boom}))
+		if !errors.Is(err, boom) || errors.Is(err, ErrDamaged) || err == ErrNoEnvelope {
+			t.Errorf("%q: %v", head, err)
+		}
+	}
+}

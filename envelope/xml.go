@@ -68,9 +68,14 @@ func sbdhPath(locals ...string) []xml.Name {
 // extractXML reads an XML document from r, which starts with '<'. The
 // decoder reads through an xmlRunBound filter, so that memory does not grow
 // with the size of the document or of any text in it.
-func extractXML(r io.Reader) (*Interchange, error) {
+//
+// recognised says that the payload is XML whatever follows: its MIME type
+// declares XML, or it starts with an XML declaration. Otherwise it is XML
+// only once its root start tag parses: a payload that breaks before (random
+// binary data starting with '<') is no envelope, not a damaged one.
+func extractXML(r io.Reader, recognised bool) (*Interchange, error) {
 	src := &readErrRecorder{r: r}
-	ic, err := extractXMLFrom(newXMLRunBound(src, xmlRunBound))
+	ic, err := extractXMLFrom(newXMLRunBound(src, xmlRunBound), recognised)
 	if src.err != nil {
 		return nil, readErr(src.err)
 	}
@@ -92,28 +97,36 @@ func (e *readErrRecorder) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func extractXMLFrom(r io.Reader) (*Interchange, error) {
+func extractXMLFrom(r io.Reader, recognised bool) (*Interchange, error) {
 	var cs charsetState
 	d := xml.NewDecoder(r)
 	d.Strict = true
 	d.CharsetReader = cs.reader
 
-	// Prolog: the payload starts like XML ('<'), so it must parse to a root
-	// element; one that does not (cut inside its declaration or root start
-	// tag, text before the root) is damaged, not "no envelope": a UBL
-	// document cut inside its root start tag must not be delivered.
+	// Prolog: a payload recognised as XML must parse to a root element; one
+	// that does not (cut inside its declaration or root start tag, text
+	// before the root) is damaged, not "no envelope": a UBL document
+	// declared application/xml and cut inside its root start tag must not be
+	// delivered. A payload that merely starts with '<' and breaks before its
+	// root start tag parses is an opaque payload.
 	var (
 		root    xml.StartElement
 		doctype bool
 	)
+	prologErr := func(err error) (*Interchange, error) {
+		if !recognised {
+			return nil, ErrNoEnvelope
+		}
+		return nil, err
+	}
 prolog:
 	for {
 		tok, err := d.Token()
 		if errors.Is(err, io.EOF) {
-			return nil, damagedf(standardXML, "the document ends before its root element")
+			return prologErr(damagedf(standardXML, "the document ends before its root element"))
 		}
 		if err != nil {
-			return nil, damagedWrap(standardXML, err, "malformed XML before the root element")
+			return prologErr(damagedWrap(standardXML, err, "malformed XML before the root element"))
 		}
 		switch t := tok.(type) {
 		case xml.StartElement:
@@ -123,7 +136,7 @@ prolog:
 			doctype = true
 		case xml.CharData:
 			if len(bytes.TrimSpace(t)) > 0 {
-				return nil, damagedf(standardXML, "text before the root element")
+				return prologErr(damagedf(standardXML, "text before the root element"))
 			}
 		}
 	}

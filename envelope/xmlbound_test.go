@@ -80,8 +80,8 @@ func FuzzXMLTextBound(f *testing.F) {
 			t.Fatalf("runs are at most %d bytes but the filter cut:\n in %q\nout %q", longest, data, out)
 		}
 
-		ic, err := extractXMLFrom(bytes.NewReader(data))
-		icf, errf := extractXMLFrom(newXMLRunBound(bytes.NewReader(data), fuzzRunBound))
+		ic, err := extractXMLFrom(bytes.NewReader(data), true)
+		icf, errf := extractXMLFrom(newXMLRunBound(bytes.NewReader(data), fuzzRunBound), true)
 		if !fl.cut {
 			if (err == nil) != (errf == nil) || err != nil && err.Error() != errf.Error() || ic != nil && *ic != *icf {
 				t.Fatalf("nothing cut, yet %+v, %v; unfiltered %+v, %v", icf, errf, ic, err)

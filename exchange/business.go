@@ -259,6 +259,13 @@ type damagedEnvelope struct {
 func (d *damagedEnvelope) Error() string { return d.err.Error() }
 func (d *damagedEnvelope) Unwrap() error { return d.err }
 
+// DamagedText is what both protocols tell the partner of a message refused
+// for a damaged business envelope, from the Failure's Reason: AS2 in the
+// negative MDN's text, AS4 in eb:Description and eb:ErrorDetail. For
+// example `its business envelope is damaged: payload 1: EDIFACT: UNZ 0020
+// "124" does not match UNB 0020 "123"`.
+func DamagedText(reason string) string { return "its business envelope is damaged: " + reason }
+
 func damagedReason(err error) string {
 	var d *damagedEnvelope
 	if errors.As(err, &d) {

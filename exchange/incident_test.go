@@ -98,7 +98,7 @@ func TestRefusalsCarryAnIncident(t *testing.T) {
 	if got[2].Reason == "" || !strings.Contains(got[2].Reason, "EDIFACT interchange reference REF1") || !strings.Contains(got[2].Reason, "quarantined") {
 		t.Errorf("quarantine reason %q", got[2].Reason)
 	}
-	if got[3].Reason != "payload 1: ubl: malformed XML (line 2)" {
+	if got[3].Reason != "payload 1: UBL: malformed XML (line 2)" {
 		t.Errorf("damaged reason %q", got[3].Reason)
 	}
 	inc := strings.TrimSuffix(strings.TrimPrefix(string(r.Body)[strings.Index(string(r.Body), "(incident ")+1:], "incident "), ")\n")

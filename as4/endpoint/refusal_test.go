@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -64,6 +65,27 @@ func refusal(t *testing.T, h *harness, resp *client.Response, wantCode string, w
 	return ae.Detail
 }
 
+// describedRefusal is refusal for a message the pipeline refused (drift,
+// quarantine, a damaged business envelope): eb:Description states the
+// reason too, the sentence eb:ErrorDetail gives before the incident
+// reference (as the AS2 MDN's text does), not EBMS:0004's generic "Another
+// error occurred.".
+func describedRefusal(t *testing.T, h *harness, resp *client.Response, want ...string) string {
+	t.Helper()
+	detail := refusal(t, h, resp, as4.CodeOther, want...)
+	_, ae := signalCode(t, getKeys(t), resp)
+	for _, w := range want {
+		if !strings.Contains(ae.Description, w) {
+			t.Errorf("eb:Description lacks %q: %s", w, ae.Description)
+		}
+	}
+	sentence := strings.TrimSuffix(ae.Description, ".")
+	if sentence == "" || !strings.HasPrefix(detail, strings.ToLower(sentence[:1])+sentence[1:]+" (incident ") {
+		t.Errorf("eb:Description %q is not eb:ErrorDetail's sentence: %s", ae.Description, detail)
+	}
+	return detail
+}
+
 // noLeak asserts that a reply body carries an incident reference, no Go
 // error text, and that the incident is in a log line and an audit record
 // that hold the detail.
@@ -109,8 +131,9 @@ func noLeak(t *testing.T, h *harness, body []byte) string {
 
 // TestDamagedEnvelopeIsAPermanentEbMSError: a damaged business envelope, or
 // one interchange twice with different bytes, gets a signed EBMS:0004 with
-// HTTP 200 naming the problem (it was HTTP 500 "please retransmit" with no
-// signal); nothing reaches the handler.
+// HTTP 200 naming the problem in eb:Description and eb:ErrorDetail (it was
+// HTTP 500 "please retransmit" with no signal, then "Another error
+// occurred." in eb:Description); nothing reaches the handler.
 func TestDamagedEnvelopeIsAPermanentEbMSError(t *testing.T) {
 	t.Parallel()
 	k := getKeys(t)
@@ -124,13 +147,13 @@ func TestDamagedEnvelopeIsAPermanentEbMSError(t *testing.T) {
 	}{
 		{"UNZ reference differs from UNB", "application/edifact",
 			[][]byte{bytes.Replace(edifact("REF00042", "4711"), []byte("UNZ+1+REF00042"), []byte("UNZ+1+REF00043"), 1)}, `UNZ 0020 "REF00043" does not match UNB 0020 "REF00042"`},
-		{"ISA shorter than 106 bytes", "application/edi-x12", [][]byte{[]byte("ISA*00*  *00*  *ZZ*ACME~IEA*1*1~")}, "x12: ISA"},
+		{"ISA shorter than 106 bytes", "application/edi-x12", [][]byte{[]byte("ISA*00*  *00*  *ZZ*ACME~IEA*1*1~")}, "X12: ISA"},
 		{"IEA02 differs from ISA13", "application/edi-x12", [][]byte{x12("000000905", "000000906")}, "IEA02"},
-		{"UBL truncated", "application/xml", [][]byte{[]byte(ubl[:len(ubl)-20])}, "ubl: malformed XML (line 2)"},
-		{"UBL cut inside its root start tag", "application/xml", [][]byte{[]byte(ubl[:strings.Index(ubl, "xmlns:cbc")+8])}, "xml: malformed XML before the root element"},
-		{"UBL malformed", "application/xml", [][]byte{[]byte(strings.Replace(ubl, "</cbc:ID>", "</cbc:Id>", 1))}, "ubl: malformed XML (line 2)"},
+		{"UBL truncated", "application/xml", [][]byte{[]byte(ubl[:len(ubl)-20])}, "UBL: malformed XML (line 2)"},
+		{"UBL cut inside its root start tag", "application/xml", [][]byte{[]byte(ubl[:strings.Index(ubl, "xmlns:cbc")+8])}, "XML: malformed XML before the root element"},
+		{"UBL malformed", "application/xml", [][]byte{[]byte(strings.Replace(ubl, "</cbc:ID>", "</cbc:Id>", 1))}, "UBL: malformed XML (line 2)"},
 		{"declared XML but not XML", "text/xml", [][]byte{[]byte("INVOICE 4711")}, "declared text/xml"},
-		{"EDIFACT cut inside UNB", "application/edifact", [][]byte{edifact("REF00044", "1")[:30]}, "edifact:"},
+		{"EDIFACT cut inside UNB", "application/edifact", [][]byte{edifact("REF00044", "1")[:30]}, "EDIFACT:"},
 		{"one interchange twice with different bytes", "application/edifact",
 			[][]byte{edifact("REF00045", "1"), edifact("REF00045", "2")}, "EDIFACT interchange reference REF00045 appears twice"},
 	}
@@ -140,7 +163,7 @@ func TestDamagedEnvelopeIsAPermanentEbMSError(t *testing.T) {
 			if resp == nil {
 				t.Fatalf("not sent: %v", err)
 			}
-			refusal(t, h, resp, as4.CodeOther, "business envelope is damaged", tc.want)
+			describedRefusal(t, h, resp, "business envelope is damaged", tc.want)
 		})
 	}
 	if n := h.handler.count(); n != 0 {
@@ -168,7 +191,7 @@ func TestInterchangeDriftNamesTheInterchange(t *testing.T) {
 	if err == nil {
 		t.Fatal("changed interchange accepted")
 	}
-	d := refusal(t, h, resp, as4.CodeOther, "EDIFACT interchange reference REF00042", sha(first), sha(changed))
+	d := describedRefusal(t, h, resp, "EDIFACT interchange reference REF00042", sha(first), sha(changed))
 	if strings.Contains(d, "ic-2@acme.test was accepted") || strings.Contains(d, "eb:MessageId ic-2") {
 		t.Errorf("detail claims the new eb:MessageId was accepted before: %s", d)
 	}
@@ -195,7 +218,7 @@ func TestOnDriftQuarantine(t *testing.T) {
 	if err == nil {
 		t.Fatal("changed interchange accepted")
 	}
-	refusal(t, h, resp, as4.CodeOther, "quarantined", "REF00077", sha(changed))
+	describedRefusal(t, h, resp, "quarantined", "REF00077", sha(changed))
 	// Transport drift: the same eb:MessageId with another (non-EDI) payload.
 	if _, _, err := c.Send(ctx, h.url, ediMessage("q-3@acme.test", "application/pdf", []byte("%PDF one"))); err != nil {
 		t.Fatal(err)
@@ -204,7 +227,7 @@ func TestOnDriftQuarantine(t *testing.T) {
 	if err == nil {
 		t.Fatal("changed payload accepted")
 	}
-	refusal(t, h, resp, as4.CodeOther, "quarantined", "q-3@acme.test", sha([]byte("%PDF two")))
+	describedRefusal(t, h, resp, "quarantined", "q-3@acme.test", sha([]byte("%PDF two")))
 	for _, want := range [][]byte{changed, []byte("%PDF two")} {
 		if !quarantined(t, filepath.Join(h.quarantine, "acme"), want) {
 			t.Errorf("%q not in the quarantine directory", want)
@@ -295,9 +318,48 @@ func TestRefusalsOfMalformedInputLeakNoGoErrors(t *testing.T) {
 		if err == nil {
 			t.Fatal("accepted")
 		}
-		refusal(t, h, resp, as4.CodeOther, "ubl: malformed XML (line 2)")
+		refusal(t, h, resp, as4.CodeOther, "UBL: malformed XML (line 2)")
 	})
 	if h.handler.count() != 0 {
 		t.Fatalf("handler ran %d times", h.handler.count())
 	}
+}
+
+// TestRandomBinaryStartingWithLTIsProcessed: with business dedup, an
+// application/octet-stream attachment of '<' and 10,000 random bytes is an
+// opaque payload, not a damaged XML envelope: it gets a receipt, and its
+// retransmission the same receipt without the handler running again (it was
+// EBMS:0004 "malformed XML before the root element", every retransmission
+// too). The same attachment declared application/xml is still refused.
+func TestRandomBinaryStartingWithLTIsProcessed(t *testing.T) {
+	t.Parallel()
+	k := getKeys(t)
+	h := newHarness(t, harnessOptions{ledger: true})
+	payload := make([]byte, 10_001)
+	r := rand.New(rand.NewPCG(22, 0))
+	for i := range payload {
+		payload[i] = byte(r.Uint32())
+	}
+	payload[0] = '<'
+	c := rsaClient(k)
+	out, err := c.Build(ediMessage("random-lt@acme.test", "application/octet-stream", payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.Post(context.Background(), h.url, out)
+	if err != nil || first.Receipt == nil {
+		t.Fatalf("first post: %v", err)
+	}
+	second, err := c.Post(context.Background(), h.url, out)
+	if err != nil || !bytes.Equal(first.Body, second.Body) {
+		t.Fatalf("retransmission: %v", err)
+	}
+	if n := h.handler.count(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	_, resp, err := c.Send(context.Background(), h.url, ediMessage("random-lt-xml@acme.test", "application/xml", payload))
+	if resp == nil {
+		t.Fatalf("not sent: %v", err)
+	}
+	describedRefusal(t, h, resp, "its business envelope is damaged: payload 1: XML: malformed XML before the root element (line 1)")
 }

@@ -38,14 +38,17 @@ func (r *replies) Duplicate(ctx context.Context, stored exchange.Reply, d dedup.
 }
 
 // Failed answers every exchange.FailureKind with a signed EBMS:0004 Other
-// (severity failure) whose eb:ErrorDetail gives the reason and the
-// incident reference. A handler failure is retryable (HTTP 500, SOAP
-// Receiver fault), so the partner retransmits; drift, quarantine and a
-// damaged business envelope are permanent (HTTP 200), so it stops: the same
-// bytes would be refused again. EBMS:0004 because ebMS 3 Core §6.7 has no
-// code for the business document itself (0003 and 0011 are about the ebMS
-// header and payload references, 0303 about decompression), and phase4 too
-// answers errors of the business side with EBMS:0004.
+// (severity failure) whose eb:Description says what happened (not the
+// code's generic "Another error occurred."; for drift and a damaged business
+// envelope the reason AS2's negative MDN gives) and whose eb:ErrorDetail
+// gives the same sentence with the incident reference. A handler failure is
+// retryable (HTTP 500, SOAP Receiver fault), so the partner retransmits;
+// drift, quarantine and a damaged business envelope are permanent (HTTP
+// 200), so it stops: the same bytes would be refused again. EBMS:0004
+// because ebMS 3 Core §6.7 has no code for the business document itself
+// (0003 and 0011 are about the ebMS header and payload references, 0303
+// about decompression), and phase4 too answers errors of the business side
+// with EBMS:0004.
 func (r *replies) Failed(ctx context.Context, f *exchange.Failure) (exchange.Reply, error) {
 	id := r.um.MessageInfo.MessageID
 	note := " (" + exchange.IncidentNote(f.Incident) + ")"
@@ -57,11 +60,13 @@ func (r *replies) Failed(ctx context.Context, f *exchange.Failure) (exchange.Rep
 	case exchange.Drift, exchange.Quarantined:
 		detail = "the message was not processed: " + f.Reason + "; a changed document needs a new eb:MessageId (and, for EDI, a new interchange reference)"
 	case exchange.Damaged:
-		detail = "the message was not processed: its business envelope is damaged: " + f.Reason
+		detail = "the message was not processed: " + exchange.DamagedText(f.Reason)
 	default:
 		return exchange.Reply{}, fmt.Errorf("as4 endpoint: no ebMS error for failure kind %s", f.Kind)
 	}
-	return r.e.signalError(as4.Other(truncate(detail)+note, f.Err).WithRef(id), id, retryable, r.id, r.bdew)
+	ae := as4.Other(truncate(detail)+note, f.Err).WithRef(id)
+	ae.Description = truncate(strings.ToUpper(detail[:1]) + detail[1:] + ".")
+	return r.e.signalError(ae, id, retryable, r.id, r.bdew)
 }
 
 // receiptReply builds the receipt of um, signed by id (for a bdew partner
