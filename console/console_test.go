@@ -33,6 +33,7 @@ type fixture struct {
 	qdir     string
 	released []string
 	key      dedup.Key
+	con      *Console
 }
 
 func newFixture(t *testing.T, token string) *fixture {
@@ -80,6 +81,7 @@ func newFixture(t *testing.T, token string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.con = c
 	f.srv = httptest.NewServer(c.Handler())
 	t.Cleanup(f.srv.Close)
 	return f
@@ -209,7 +211,7 @@ func TestConsoleActionsNeedCSRFAndAreAudited(t *testing.T) {
 		t.Fatalf("discard without reason: %.300s", b)
 	}
 	resp, err = c.PostForm(f.srv.URL+"/console/quarantine/discard", url.Values{"id": {id}, "csrf": {m[1]}, "reason": {"test data"}})
-	if b := body(t, resp, err); !strings.Contains(b, "discarded m2@acme") {
+	if b := body(t, resp, err); !strings.Contains(b, "Discarded: the payload was moved out of the quarantine") {
 		t.Fatalf("discard: %.300s", b)
 	}
 	if _, err := os.Stat(filepath.Join(f.qdir, discardedDir, "acme", "0123456789abcdef-fedcba9876543210.payload")); err != nil {
@@ -220,7 +222,7 @@ func TestConsoleActionsNeedCSRFAndAreAudited(t *testing.T) {
 		t.Fatalf("discard audit: %+v", recs)
 	}
 	resp, err = c.PostForm(f.srv.URL+"/console/quarantine/release", url.Values{"id": {id}, "csrf": {m[1]}})
-	if b := body(t, resp, err); !strings.Contains(b, "released or discarded already") || len(f.released) != 0 {
+	if b := body(t, resp, err); resp.StatusCode != http.StatusConflict || !strings.Contains(b, "was already discarded at ") || !strings.Contains(b, "cannot be released now") || len(f.released) != 0 {
 		t.Fatalf("release of a discarded item: %.300s %v", b, f.released)
 	}
 	// Path tricks are refused.
