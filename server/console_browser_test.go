@@ -52,6 +52,13 @@ const consoleToken = "console-test-token"
 
 func newConsoleFixture(t *testing.T, tune ...func(*config.Config)) *consoleFixture {
 	t.Helper()
+	return newConsoleFixtureYAML(t, nil, tune...)
+}
+
+// newConsoleFixtureYAML is newConsoleFixture with the demo partner file
+// edited by editYAML (nil: as it is).
+func newConsoleFixtureYAML(t *testing.T, editYAML func([]byte) []byte, tune ...func(*config.Config)) *consoleFixture {
+	t.Helper()
 	cfg := demoConfig(t)
 	_, file, _, _ := runtime.Caller(0)
 	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
@@ -61,6 +68,9 @@ func newConsoleFixture(t *testing.T, tune ...func(*config.Config)) *consoleFixtu
 		t.Fatal(err)
 	}
 	yaml = bytes.Replace(yaml, []byte("on_drift: reject"), []byte("on_drift: quarantine"), 1)
+	if editYAML != nil {
+		yaml = editYAML(yaml)
+	}
 	pem, _ := os.ReadFile(filepath.Join(demo, "partners", "demo-partner.pem"))
 	os.WriteFile(filepath.Join(pdir, "demo.yaml"), yaml, 0o644)
 	os.WriteFile(filepath.Join(pdir, "demo-partner.pem"), pem, 0o644)
