@@ -401,3 +401,31 @@ func TestQuarantineItemLayouts(t *testing.T) {
 		t.Error("item with a missing payload file read")
 	}
 }
+
+// TestSearchTimesAreUTC: From and To are read as UTC in the ISO forms
+// (minutes, seconds, a date alone, a trailing Z); anything else is a 400
+// that does not repeat the value.
+func TestSearchTimesAreUTC(t *testing.T) {
+	f := newFixture(t, "")
+	c := f.client(t)
+	now := time.Now().UTC()
+	for _, tc := range []struct {
+		from, to string
+		want     string
+	}{
+		{now.Add(-time.Hour).Format("2006-01-02T15:04"), now.Add(time.Hour).Format("2006-01-02T15:04"), "1 message(s)"},
+		{now.Add(-time.Hour).Format("2006-01-02T15:04:05Z"), "", "1 message(s)"},
+		{now.Format("2006-01-02"), now.Add(48 * time.Hour).Format("2006-01-02"), "1 message(s)"},
+		{now.Add(time.Minute).Format("2006-01-02 15:04"), "", "0 message(s)"},
+		{"", now.Add(-time.Minute).Format("2006-01-02T15:04"), "0 message(s)"},
+	} {
+		b := get(t, c, f.srv.URL+"/console/messages?from="+url.QueryEscape(tc.from)+"&to="+url.QueryEscape(tc.to))
+		if !strings.Contains(b, tc.want) {
+			t.Errorf("from %q to %q: want %s: %.300s", tc.from, tc.to, tc.want, b)
+		}
+	}
+	resp, err := c.Get(f.srv.URL + "/console/messages?from=" + url.QueryEscape("12/04/2026 Call +1 555"))
+	if b := body(t, resp, err); resp.StatusCode != http.StatusBadRequest || strings.Contains(b, "Call +1 555") || !strings.Contains(b, "YYYY-MM-DDTHH:MM") {
+		t.Errorf("a time in another form: %d %.500s", resp.StatusCode, b)
+	}
+}

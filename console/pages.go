@@ -137,7 +137,8 @@ func parseFormTime(v string) (time.Time, error) {
 			return t, nil
 		}
 	}
-	return time.Time{}, fmt.Errorf("want YYYY-MM-DDTHH:MM or YYYY-MM-DD (UTC), not %q", v)
+	// The value is not repeated: a page shows only the server's words.
+	return time.Time{}, errors.New("want YYYY-MM-DDTHH:MM or YYYY-MM-DD (UTC)")
 }
 
 func (c *Console) messages(w http.ResponseWriter, r *http.Request, who caller) {
@@ -153,7 +154,8 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request, who caller) {
 	}
 	// A partner the directory knows is selected by the audit query; any
 	// other text is what an unknown sender claimed to be (its AS2-From or
-	// eb:From PartyId), matched on the refusals read.
+	// eb:From PartyId, case-insensitive) or the id of a partner no longer
+	// in the directory, matched on the newest records read.
 	aq := audit.Query{MessageID: dedup.NormalizeMessageID(s.MessageID), Reference: s.Reference}
 	claimed := ""
 	if known {
@@ -192,7 +194,8 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request, who caller) {
 		if s.Decision != "" && d.Outcome != s.Decision {
 			continue
 		}
-		if claimed != "" && (d.Partner != "" || !strings.EqualFold(d.Claimed, claimed)) {
+		// (A partner no longer in the directory is still found by its id.)
+		if claimed != "" && d.Partner != claimed && (d.Partner != "" || !strings.EqualFold(d.Claimed, claimed)) {
 			continue
 		}
 		hits = append(hits, d)
