@@ -133,24 +133,38 @@ func connectionWho(r *http.Request) string {
 // authenticate returns the caller of an authenticated request. With an
 // admin token, the bearer header or a session made by logging in is
 // needed; without one the admin listener's own rule applies (loopback, or
-// a verified client certificate), and a session is made on the way.
-func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (caller, bool) {
+// a verified client certificate), and a session is made on the way. A
+// bearer token counts against the source's wrong tokens like the login
+// form's: wait > 0 when the source has used them up (its token was not
+// compared).
+func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (who caller, ok bool, wait time.Duration) {
 	now := c.now()
 	if ck, err := r.Cookie(cookieName); err == nil {
 		if s, ok := c.sessions.get(ck.Value, now); ok {
-			return caller{who: s.who, sessionID: ck.Value}, true
+			return caller{who: s.who, sessionID: ck.Value}, true, 0
 		}
 	}
 	if c.tokenSum != ([32]byte{}) {
-		if got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && c.tokenOK(got) {
-			return caller{who: tokenWho(r), bearer: true}, true
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok {
+			return caller{}, false, 0
 		}
-		return caller{}, false
+		src := sourceOf(r)
+		if wait, blocked := c.throttle.blocked(src, now); blocked {
+			return caller{}, false, wait
+		}
+		if !c.tokenOK(got) {
+			c.throttle.failed(src, now)
+			c.log.Warn("console: bearer token refused", "remote", r.RemoteAddr)
+			return caller{}, false, 0
+		}
+		c.throttle.succeeded(src)
+		return caller{who: tokenWho(r), bearer: true}, true, 0
 	}
-	who := connectionWho(r)
-	id := c.sessions.create(who, now)
+	name := connectionWho(r)
+	id := c.sessions.create(name, now)
 	c.setCookie(w, r, id, int(sessionTTL/time.Second))
-	return caller{who: who, sessionID: id}, true
+	return caller{who: name, sessionID: id}, true, 0
 }
 
 // tokenWho names a caller authenticated by the admin token, with its client

@@ -12,8 +12,9 @@ import (
 func timeHour(i int) time.Duration { return time.Duration(i) * time.Hour }
 
 // chartSVG draws messages per hour, one panel per protocol, each bar
-// stacked by outcome. Only numbers, fixed words and protocol names (from
-// the audit, escaped) go into the markup.
+// stacked by outcome, each panel on its own scale (its axis says so). Only
+// numbers, fixed words and protocol names (from the audit, escaped) go
+// into the markup.
 func chartSVG(h hourly) template.HTML {
 	protos := make([]string, 0, len(h.Counts))
 	for p := range h.Counts {
@@ -27,13 +28,14 @@ func chartSVG(h hourly) template.HTML {
 		width, panelH, left, top, barW, gap = 760, 150, 40, 20, 26, 4
 	)
 	height := len(protos)*(panelH+top+30) + 10
-	scale := max(h.Max, 1)
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="messages per hour over the last 24 hours by protocol and outcome">`,
 		width, height, width, height)
 	for pi, p := range protos {
 		y0 := pi*(panelH+top+30) + top
-		fmt.Fprintf(&b, `<text x="0" y="%d" class="panel">%s</text>`, y0-6, html.EscapeString(strings.ToUpper(p)))
+		scale := max(h.Max[p], 1)
+		fmt.Fprintf(&b, `<g class="proto" data-protocol="%s" data-scale="%d">`, html.EscapeString(p), scale)
+		fmt.Fprintf(&b, `<text x="0" y="%d" class="panel">%s (own scale: 0 to %d per hour)</text>`, y0-6, html.EscapeString(strings.ToUpper(p)), scale)
 		// axis and grid: 0, half, max
 		for _, f := range []int{0, 1, 2} {
 			v := scale * f / 2
@@ -64,6 +66,7 @@ func chartSVG(h hourly) template.HTML {
 				fmt.Fprintf(&b, `<text x="%d" y="%d" class="tick">%02d</text>`, x, y0+panelH+14, h.Start.Add(timeHour(i)).UTC().Hour())
 			}
 		}
+		b.WriteString(`</g>`)
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())

@@ -21,6 +21,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,6 +62,9 @@ type Source struct {
 	// Release processes a quarantined payload once through the handler
 	// (see server.ReleaseQuarantined).
 	Release func(ctx context.Context, it QuarantineItem, actor string) (ReleaseResult, error)
+	// WakeOutbox makes the async MDN dispatcher look for due deliveries at
+	// once ("Retry now"; nil: it finds them at its next poll).
+	WakeOutbox func()
 }
 
 // TableReader reads the table handler's rows back (inbox.Table).
@@ -84,6 +88,7 @@ type Console struct {
 	src      Source
 	tokenSum [32]byte
 	sessions *sessions
+	throttle *loginThrottle
 	tmpl     *template.Template
 	static   http.Handler
 	log      *slog.Logger
@@ -96,7 +101,7 @@ func New(src Source, token string, log *slog.Logger) (*Console, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &Console{src: src, sessions: newSessions(), log: log, now: time.Now}
+	c := &Console{src: src, sessions: newSessions(), throttle: newLoginThrottle(), log: log, now: time.Now}
 	if token != "" {
 		c.tokenSum = sha256.Sum256([]byte(token))
 	}
@@ -147,7 +152,11 @@ type handler func(w http.ResponseWriter, r *http.Request, who caller)
 // to the login form.
 func (c *Console) authed(h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		who, ok := c.authenticate(w, r)
+		who, ok, wait := c.authenticate(w, r)
+		if wait > 0 {
+			c.tooManyFailures(w, r, wait)
+			return
+		}
 		if !ok {
 			if r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
 				http.Redirect(w, r, "/console/login", http.StatusSeeOther)
@@ -191,8 +200,26 @@ type page struct {
 	Data  any
 }
 
+// flashes are the only messages a page shows from its URL (?flash=key,
+// after an action redirected there): the server's own sentences, chosen
+// by key. An unknown key shows nothing, so a link cannot make the console
+// say what its author wants.
+var flashes = map[string]string{
+	"retry-now":       "The delivery is due now; the outbox was woken to send it.",
+	"released":        "Released: the payload was processed by the handler.",
+	"released-before": "Released: it had been processed before, so it was not processed again.",
+	"discarded":       "Discarded: the payload was moved out of the quarantine.",
+}
+
+// render writes a page with status 200 and the URL's flash, if any.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, who caller, name, title string, data any) {
-	p := page{Title: title, Nav: name, Who: who.who, Data: data, Flash: r.URL.Query().Get("flash"), Error: r.URL.Query().Get("error")}
+	c.renderStatus(w, r, who, http.StatusOK, name, title, data, flashes[r.URL.Query().Get("flash")], "")
+}
+
+// renderStatus writes a page with the status and the messages given (the
+// server's text, never the request's).
+func (c *Console) renderStatus(w http.ResponseWriter, r *http.Request, who caller, status int, name, title string, data any, flash, errText string) {
+	p := page{Title: title, Nav: name, Who: who.who, Data: data, Flash: flash, Error: errText}
 	if who.sessionID != "" {
 		p.CSRF = c.sessions.csrf(who.sessionID)
 	}
@@ -203,7 +230,30 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, who caller, nam
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
 	_, _ = w.Write([]byte(b.String()))
+}
+
+// notice is the page that answers an action directly: what happened (the
+// server's words) and a link on.
+type notice struct {
+	Link, LinkText string
+}
+
+func (c *Console) notice(w http.ResponseWriter, r *http.Request, who caller, status int, flash, errText, link, linkText string) {
+	c.renderStatus(w, r, who, status, "notice", "Console", notice{Link: link, LinkText: linkText}, flash, errText)
+}
+
+// tooManyFailures answers a source that used up its wrong tokens.
+func (c *Console) tooManyFailures(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	secs := int((wait + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	msg := fmt.Sprintf("Too many wrong admin tokens from your address; try again in %d seconds.", secs)
+	if r.URL.Path == "/console/login" {
+		c.renderStatus(w, r, caller{}, http.StatusTooManyRequests, "login", "Log in", nil, "", msg)
+		return
+	}
+	http.Error(w, msg, http.StatusTooManyRequests)
 }
 
 func (c *Console) fail(w http.ResponseWriter, what string, err error) {
@@ -229,12 +279,19 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/console/", http.StatusSeeOther)
 		return
 	}
-	if err := r.ParseForm(); err != nil || !c.tokenOK(r.PostForm.Get("token")) {
-		c.log.Warn("console: login refused", "remote", r.RemoteAddr)
-		w.WriteHeader(http.StatusUnauthorized)
-		c.render(w, r, caller{}, "login", "Log in", "wrong token")
+	src, now := sourceOf(r), c.now()
+	if wait, blocked := c.throttle.blocked(src, now); blocked {
+		c.log.Warn("console: login refused: too many wrong tokens", "remote", r.RemoteAddr, "retry_after", wait.String())
+		c.tooManyFailures(w, r, wait)
 		return
 	}
+	if err := r.ParseForm(); err != nil || !c.tokenOK(r.PostForm.Get("token")) {
+		c.throttle.failed(src, now)
+		c.log.Warn("console: login refused", "remote", r.RemoteAddr)
+		c.renderStatus(w, r, caller{}, http.StatusUnauthorized, "login", "Log in", nil, "", "Wrong token.")
+		return
+	}
+	c.throttle.succeeded(src)
 	id := c.sessions.create(tokenWho(r), c.now())
 	c.setCookie(w, r, id, int(sessionTTL/time.Second))
 	c.log.Info("console: login", "who", tokenWho(r), "remote", r.RemoteAddr)

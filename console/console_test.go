@@ -33,6 +33,7 @@ type fixture struct {
 	qdir     string
 	released []string
 	key      dedup.Key
+	con      *Console
 }
 
 func newFixture(t *testing.T, token string) *fixture {
@@ -80,6 +81,7 @@ func newFixture(t *testing.T, token string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.con = c
 	f.srv = httptest.NewServer(c.Handler())
 	t.Cleanup(f.srv.Close)
 	return f
@@ -209,7 +211,7 @@ func TestConsoleActionsNeedCSRFAndAreAudited(t *testing.T) {
 		t.Fatalf("discard without reason: %.300s", b)
 	}
 	resp, err = c.PostForm(f.srv.URL+"/console/quarantine/discard", url.Values{"id": {id}, "csrf": {m[1]}, "reason": {"test data"}})
-	if b := body(t, resp, err); !strings.Contains(b, "discarded m2@acme") {
+	if b := body(t, resp, err); !strings.Contains(b, "Discarded: the payload was moved out of the quarantine") {
 		t.Fatalf("discard: %.300s", b)
 	}
 	if _, err := os.Stat(filepath.Join(f.qdir, discardedDir, "acme", "0123456789abcdef-fedcba9876543210.payload")); err != nil {
@@ -220,7 +222,7 @@ func TestConsoleActionsNeedCSRFAndAreAudited(t *testing.T) {
 		t.Fatalf("discard audit: %+v", recs)
 	}
 	resp, err = c.PostForm(f.srv.URL+"/console/quarantine/release", url.Values{"id": {id}, "csrf": {m[1]}})
-	if b := body(t, resp, err); !strings.Contains(b, "released or discarded already") || len(f.released) != 0 {
+	if b := body(t, resp, err); resp.StatusCode != http.StatusConflict || !strings.Contains(b, "was already discarded at ") || !strings.Contains(b, "cannot be released now") || len(f.released) != 0 {
 		t.Fatalf("release of a discarded item: %.300s %v", b, f.released)
 	}
 	// Path tricks are refused.
@@ -397,5 +399,33 @@ func TestQuarantineItemLayouts(t *testing.T) {
 	os.WriteFile(filepath.Join(pdir, "eeee-ffff.json"), []byte(`{"payloads":[{"sha256":"1"},{"sha256":"2"}]}`), 0o640)
 	if _, err := ReadItem(dir, "acme/eeee-ffff"); err == nil {
 		t.Error("item with a missing payload file read")
+	}
+}
+
+// TestSearchTimesAreUTC: From and To are read as UTC in the ISO forms
+// (minutes, seconds, a date alone, a trailing Z); anything else is a 400
+// that does not repeat the value.
+func TestSearchTimesAreUTC(t *testing.T) {
+	f := newFixture(t, "")
+	c := f.client(t)
+	now := time.Now().UTC()
+	for _, tc := range []struct {
+		from, to string
+		want     string
+	}{
+		{now.Add(-time.Hour).Format("2006-01-02T15:04"), now.Add(time.Hour).Format("2006-01-02T15:04"), "1 message(s)"},
+		{now.Add(-time.Hour).Format("2006-01-02T15:04:05Z"), "", "1 message(s)"},
+		{now.Format("2006-01-02"), now.Add(48 * time.Hour).Format("2006-01-02"), "1 message(s)"},
+		{now.Add(time.Minute).Format("2006-01-02 15:04"), "", "0 message(s)"},
+		{"", now.Add(-time.Minute).Format("2006-01-02T15:04"), "0 message(s)"},
+	} {
+		b := get(t, c, f.srv.URL+"/console/messages?from="+url.QueryEscape(tc.from)+"&to="+url.QueryEscape(tc.to))
+		if !strings.Contains(b, tc.want) {
+			t.Errorf("from %q to %q: want %s: %.300s", tc.from, tc.to, tc.want, b)
+		}
+	}
+	resp, err := c.Get(f.srv.URL + "/console/messages?from=" + url.QueryEscape("12/04/2026 Call +1 555"))
+	if b := body(t, resp, err); resp.StatusCode != http.StatusBadRequest || strings.Contains(b, "Call +1 555") || !strings.Contains(b, "YYYY-MM-DDTHH:MM") {
+		t.Errorf("a time in another form: %d %.500s", resp.StatusCode, b)
 	}
 }

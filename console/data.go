@@ -5,10 +5,12 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/dedup"
 )
 
 // Delivery is one exchange of a message as the audit shows it: the records
@@ -25,7 +27,25 @@ type Delivery struct {
 	Outcome     string
 	Disposition string
 	Incident    string
-	Records     []audit.Record
+	// Claimed is the sender a refused message claimed to be (its AS2-From
+	// or first eb:From PartyId) when no partner agreement matched it:
+	// Partner is then empty.
+	Claimed string
+	// PayloadSHA256 is the first payload hash the records name.
+	PayloadSHA256 string
+	// Resolved is the operator's release or discard of a quarantined
+	// delivery (nil: none yet).
+	Resolved *audit.Record
+	Records  []audit.Record
+}
+
+// PartnerShown is the partner column: the partner id, or what an unknown
+// sender claimed to be.
+func (d *Delivery) PartnerShown() string {
+	if d.Partner != "" {
+		return d.Partner
+	}
+	return d.Claimed
 }
 
 // outcomes are the verdicts, in the chart's stacking order.
@@ -41,12 +61,20 @@ var outcomeColor = map[string]string{
 var attention = map[string]bool{"drift": true, "quarantined": true, "rejected": true, "failed": true, "error": true}
 
 // deliveries groups audit records (oldest first) into deliveries, oldest
-// first. Operator records are not deliveries.
+// first. A delivery starts with its "received" record, or with the first
+// record of its key after a reply (a message refused before the pipeline
+// has only its reply record, and a duplicate in the store's own
+// transaction has no "received" record in the store). Operator records are
+// not deliveries: a release or discard marks the quarantined delivery it
+// resolved (Delivery.Resolved).
 func deliveries(recs []audit.Record) []*Delivery {
 	var out []*Delivery
+	var ops []audit.Record
 	current := map[string]*Delivery{}
+	replied := map[*Delivery]bool{}
 	for _, r := range recs {
 		if r.Step == audit.StepOperator {
+			ops = append(ops, r)
 			continue
 		}
 		id := r.Key
@@ -54,12 +82,21 @@ func deliveries(recs []audit.Record) []*Delivery {
 			id = r.Partner + "\x00" + r.MessageID
 		}
 		d := current[id]
-		if d == nil || r.Step == audit.StepReceived {
+		if d == nil || r.Step == audit.StepReceived || replied[d] && r.Step != audit.StepDelivery {
 			d = &Delivery{Time: r.Time, Partner: r.Partner, Protocol: r.Protocol, MessageID: r.MessageID, Key: r.Key}
 			current[id] = d
 			out = append(out, d)
 		}
+		if r.Step == audit.StepReply {
+			replied[d] = true
+		}
 		d.Records = append(d.Records, r)
+		if d.PayloadSHA256 == "" && r.PayloadSHA256 != "" {
+			d.PayloadSHA256 = r.PayloadSHA256
+		}
+		if d.Partner == "" && d.Claimed == "" {
+			d.Claimed = claimedSender(r)
+		}
 		if d.Reference == "" && r.Reference != "" {
 			d.Reference = r.Reference
 		}
@@ -76,7 +113,81 @@ func deliveries(recs []audit.Record) []*Delivery {
 	for _, d := range out {
 		d.Outcome = outcomeOf(d.Records)
 	}
+	resolve(out, ops)
 	return out
+}
+
+// resolve marks the quarantined deliveries that an operator released or
+// discarded since: the operator record names the delivery's transport key
+// (or, in records written before it did, its partner and message id) and
+// the quarantined payload's hash.
+func resolve(ds []*Delivery, ops []audit.Record) {
+	for i := range ops {
+		op := &ops[i]
+		switch op.Decision {
+		case "released", "released-again", "discarded":
+		default:
+			continue
+		}
+		for _, d := range ds {
+			if d.Outcome != "quarantined" || d.Resolved != nil || op.Time.Before(d.Time) {
+				continue
+			}
+			if op.Key != "" && op.Key != d.Key || op.Key == "" && (op.Partner != d.Partner || op.MessageID != d.MessageID) {
+				continue
+			}
+			if op.PayloadSHA256 != "" && !d.quarantinedHash(op.PayloadSHA256) {
+				continue
+			}
+			d.Resolved = op
+			break
+		}
+	}
+}
+
+// quarantinedHash reports whether the delivery carried payload hash sum
+// (a drift record names the received hash in its text, the received
+// record the message's hash).
+func (d *Delivery) quarantinedHash(sum string) bool {
+	for _, r := range d.Records {
+		if r.PayloadSHA256 == sum || strings.Contains(r.Error, sum) {
+			return true
+		}
+	}
+	return false
+}
+
+// The sentences the AS2 and AS4 endpoints refuse an unknown sender with
+// (as2.Endpoint and as4/endpoint: "no trading partner agreement for …"),
+// with the sender's claimed id quoted by %q.
+var (
+	claimedAS2 = regexp.MustCompile(`no trading partner agreement for AS2-From ("(?:[^"\\]|\\.)*")`)
+	claimedAS4 = regexp.MustCompile(`no trading partner agreement for eb:From PartyId ("(?:[^"\\]|\\.)*")`)
+)
+
+// claimedSender is the sender an unknown-partner refusal names. For AS2
+// the claimed AS2-From must also be the one the record's transport key was
+// derived from.
+func claimedSender(r audit.Record) string {
+	if r.Partner != "" || r.Decision != "rejected" {
+		return ""
+	}
+	re := claimedAS4
+	if r.Protocol == "as2" {
+		re = claimedAS2
+	}
+	m := re.FindStringSubmatch(r.Error)
+	if m == nil {
+		return ""
+	}
+	s, err := strconv.Unquote(m[1])
+	if err != nil || s == "" {
+		return ""
+	}
+	if r.Protocol == "as2" && r.Key != string(dedup.TransportKey("as2", "as2", s, r.MessageID)) {
+		return ""
+	}
+	return s
 }
 
 // outcomeOf judges a delivery by its records.
@@ -101,7 +212,9 @@ func outcomeOf(recs []audit.Record) string {
 		return "quarantined"
 	case has["drift"]:
 		return "drift"
-	case has["rejected"]:
+	case has["rejected"] || reply == "rejected":
+		// "rejected" as a reply: refused by the endpoint before the
+		// pipeline (unknown partner, signature, decryption, P-Mode).
 		return "rejected"
 	case reply == "accepted":
 		return "processed"
@@ -139,12 +252,15 @@ func (c *Console) recent(ctx context.Context, q audit.Query) ([]*Delivery, error
 type hourly struct {
 	Start  time.Time
 	Counts map[string]map[string][]int // protocol → outcome → 24 counts
-	Max    int
+	// Max is each protocol's largest hourly count: each protocol's panel
+	// has its own scale, so that a few AS4 messages beside hundreds of AS2
+	// ones still show.
+	Max map[string]int
 }
 
 func countHourly(ds []*Delivery, now time.Time) hourly {
 	end := now.Truncate(time.Hour).Add(time.Hour)
-	h := hourly{Start: end.Add(-24 * time.Hour), Counts: map[string]map[string][]int{}}
+	h := hourly{Start: end.Add(-24 * time.Hour), Counts: map[string]map[string][]int{}, Max: map[string]int{}}
 	totals := map[string][]int{}
 	for _, d := range ds {
 		if d.Time.Before(h.Start) || !d.Time.Before(end) {
@@ -161,7 +277,7 @@ func countHourly(ds []*Delivery, now time.Time) hourly {
 		}
 		h.Counts[p][d.Outcome][i]++
 		totals[p][i]++
-		h.Max = max(h.Max, totals[p][i])
+		h.Max[p] = max(h.Max[p], totals[p][i])
 	}
 	return h
 }

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"html/template"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,12 +53,14 @@ type dashboardData struct {
 	Chart     template.HTML
 	Legend    []string
 	Attention []*Delivery
-	Backlog   int
-	Oldest    time.Time
-	Pending   []outbox.Delivery
-	Certs     []certRow
-	Warn      time.Duration
-	Total     int
+	// AttentionTotal counts them all (Attention shows the newest 20).
+	AttentionTotal int
+	Backlog        int
+	Oldest         time.Time
+	Pending        []outbox.Delivery
+	Certs          []certRow
+	Warn           time.Duration
+	Total          int
 }
 
 type certRow struct {
@@ -74,8 +78,13 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request, who caller) 
 	}
 	data := dashboardData{Chart: chartSVG(countHourly(ds, now)), Legend: outcomes, Total: len(ds)}
 	for _, d := range newestFirst(ds) {
-		if attention[d.Outcome] && len(data.Attention) < 20 {
-			data.Attention = append(data.Attention, d)
+		// A quarantined delivery an operator released or discarded needs
+		// no more attention.
+		if attention[d.Outcome] && d.Resolved == nil {
+			data.AttentionTotal++
+			if len(data.Attention) < 20 {
+				data.Attention = append(data.Attention, d)
+			}
 		}
 	}
 	if pc, ok := c.src.Outbox.(outbox.PendingCounter); ok {
@@ -104,36 +113,66 @@ type searchData struct {
 	Partner, MessageID, Reference, Decision, From, To string
 	Outcomes                                          []string
 	Partners                                          []string
-	Results                                           []*Delivery
-	Page, Pages, Total                                int
-	Prev, Next                                        string
-	Truncated                                         bool
+	// Claimed are the senders unknown to the directory that refused
+	// messages claimed to be (suggested in the partner field).
+	Claimed            []string
+	Results            []*Delivery
+	Page, Pages, Total int
+	Prev, Next         string
+	Truncated          bool
 }
 
 const pageSize = 50
 
-const formTime = "2006-01-02T15:04"
+// formTimes are the forms the search's From and To take, all read as UTC
+// whatever the browser's time zone or locale (the fields are plain text:
+// a datetime-local input shows and takes the browser's local format).
+var formTimes = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", "2006-01-02 15:04", "2006-01-02 15:04:05", "2006-01-02"}
+
+// parseFormTime reads a search time as UTC; a trailing "Z" is allowed.
+func parseFormTime(v string) (time.Time, error) {
+	v = strings.TrimSuffix(strings.TrimSpace(v), "Z")
+	for _, f := range formTimes {
+		if t, err := time.ParseInLocation(f, v, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	// The value is not repeated: a page shows only the server's words.
+	return time.Time{}, errors.New("want YYYY-MM-DDTHH:MM or YYYY-MM-DD (UTC)")
+}
 
 func (c *Console) messages(w http.ResponseWriter, r *http.Request, who caller) {
 	q := r.URL.Query()
-	s := searchData{Partner: q.Get("partner"), MessageID: strings.TrimSpace(q.Get("message_id")), Reference: strings.TrimSpace(q.Get("reference")),
-		Decision: q.Get("decision"), From: q.Get("from"), To: q.Get("to"), Outcomes: outcomes}
+	s := searchData{Partner: strings.TrimSpace(q.Get("partner")), MessageID: strings.TrimSpace(q.Get("message_id")), Reference: strings.TrimSpace(q.Get("reference")),
+		Decision: q.Get("decision"), From: strings.TrimSpace(q.Get("from")), To: strings.TrimSpace(q.Get("to")), Outcomes: outcomes}
+	known := false
 	if d, _, _ := c.src.Partners(); d != nil {
 		for _, p := range d.Partners {
 			s.Partners = append(s.Partners, p.ID)
+			known = known || p.ID == s.Partner
 		}
 	}
-	aq := audit.Query{Partner: s.Partner, MessageID: dedup.NormalizeMessageID(s.MessageID), Reference: s.Reference}
+	// A partner the directory knows is selected by the audit query; any
+	// other text is what an unknown sender claimed to be (its AS2-From or
+	// eb:From PartyId, case-insensitive) or the id of a partner no longer
+	// in the directory, matched on the newest records read.
+	aq := audit.Query{MessageID: dedup.NormalizeMessageID(s.MessageID), Reference: s.Reference}
+	claimed := ""
+	if known {
+		aq.Partner = s.Partner
+	} else {
+		claimed = s.Partner
+	}
 	var err error
 	if s.From != "" {
-		if aq.From, err = time.Parse(formTime, s.From); err != nil {
-			http.Error(w, "from: want YYYY-MM-DDTHH:MM (UTC)", http.StatusBadRequest)
+		if aq.From, err = parseFormTime(s.From); err != nil {
+			c.notice(w, r, who, http.StatusBadRequest, "", "From: "+err.Error(), "/console/messages", "Back to the search")
 			return
 		}
 	}
 	if s.To != "" {
-		if aq.To, err = time.Parse(formTime, s.To); err != nil {
-			http.Error(w, "to: want YYYY-MM-DDTHH:MM (UTC)", http.StatusBadRequest)
+		if aq.To, err = parseFormTime(s.To); err != nil {
+			c.notice(w, r, who, http.StatusBadRequest, "", "To: "+err.Error(), "/console/messages", "Back to the search")
 			return
 		}
 	}
@@ -146,8 +185,17 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request, who caller) {
 	// reference (the pipeline sets it before the received step), so the
 	// audit query by reference returns whole deliveries.
 	var hits []*Delivery
+	seen := map[string]bool{}
 	for _, d := range newestFirst(ds) {
+		if d.Partner == "" && d.Claimed != "" && !seen[d.Claimed] && len(s.Claimed) < 100 {
+			seen[d.Claimed] = true
+			s.Claimed = append(s.Claimed, d.Claimed)
+		}
 		if s.Decision != "" && d.Outcome != s.Decision {
+			continue
+		}
+		// (A partner no longer in the directory is still found by its id.)
+		if claimed != "" && d.Partner != claimed && (d.Partner != "" || !strings.EqualFold(d.Claimed, claimed)) {
 			continue
 		}
 		hits = append(hits, d)
@@ -192,25 +240,59 @@ type detailData struct {
 	Drift        []DriftHashes
 	Files        []string
 	Rows         []inbox.TableRow
+	// Incident is set when the page was opened by the incident reference
+	// of a refusal that has no transport key (an AS4 message from an
+	// unknown party).
+	Incident string
+	// Release is set when Key is the key an operator's release ran under:
+	// nobody was sent its reply.
+	Release *releaseInfo
 }
 
+// releaseInfo is the release a key was processed under, and what the
+// partner's own delivery was answered.
+type releaseInfo struct {
+	Operator audit.Record
+	// PartnerKey is the key of the partner's quarantined delivery, and
+	// Partner that delivery (nil: not in the audit read).
+	PartnerKey string
+	Partner    *Delivery
+}
+
+var incidentRef = regexp.MustCompile(`^GW-[0-9A-Za-z]{4,32}$`)
+
 func (c *Console) message(w http.ResponseWriter, r *http.Request, who caller) {
-	key := r.URL.Query().Get("key")
-	if !dedup.Key(key).Valid() {
-		http.Error(w, "key: want a transport key (64 hex digits)", http.StatusBadRequest)
+	ctx := r.Context()
+	key, incident := r.URL.Query().Get("key"), strings.TrimSpace(r.URL.Query().Get("incident"))
+	var recs []audit.Record
+	var err error
+	switch {
+	case dedup.Key(key).Valid():
+		recs, err = c.src.Audit.Query(ctx, audit.Query{Key: key, Limit: maxScan})
+	case key == "" && incidentRef.MatchString(incident):
+		// A refusal by its incident reference: the page of its key when
+		// it has one, else its own records.
+		recs, err = c.src.Audit.Query(ctx, audit.Query{Incident: incident, Limit: maxScan})
+		if err == nil && len(recs) > 0 && dedup.Key(recs[0].Key).Valid() {
+			http.Redirect(w, r, "/console/message?key="+recs[0].Key, http.StatusSeeOther)
+			return
+		}
+	default:
+		http.Error(w, "want key (a transport key, 64 hex digits) or incident (GW-…)", http.StatusBadRequest)
 		return
 	}
-	ctx := r.Context()
-	recs, err := c.src.Audit.Query(ctx, audit.Query{Key: key, Limit: maxScan})
 	if err != nil {
 		c.fail(w, "reading the audit", err)
 		return
 	}
 	if len(recs) == 0 {
-		http.Error(w, "no audit records for this key", http.StatusNotFound)
+		http.Error(w, "no audit records for this key or incident", http.StatusNotFound)
 		return
 	}
 	d := detailData{Key: key, Deliveries: deliveries(recs), Drift: driftOf(recs)}
+	if key == "" {
+		d.Incident = incident
+	}
 	for _, rec := range recs {
 		if rec.Step == audit.StepOperator {
 			d.Operator = append(d.Operator, rec)
@@ -225,13 +307,18 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, who caller) {
 	// quarantine is processed under a key of its own).
 	if other, err := c.src.Audit.Query(ctx, audit.Query{Partner: d.First.Partner, MessageID: d.First.MessageID, Limit: maxScan}); err == nil {
 		for _, o := range deliveries(other) {
-			if o.Key != key {
+			if o.Key != key || key == "" && o.Incident != incident {
 				d.Related = append(d.Related, o)
 			}
 		}
 		for _, rec := range other {
 			if rec.Step == audit.StepOperator && rec.Key != key {
 				d.Operator = append(d.Operator, rec)
+			}
+			// This key is a release's: the reply stored with it went to
+			// nobody; the partner was answered on its own delivery.
+			if key != "" && rec.Step == audit.StepOperator && rec.Disposition == "release key "+key && d.Release == nil {
+				d.Release = c.releaseOf(ctx, rec)
 			}
 		}
 	}
@@ -251,7 +338,7 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, who caller) {
 		}
 		d.Interchanges = append(d.Interchanges, ir)
 	}
-	if c.src.Claims != nil {
+	if c.src.Claims != nil && key != "" {
 		cr, err := c.src.Claims.ClaimRecord(ctx, dedup.Key(key))
 		if err != nil && !errors.Is(err, dedup.ErrNotFound) {
 			c.fail(w, "reading the dedup store", err)
@@ -267,14 +354,35 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, who caller) {
 			}
 		}
 	}
-	d.Files = c.payloadFiles(d.First.Partner, key)
-	if c.src.Table != nil {
+	if key != "" {
+		d.Files = c.payloadFiles(d.First.Partner, key)
+	}
+	if c.src.Table != nil && key != "" {
 		if d.Rows, err = c.src.Table.Rows(ctx, key); err != nil {
 			c.fail(w, "reading inbox_payloads", err)
 			return
 		}
 	}
 	c.render(w, r, who, "message", "Message "+d.First.MessageID, d)
+}
+
+// releaseOf is the release an operator record describes, with the
+// partner's quarantined delivery it released.
+func (c *Console) releaseOf(ctx context.Context, op audit.Record) *releaseInfo {
+	ri := &releaseInfo{Operator: op, PartnerKey: op.Key}
+	if !dedup.Key(op.Key).Valid() {
+		return ri
+	}
+	recs, err := c.src.Audit.Query(ctx, audit.Query{Key: op.Key, Limit: maxScan})
+	if err != nil {
+		return ri
+	}
+	for _, d := range deliveries(recs) {
+		if d.Outcome == "quarantined" && !d.Time.After(op.Time) {
+			ri.Partner = d // the latest quarantined delivery before the release
+		}
+	}
+	return ri
 }
 
 // printable returns b as text when it is UTF-8 without control bytes other
@@ -536,7 +644,9 @@ func (c *Console) retryNow(w http.ResponseWriter, r *http.Request, who caller) {
 		return
 	}
 	if err := op.RetryNow(r.Context(), id); err != nil {
-		redirect(w, r, "/console/outbox", "", "retry now: "+err.Error())
+		c.log.Warn("console: retry now failed", "id", id, "who", who.who, "err", err)
+		c.notice(w, r, who, http.StatusConflict, "", "Retry now failed: the delivery is no longer pending (delivered or given up meanwhile?).",
+			"/console/outbox", "Back to the outbox")
 		return
 	}
 	if err := c.audit(r.Context(), who, audit.Record{Partner: d.Partner, MessageID: dedup.NormalizeMessageID(d.MessageID), Decision: "retry-now",
@@ -544,23 +654,23 @@ func (c *Console) retryNow(w http.ResponseWriter, r *http.Request, who caller) {
 		c.fail(w, "auditing the action", err)
 		return
 	}
-	redirect(w, r, "/console/outbox", "delivery "+id+" is due now", "")
+	// The dispatcher is woken rather than left to find the delivery at
+	// its next poll.
+	if c.src.WakeOutbox != nil {
+		c.src.WakeOutbox()
+	}
+	redirect(w, r, "/console/outbox", "retry-now")
 }
 
-func redirect(w http.ResponseWriter, r *http.Request, path, flash, errText string) {
-	v := url.Values{}
-	if flash != "" {
-		v.Set("flash", flash)
-	}
-	if errText != "" {
-		v.Set("error", errText)
-	}
-	if len(v) > 0 {
+// redirect sends the browser on to path after an action, with the key of
+// the flash message (flashes) it shows.
+func redirect(w http.ResponseWriter, r *http.Request, path, flashKey string) {
+	if flashKey != "" {
 		sep := "?"
 		if strings.Contains(path, "?") {
 			sep = "&"
 		}
-		path += sep + v.Encode()
+		path += sep + "flash=" + url.QueryEscape(flashKey)
 	}
 	http.Redirect(w, r, path, http.StatusSeeOther)
 }

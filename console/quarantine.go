@@ -17,6 +17,7 @@ import (
 
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/exchange"
 )
 
 // The quarantine directory holds <partner>/<key16>-<sha16>.payload with a
@@ -212,16 +213,7 @@ func (c *Console) quarantineItem(w http.ResponseWriter, r *http.Request, who cal
 		d.Preview, d.Binary = printable(b, 8<<10)
 	}
 	// The transport key of the refused delivery, for the link to its detail.
-	if recs, err := c.src.Audit.Query(r.Context(), audit.Query{Partner: it.Partner, MessageID: it.MessageID, Limit: 1000}); err == nil {
-		_, base, _ := ParseItemID(it.ID)
-		k16, _, _ := strings.Cut(base, "-")
-		for _, rec := range recs {
-			if strings.HasPrefix(rec.Key, k16) && dedup.Key(rec.Key).Valid() {
-				d.Key = rec.Key
-				break
-			}
-		}
-	}
+	d.Key = c.itemKey(r, it)
 	c.render(w, r, who, "item", "Quarantined payload", d)
 }
 
@@ -244,13 +236,27 @@ func (c *Console) quarantinePayload(w http.ResponseWriter, r *http.Request, who 
 	serveFile(w, r, path)
 }
 
+// ErrItemGone is returned by Source.Release for an item that left the
+// quarantine while the release waited (another release or a discard took
+// it first).
+var ErrItemGone = errors.New("console: the quarantined payload was released or discarded already")
+
+// RefusedError is a release refused for a reason the operator can act on
+// (the payload file changed, the partner's message is being processed
+// right now): its Reason is shown. Other errors show only an incident
+// reference; their text goes to the log.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return "release refused: " + e.Reason }
+
 // release processes a quarantined payload once (Source.Release does the
-// work and the audit).
+// work and the audit). A second release of the same item is answered
+// with when and by whom it was released.
 func (c *Console) release(w http.ResponseWriter, r *http.Request, who caller) {
 	id := r.PostForm.Get("id")
 	it, err := ReadItem(c.src.QuarantineDir, id)
 	if err != nil {
-		redirect(w, r, "/console/quarantine", "", "no such quarantined payload (released or discarded already?)")
+		c.itemGone(w, r, who, id, "released")
 		return
 	}
 	if c.src.Release == nil {
@@ -258,16 +264,102 @@ func (c *Console) release(w http.ResponseWriter, r *http.Request, who caller) {
 		return
 	}
 	res, err := c.src.Release(r.Context(), it, who.who)
-	if err != nil {
-		c.log.Error("console: release failed", "item", id, "who", who.who, "err", err)
-		redirect(w, r, "/console/quarantine/item?id="+url.QueryEscape(id), "", "release failed: "+err.Error())
+	var refused *RefusedError
+	switch {
+	case errors.Is(err, ErrItemGone):
+		c.itemGone(w, r, who, id, "released")
+		return
+	case errors.As(err, &refused):
+		c.log.Warn("console: release refused", "item", id, "who", who.who, "err", err)
+		c.notice(w, r, who, http.StatusConflict, "", "Not released: "+refused.Reason+".", "/console/quarantine/item?id="+url.QueryEscape(id), "Back to the payload")
+		return
+	case err != nil:
+		incident := exchange.NewIncident()
+		c.log.Error("console: release failed", "item", id, "who", who.who, "incident", incident, "err", err)
+		c.notice(w, r, who, http.StatusInternalServerError, "", "The release failed (incident "+incident+"; the gateway log has the cause).",
+			"/console/quarantine/item?id="+url.QueryEscape(id), "Back to the payload")
 		return
 	}
-	msg := "released " + it.MessageID + ": processed by the handler"
+	flash := "released"
 	if !res.HandlerRan {
-		msg = "released " + it.MessageID + ": it had been processed before; not processed again"
+		flash = "released-before"
 	}
-	redirect(w, r, "/console/message?key="+res.Key, msg, "")
+	redirect(w, r, "/console/message?key="+url.QueryEscape(res.Key), flash)
+}
+
+// itemGone answers an action on an item that is no longer in the
+// quarantine: released or discarded before (when and by whom, from the
+// audit), else not found. Asking again for what was done (action:
+// "released" or "discarded") is no error.
+func (c *Console) itemGone(w http.ResponseWriter, r *http.Request, who caller, id, action string) {
+	back := "/console/quarantine"
+	for _, sub := range []string{releasedDir, discardedDir} {
+		if c.src.QuarantineDir == "" {
+			break
+		}
+		it, err := ReadItem(filepath.Join(c.src.QuarantineDir, sub), id)
+		if err != nil {
+			continue
+		}
+		done, by, link := "released", "", back
+		if sub == discardedDir {
+			done = "discarded"
+		}
+		at := time.Time{}
+		if st, err := os.Stat(strings.TrimSuffix(it.Path, ".payload") + ".json"); err == nil {
+			at = st.ModTime()
+		}
+		if op, ok := c.operatorRecord(r, it, done); ok {
+			at, by = op.Time, " by "+op.Actor
+			if k, ok := strings.CutPrefix(op.Disposition, "release key "); ok && dedup.Key(k).Valid() {
+				link = "/console/message?key=" + k
+			}
+		}
+		what := fmt.Sprintf("This payload (%s of %s) was already %s at %s%s", it.MessageID, it.Partner, done, at.UTC().Format("2006-01-02 15:04:05Z"), by)
+		if action == done {
+			c.notice(w, r, who, http.StatusOK, what+"; nothing was done again.", "", link, "Where it went")
+			return
+		}
+		c.notice(w, r, who, http.StatusConflict, "", what+"; it cannot be "+action+" now.", link, "Where it went")
+		return
+	}
+	c.notice(w, r, who, http.StatusNotFound, "", "No such quarantined payload.", back, "Back to the quarantine")
+}
+
+// operatorRecord finds the audit record of the first release (or discard)
+// of an item.
+func (c *Console) operatorRecord(r *http.Request, it QuarantineItem, done string) (audit.Record, bool) {
+	if c.src.Audit == nil {
+		return audit.Record{}, false
+	}
+	recs, err := c.src.Audit.Query(r.Context(), audit.Query{Partner: it.Partner, MessageID: it.MessageID, Limit: maxScan})
+	if err != nil {
+		return audit.Record{}, false
+	}
+	for _, rec := range recs {
+		if rec.Step == audit.StepOperator && rec.Decision == done && (rec.PayloadSHA256 == "" || rec.PayloadSHA256 == it.PayloadSHA256) {
+			return rec, true
+		}
+	}
+	return audit.Record{}, false
+}
+
+// itemKey is the transport key of the delivery whose payload was
+// quarantined: its audit records name the message id, and the item's file
+// name starts with the key's first 16 hex digits ("" when not found).
+func (c *Console) itemKey(r *http.Request, it QuarantineItem) string {
+	recs, err := c.src.Audit.Query(r.Context(), audit.Query{Partner: it.Partner, MessageID: it.MessageID, Limit: 1000})
+	if err != nil {
+		return ""
+	}
+	_, base, _ := ParseItemID(it.ID)
+	k16, _, _ := strings.Cut(base, "-")
+	for _, rec := range recs {
+		if strings.HasPrefix(rec.Key, k16) && dedup.Key(rec.Key).Valid() {
+			return rec.Key
+		}
+	}
+	return ""
 }
 
 // discard removes a quarantined payload from the quarantine with a reason.
@@ -276,15 +368,17 @@ func (c *Console) discard(w http.ResponseWriter, r *http.Request, who caller) {
 	reason := strings.TrimSpace(r.PostForm.Get("reason"))
 	it, err := ReadItem(c.src.QuarantineDir, id)
 	if err != nil {
-		redirect(w, r, "/console/quarantine", "", "no such quarantined payload (released or discarded already?)")
+		c.itemGone(w, r, who, id, "discarded")
 		return
 	}
 	if reason == "" || len(reason) > 1000 {
-		redirect(w, r, "/console/quarantine/item?id="+url.QueryEscape(id), "", "a discard needs a reason (at most 1000 characters)")
+		c.notice(w, r, who, http.StatusBadRequest, "", "A discard needs a reason (at most 1000 characters).",
+			"/console/quarantine/item?id="+url.QueryEscape(id), "Back to the payload")
 		return
 	}
-	// Audit first: a discard that cannot be audited does not happen.
-	if err := c.audit(r.Context(), who, audit.Record{Partner: it.Partner, Protocol: it.Protocol, MessageID: it.MessageID,
+	// Audit first: a discard that cannot be audited does not happen. The
+	// record names the quarantined delivery's key, which it resolves.
+	if err := c.audit(r.Context(), who, audit.Record{Partner: it.Partner, Protocol: it.Protocol, MessageID: it.MessageID, Key: c.itemKey(r, it),
 		Reference: it.Reference, PayloadSHA256: it.PayloadSHA256, Decision: "discarded", Error: "reason: " + reason}); err != nil {
 		c.fail(w, "auditing the discard", err)
 		return
@@ -293,5 +387,5 @@ func (c *Console) discard(w http.ResponseWriter, r *http.Request, who caller) {
 		c.fail(w, "moving the discarded payload", err)
 		return
 	}
-	redirect(w, r, "/console/quarantine", "discarded "+it.MessageID, "")
+	redirect(w, r, "/console/quarantine", "discarded")
 }

@@ -34,6 +34,13 @@ func (s *Server) consoleHandler() (http.Handler, error) {
 			return snap.Partners, snap.Certificates, snap.CertWarning
 		},
 		Release: s.ReleaseQuarantined,
+		// "Retry now" wakes the async MDN dispatcher (set by
+		// mountProtocols before the admin handler is built).
+		WakeOutbox: func() {
+			if s.notify != nil {
+				s.notify()
+			}
+		},
 	}
 	if r, ok := s.Backend.AuditSink().(audit.Reader); ok {
 		src.Audit = r
@@ -87,6 +94,11 @@ func (s *Server) ReleaseQuarantined(ctx context.Context, it console.QuarantineIt
 	s.admin.releaseMu.Lock()
 	defer s.admin.releaseMu.Unlock()
 	var res console.ReleaseResult
+	// A release that waited for another one (a double click) finds the
+	// item moved: it was released (or discarded) already.
+	if _, err := os.Stat(strings.TrimSuffix(it.Path, ".payload") + ".json"); errors.Is(err, os.ErrNotExist) {
+		return res, fmt.Errorf("server: release %s: %w", it.ID, console.ErrItemGone)
+	}
 	// The files are the ones described: each one's bytes hash to its
 	// recorded hash, and together they hash to the item's hash (for a
 	// message's payloads, exchange.PayloadSHA256 over theirs).
@@ -107,14 +119,14 @@ func (s *Server) ReleaseQuarantined(ctx context.Context, it console.QuarantineIt
 			return res, fmt.Errorf("server: release: read payload %d: %w", i+1, err)
 		}
 		if sum := hex.EncodeToString(h.Sum(nil)); sum != ip.SHA256 {
-			return res, fmt.Errorf("server: release: payload file %d's SHA-256 %s is not the quarantined %s", i+1, sum, ip.SHA256)
+			return res, &console.RefusedError{Reason: fmt.Sprintf("payload file %d's SHA-256 %s is not the quarantined %s (the file changed)", i+1, sum, ip.SHA256)}
 		}
 		payloads = append(payloads, exchange.NewPayload(exchange.Payload{ContentType: ip.ContentType, Filename: ip.Filename,
 			Size: n, SHA256: ip.SHA256}, exchange.FileBody(ip.Path)))
 	}
 	msgHash := exchange.PayloadSHA256(&exchange.Message{Payloads: payloads})
 	if msgHash != it.PayloadSHA256 {
-		return res, fmt.Errorf("server: release: the payload files' SHA-256 %s is not the quarantined %s", msgHash, it.PayloadSHA256)
+		return res, &console.RefusedError{Reason: fmt.Sprintf("the payload files' SHA-256 %s is not the quarantined %s (the files changed)", msgHash, it.PayloadSHA256)}
 	}
 	// The refused delivery's transport key, from the audit.
 	partnerKey, err := s.quarantinedKey(ctx, it)
@@ -195,7 +207,7 @@ func (s *Server) moveTransportKey(ctx context.Context, key dedup.Key, sum string
 		// Nothing accepted under the key (purged): leave it free.
 		return s.Backend.Abandon(ctx, key, d.Token)
 	case dedup.InFlight:
-		return fmt.Errorf("server: release: the partner's message is being processed right now; release again in %s", d.RetryAfter)
+		return &console.RefusedError{Reason: fmt.Sprintf("the partner's message is being processed right now; release again in %s", d.RetryAfter)}
 	}
 	if d.PayloadSHA256 == sum {
 		return nil
@@ -205,7 +217,7 @@ func (s *Server) moveTransportKey(ctx context.Context, key dedup.Key, sum string
 		return fmt.Errorf("server: release: reclaim %s: %w", key, err)
 	}
 	if d2.Outcome != dedup.Claimed {
-		return fmt.Errorf("server: release: the partner's message is being processed right now; release again")
+		return &console.RefusedError{Reason: "the partner's message is being processed right now; release again"}
 	}
 	if err := s.Backend.Accept(ctx, key, d2.Token, d.Reply); err != nil {
 		return fmt.Errorf("server: release: accept %s: %w", key, err)

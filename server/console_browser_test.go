@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
@@ -52,6 +54,13 @@ const consoleToken = "console-test-token"
 
 func newConsoleFixture(t *testing.T, tune ...func(*config.Config)) *consoleFixture {
 	t.Helper()
+	return newConsoleFixtureYAML(t, nil, tune...)
+}
+
+// newConsoleFixtureYAML is newConsoleFixture with the demo partner file
+// edited by editYAML (nil: as it is).
+func newConsoleFixtureYAML(t *testing.T, editYAML func([]byte) []byte, tune ...func(*config.Config)) *consoleFixture {
+	t.Helper()
 	cfg := demoConfig(t)
 	_, file, _, _ := runtime.Caller(0)
 	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
@@ -61,6 +70,9 @@ func newConsoleFixture(t *testing.T, tune ...func(*config.Config)) *consoleFixtu
 		t.Fatal(err)
 	}
 	yaml = bytes.Replace(yaml, []byte("on_drift: reject"), []byte("on_drift: quarantine"), 1)
+	if editYAML != nil {
+		yaml = editYAML(yaml)
+	}
 	pem, _ := os.ReadFile(filepath.Join(demo, "partners", "demo-partner.pem"))
 	os.WriteFile(filepath.Join(pdir, "demo.yaml"), yaml, 0o644)
 	os.WriteFile(filepath.Join(pdir, "demo-partner.pem"), pem, 0o644)
@@ -294,6 +306,65 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	run("dashboard screenshot", shot("dashboard"))
 
+	// Each protocol's panel has its own scale: the busiest hour of AS4 (2
+	// messages) fills its panel as the busiest of AS2 (6) fills its own,
+	// as drawn by the browser.
+	tallest, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]float64](`(() => {
+		const cols = {};
+		for (const r of document.querySelectorAll("svg.chart rect")) {
+			const t = r.querySelector("title");
+			if (!t) continue;
+			const p = t.textContent.split(" ")[0], x = r.getAttribute("x");
+			cols[p] = cols[p] || {};
+			cols[p][x] = (cols[p][x] || 0) + r.getBBox().height;
+		}
+		const out = {};
+		for (const p in cols) out[p] = Math.max(...Object.values(cols[p]));
+		return out;
+	})()`))
+	if err != nil {
+		t.Fatalf("chart: %v", err)
+	}
+	for _, p := range []string{"as2", "as4"} {
+		if tallest[p] < 140 { // the panel is 150 high
+			t.Errorf("the busiest hour of %s is drawn %.0f px high of its 150 px panel (bars per protocol: %v)", p, tallest[p], tallest)
+		}
+	}
+
+	// The search's From and To are UTC whatever the browser's zone and
+	// locale: typed as ISO text in a browser set to UTC+14 and German, they
+	// reach the server as typed.
+	if _, err := chromedp.Call(ctx, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: "Pacific/Kiritimati"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, emulation.SetLocaleOverride, emulation.SetLocaleOverrideParams{Locale: "de-DE"}); err != nil {
+		t.Fatal(err)
+	}
+	from := time.Now().UTC().Add(-2 * time.Hour).Format("2006-01-02T15:04")
+	to := time.Now().UTC().Add(2 * time.Hour).Format("2006-01-02T15:04")
+	run("type the times",
+		chromedp.Navigate(f.admin+"/console/messages?partner=demo"),
+		chromedp.WaitVisible(chromedp.CSS(`input[name=from]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name=from]`), from),
+		chromedp.SendKeys(chromedp.CSS(`input[name=to]`), to),
+	)
+	typed, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("input[name=from], input[name=to]")].map(e => e.value)`))
+	if err != nil || len(typed) != 2 || typed[0] != from || typed[1] != to {
+		t.Fatalf("typed From %s and To %s (UTC), the form holds %q (%v)", from, to, typed, err)
+	}
+	run("search by time",
+		chromedp.Submit(chromedp.CSS(`input[name=from]`)),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`input[name=from][value=%q]`, from))),
+		textOf(`main`),
+	)
+	loc, _ := chromedp.Run(ctx, chromedp.Location())
+	if q, _ := url.Parse(loc); q == nil || q.Query().Get("from") != from || q.Query().Get("to") != to {
+		t.Errorf("typed From %s and To %s (UTC) were sent as %s", from, to, loc)
+	}
+	if m := regexp.MustCompile(`(\d+) message\(s\)`).FindStringSubmatch(text); m == nil || m[1] == "0" {
+		t.Errorf("search from %s to %s UTC found nothing: %.500s", from, to, text)
+	}
+
 	// Search: by message id, then everything of the partner.
 	run("search",
 		chromedp.Navigate(f.admin+"/console/messages"),
@@ -324,7 +395,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		textOf(`main`),
 		shot("detail"),
 	)
-	for _, want := range []string{"Reply we sent", "automatic-action/MDN-sent-automatically; processed", "REF100", "Transport ids that carried it",
+	for _, want := range []string{"Replies the partner got", "automatic-action/MDN-sent-automatically; processed", "REF100", "Transport ids that carried it",
 		"ok-100@demo", "Payload", tr.ok + "_REF100"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("detail lacks %q", want)
@@ -378,7 +449,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`.flash`)),
 		textOf(`main`),
 	)
-	if !strings.Contains(text, "discarded "+tr.q2) || !strings.Contains(text, "The quarantine is empty") {
+	if !strings.Contains(text, "Discarded: the payload was moved out of the quarantine") || !strings.Contains(text, "The quarantine is empty") {
 		t.Errorf("after discard: %s", text)
 	}
 	if n := f.runsOf(tr.q2); n != 0 {
