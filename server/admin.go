@@ -255,7 +255,8 @@ func adminTLS(cert, key, clientCA string) (*tls.Config, error) {
 // startAdmin serves the admin endpoints on ln until the returned stop is
 // called; stop waits at most timeout for scrapes in progress. A nil ln
 // serves nothing.
-func (s *Server) startAdmin(ln net.Listener, errc chan<- error) (stop func(timeout time.Duration), err error) {
+// The admin listener holds at most maxConns connections.
+func (s *Server) startAdmin(ln net.Listener, errc chan<- error, maxConns int) (stop func(timeout time.Duration), err error) {
 	if ln == nil {
 		return func(time.Duration) {}, nil
 	}
@@ -275,6 +276,7 @@ func (s *Server) startAdmin(ln net.Listener, errc chan<- error) (stop func(timeo
 		// pprof's profile and trace stream for as long as asked.
 		hs.WriteTimeout = time.Minute
 	}
+	ln = s.limitListener(ln, hs, "admin", maxConns, maxConns, 5*time.Second)
 	go func() {
 		var err error
 		if tc != nil {

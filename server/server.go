@@ -265,8 +265,13 @@ func (s *Server) ServeListeners(ctx context.Context, ln, admin net.Listener) err
 		BaseContext:       func(net.Listener) context.Context { return s.base },
 		ErrorLog:          slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn),
 	}
+	// Connections are bounded on both listeners, so that idle ones never
+	// take every descriptor: the admin listener keeps its own budget.
+	cl := s.connectionLimits()
+	s.logConnectionLimits(cl)
+	ln = s.limitListener(ln, hs, "partner", cl.partner, cl.perAddress, cl.idleUnderPressure)
 	adminErr := make(chan error, 1)
-	stopAdmin, err := s.startAdmin(admin, adminErr)
+	stopAdmin, err := s.startAdmin(admin, adminErr, cl.admin)
 	if err != nil {
 		ln.Close()
 		if admin != nil {

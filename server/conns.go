@@ -1,0 +1,92 @@
+package server
+
+import (
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/edigateway/gateway/internal/connlimit"
+)
+
+// defaultAdminConnections is admin.max_connections when a configuration
+// built in code leaves it zero.
+const defaultAdminConnections = 32
+
+// connLimits are the listeners' connection limits in force.
+type connLimits struct {
+	nofile, reserve     int
+	partner, perAddress int
+	admin               int
+	configuredMax       int // limits.max_connections as configured (0: auto)
+	lowered, perAddrOff bool
+	idleUnderPressure   time.Duration
+}
+
+// connectionLimits derives the limits from the configuration and the
+// process's descriptor limit (RLIMIT_NOFILE): the admin listener has its
+// own budget (admin.max_connections), a quarter of the descriptors (at
+// least 64) stay for the store, spool and inbox files and outgoing
+// connections, and partners get the rest, at most 4096, unless
+// limits.max_connections says less.
+func (s *Server) connectionLimits() connLimits {
+	c := s.Config
+	cl := connLimits{nofile: connlimit.NOFILE(), admin: c.Admin.MaxConnections, configuredMax: c.Limits.MaxConnections}
+	if cl.admin <= 0 {
+		cl.admin = defaultAdminConnections
+	}
+	b := connlimit.SplitNOFILE(cl.nofile, cl.admin)
+	cl.reserve, cl.partner = b.Reserve, b.Partner
+	if m := c.Limits.MaxConnections; m > 0 {
+		cl.partner = m
+		if ceil := connlimit.Ceiling(cl.nofile, cl.admin); m > ceil {
+			cl.partner, cl.lowered = ceil, true
+		}
+	}
+	cl.perAddress = c.Limits.MaxConnectionsPerAddress
+	switch {
+	case cl.perAddress == 0:
+		cl.perAddress = max(4, cl.partner/8)
+	case cl.perAddress >= cl.partner:
+		cl.perAddress, cl.perAddrOff = cl.partner, true
+	}
+	cl.perAddress = min(cl.perAddress, cl.partner)
+	cl.idleUnderPressure = 5 * time.Second
+	if d := c.Limits.IdleTimeout; d > 0 && d < cl.idleUnderPressure {
+		cl.idleUnderPressure = d
+	}
+	return cl
+}
+
+// logConnectionLimits states the limits at start, and warns about a
+// configured limit the descriptors do not allow and a per-address limit
+// turned off.
+func (s *Server) logConnectionLimits(cl connLimits) {
+	s.Log.Info("connection limits", "max_connections", cl.partner, "max_connections_per_address", cl.perAddress,
+		"admin_max_connections", cl.admin, "rlimit_nofile", cl.nofile, "reserved_descriptors", cl.reserve,
+		"auto", cl.configuredMax == 0, "idle_under_pressure", cl.idleUnderPressure)
+	if cl.lowered {
+		s.Log.Warn("limits.max_connections is more than the descriptor limit allows; lowered, so that the admin listener, the store and spool files keep their descriptors",
+			"configured", cl.configuredMax, "max_connections", cl.partner, "rlimit_nofile", cl.nofile)
+	}
+	if cl.perAddrOff {
+		s.Log.Warn("limits.max_connections_per_address is not below limits.max_connections: one source address may hold every partner connection",
+			"max_connections_per_address", s.Config.Limits.MaxConnectionsPerAddress, "max_connections", cl.partner)
+	}
+}
+
+// limitListener bounds ln's connections for hs: hs's ConnState tells the
+// limiter which connections are idle, and under pressure hs stops
+// keep-alive (its idle connections are closed at once, and every reply
+// closes its connection) until the pressure ends.
+func (s *Server) limitListener(ln net.Listener, hs *http.Server, name string, max, perAddress int, idle time.Duration) *connlimit.Listener {
+	l := connlimit.New(ln, connlimit.Options{Name: name, Max: max, PerAddress: perAddress, IdleUnderPressure: idle, Log: s.Log,
+		OnPressure: func(on bool) { hs.SetKeepAlivesEnabled(!on) }})
+	prev := hs.ConnState
+	hs.ConnState = func(c net.Conn, st http.ConnState) {
+		l.ConnState(c, st)
+		if prev != nil {
+			prev(c, st)
+		}
+	}
+	return l
+}
