@@ -1,11 +1,14 @@
 package server
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/edigateway/gateway/exchange"
 	"github.com/edigateway/gateway/internal/connlimit"
+	"github.com/edigateway/gateway/internal/httpframe"
 )
 
 // defaultAdminConnections is admin.max_connections when a configuration
@@ -89,4 +92,33 @@ func (s *Server) limitListener(ln net.Listener, hs *http.Server, name string, ma
 		}
 	}
 	return l
+}
+
+// guardRequests answers, in place of next, the request a guarded
+// connection (httpframe) delivers for a refused head: Content-Length with
+// Transfer-Encoding, duplicate Content-Length, obs-fold and the other
+// shapes a proxy in front could frame differently (request smuggling). The
+// partner gets the status, a short reason and an incident reference, and
+// the connection is closed (RFC 9112 §6.1); the log has the details. Other
+// requests get their connection's TLS state (the guard terminates TLS).
+func (s *Server) guardRequests(listener string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fc := httpframe.FromContext(r.Context())
+		if fc == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if ref := fc.Refused(r); ref != nil {
+			incident := exchange.NewIncident()
+			s.Log.Warn("request refused before the endpoint: its framing could be read differently by a proxy (request smuggling); connection closed",
+				"listener", listener, "remote", r.RemoteAddr, "status", ref.Status, "reason", ref.Reason, "incident", incident)
+			w.Header().Set("Connection", "close")
+			http.Error(w, fmt.Sprintf("%s: %s; the connection is closed (%s)", http.StatusText(ref.Status), ref.Reason, exchange.IncidentNote(incident)), ref.Status)
+			return
+		}
+		if st := fc.TLS(); st != nil {
+			r.TLS = st
+		}
+		next.ServeHTTP(w, r)
+	})
 }
