@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edigateway/gateway/exchange"
 	"github.com/edigateway/gateway/internal/connlimit"
@@ -84,6 +87,7 @@ func (s *Server) logConnectionLimits(cl connLimits) {
 func (s *Server) limitListener(ln net.Listener, hs *http.Server, name string, max, perAddress int, idle time.Duration) *connlimit.Listener {
 	l := connlimit.New(ln, connlimit.Options{Name: name, Max: max, PerAddress: perAddress, IdleUnderPressure: idle, Log: s.Log,
 		OnPressure: func(on bool) { hs.SetKeepAlivesEnabled(!on) }})
+	s.conns.listen(name, l)
 	prev := hs.ConnState
 	hs.ConnState = func(c net.Conn, st http.ConnState) {
 		l.ConnState(c, st)
@@ -109,6 +113,7 @@ func (s *Server) guardRequests(listener string, next http.Handler) http.Handler 
 			return
 		}
 		if ref := fc.Refused(r); ref != nil {
+			s.conns.refusedFraming(listener)
 			incident := exchange.NewIncident()
 			s.Log.Warn("request refused before the endpoint: its framing could be read differently by a proxy (request smuggling); connection closed",
 				"listener", listener, "remote", r.RemoteAddr, "status", ref.Status, "reason", ref.Reason, "incident", incident)
@@ -121,4 +126,68 @@ func (s *Server) guardRequests(listener string, next http.Handler) http.Handler 
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// connMetrics are the listeners' connection counters on /metrics.
+type connMetrics struct {
+	mu        sync.Mutex
+	listeners map[string]*connlimit.Listener
+	framing   map[string]float64
+}
+
+var (
+	connOpenDesc = prometheus.NewDesc("gateway_connections_open",
+		"Connections open now, by listener (partner, admin).", []string{"listener"}, nil)
+	connMaxDesc = prometheus.NewDesc("gateway_connections_max",
+		"The listener's connection limit (limits.max_connections, admin.max_connections).", []string{"listener"}, nil)
+	connPressureDesc = prometheus.NewDesc("gateway_connections_pressure",
+		"1 while the listener holds more connections than its high-water mark (three quarters of the limit): keep-alive is off and idle connections are closed after 5 s.", []string{"listener"}, nil)
+	connRefusedDesc = prometheus.NewDesc("gateway_connections_refused_total",
+		"Connections closed at once on accept: a limit was reached and no idle connection could make room.", []string{"listener"}, nil)
+	connIdleClosedDesc = prometheus.NewDesc("gateway_connections_idle_closed_total",
+		"Idle connections closed to make room for a new one or under pressure.", []string{"listener"}, nil)
+	framingDesc = prometheus.NewDesc("gateway_requests_refused_framing_total",
+		"Requests refused (400, connection closed) before any endpoint because their framing could be read differently by a proxy (request smuggling).", []string{"listener"}, nil)
+)
+
+func (m *connMetrics) listen(name string, l *connlimit.Listener) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.listeners == nil {
+		m.listeners = map[string]*connlimit.Listener{}
+	}
+	m.listeners[name] = l
+}
+
+func (m *connMetrics) refusedFraming(listener string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.framing == nil {
+		m.framing = map[string]float64{}
+	}
+	m.framing[listener]++
+}
+
+func (m *connMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{connOpenDesc, connMaxDesc, connPressureDesc, connRefusedDesc, connIdleClosedDesc, framingDesc} {
+		ch <- d
+	}
+}
+
+func (m *connMetrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, l := range m.listeners {
+		st := l.Stats()
+		pressure := 0.0
+		if st.Pressure {
+			pressure = 1
+		}
+		ch <- prometheus.MustNewConstMetric(connOpenDesc, prometheus.GaugeValue, float64(st.Open), name)
+		ch <- prometheus.MustNewConstMetric(connMaxDesc, prometheus.GaugeValue, float64(l.Options().Max), name)
+		ch <- prometheus.MustNewConstMetric(connPressureDesc, prometheus.GaugeValue, pressure, name)
+		ch <- prometheus.MustNewConstMetric(connRefusedDesc, prometheus.CounterValue, float64(st.Refused), name)
+		ch <- prometheus.MustNewConstMetric(connIdleClosedDesc, prometheus.CounterValue, float64(st.Evicted), name)
+		ch <- prometheus.MustNewConstMetric(framingDesc, prometheus.CounterValue, m.framing[name], name)
+	}
 }

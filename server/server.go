@@ -69,6 +69,8 @@ type Server struct {
 	// table is the built-in table handler, when configured (the console
 	// reads payloads back from it).
 	table *inbox.Table
+	// conns count the listeners' connections for /metrics (conns.go).
+	conns connMetrics
 }
 
 // New opens the store and loads partners and keys. The caller must Close it.

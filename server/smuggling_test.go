@@ -91,6 +91,12 @@ func TestSmugglingShapesRefusedAndClosed(t *testing.T) {
 	if !strings.Contains(logs.String(), `"msg":"request refused before the endpoint`) {
 		t.Errorf("no refusal logged:\n%s", logs.String())
 	}
+	_, m := get(t, admin+"/metrics", "")
+	for listener, want := range map[string]string{"partner": "10", "admin": "5"} {
+		if line := `gateway_requests_refused_framing_total{listener="` + listener + `"} ` + want; !strings.Contains(m, line) {
+			t.Errorf("metrics lack %q", line)
+		}
+	}
 	// Keep-alive still works for well-framed requests.
 	resps, _, _ := rawResponses(t, adminAddr, hidden+hidden)
 	if len(resps) != 2 || resps[0].StatusCode != 200 || resps[1].StatusCode != 200 {

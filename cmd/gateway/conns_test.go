@@ -237,6 +237,11 @@ shutdown_timeout: 2s
 	if closed == 0 {
 		t.Error("no idle connection was closed under pressure")
 	}
+	// Idle connections left open are fewer than the high-water mark
+	// (three quarters of 160): above it they would have been closed.
+	if open >= 120 {
+		t.Errorf("%d idle connections still open after the pressure", open)
+	}
 	if l := logs(); strings.Contains(l, "too many open files") {
 		i := strings.Index(l, "too many open files")
 		t.Errorf("the gateway ran out of descriptors: %s", l[max(0, i-200):min(len(l), i+100)])
@@ -246,6 +251,16 @@ shutdown_timeout: 2s
 	}
 	if err := healthz(); err != nil {
 		t.Errorf("/healthz after the attack: %v", err)
+	}
+	// The partner limit derived from 256 descriptors: 64 reserved, 32 for
+	// the admin listener, 160 for partners.
+	m := scrape(t, "http://"+adminAddr)
+	max, _ := metricValue(m, "gateway_connections_max", map[string]string{"listener": "partner"})
+	closedIdle, _ := metricValue(m, "gateway_connections_idle_closed_total", map[string]string{"listener": "partner"})
+	openNow, _ := metricValue(m, "gateway_connections_open", map[string]string{"listener": "partner"})
+	t.Logf("partner listener: max %v, idle connections closed by the limiter %v, open %v", max, closedIdle, openNow)
+	if max != 160 || openNow > max {
+		t.Errorf("partner listener: max %v (want 160), open %v", max, openNow)
 	}
 	gw.Process.Signal(syscall.SIGTERM)
 }
