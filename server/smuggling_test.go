@@ -3,6 +3,8 @@ package server
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"log/slog"
@@ -11,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edigateway/gateway/as2client"
+	"github.com/edigateway/gateway/internal/testpki"
 )
 
 // rawResponses writes raw on a new connection to addr and reads responses
@@ -102,4 +107,67 @@ func TestSmugglingShapesRefusedAndClosed(t *testing.T) {
 	if len(resps) != 2 || resps[0].StatusCode != 200 || resps[1].StatusCode != 200 {
 		t.Fatalf("two well-framed requests on one admin connection: %d responses", len(resps))
 	}
+}
+
+// TestPartnerTLSListenerServesAS2AndRefusesSmuggling: with tls.cert and
+// tls.key the guard terminates TLS itself: an AS2 message over HTTPS is
+// processed (HTTP/1.1), and a smuggling shape sent inside TLS is refused
+// with 400 and the connection closed.
+func TestPartnerTLSListenerServesAS2AndRefusesSmuggling(t *testing.T) {
+	cfg := demoConfig(t)
+	key := testpki.RSAKey(t, 0)
+	cert := testpki.SelfSigned(t, key, testpki.Cert{CommonName: "gateway"})
+	cfg.TLS.Cert, cfg.TLS.Key = testpki.WriteKeyPair(t, t.TempDir(), "https", cert, key)
+	s, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	partner, _ := serveBoth(t, s)
+	addr := strings.TrimPrefix(partner, "http://")
+
+	pk, gw := demoAS2KeyPairs(t)
+	var proto string
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &protoRecorder{proto: &proto, rt: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}}}
+	c := &as2client.Client{URL: "https://" + addr + "/as2", From: "DEMO", To: "GATEWAY", SignCert: pk.Cert, SignKey: pk.Key,
+		SignDigest: "sha256", RecipientCerts: []*x509.Certificate{gw.Cert}, Cipher: "aes128-cbc", MDN: as2client.MDNSync, SignedMDN: true,
+		MDNCerts: []*x509.Certificate{gw.Cert}, HTTP: client}
+	msg, err := c.Prepare([]byte("UNB+UNOA:2+DEMO:14+GATEWAY:14+261204:1200+TLS1'UNH+1+INVOIC:D:96A:UN'UNT+2+1'UNZ+1+TLS1'"), "application/edifact", "invoice.edi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Send(context.Background(), msg)
+	if err != nil || res.MDN == nil || !strings.HasSuffix(res.MDN.Disposition.String(), "; processed") {
+		t.Fatalf("AS2 over HTTPS: %v %+v", err, res)
+	}
+	if proto != "HTTP/1.1" {
+		t.Errorf("protocol %q, want HTTP/1.1", proto)
+	}
+
+	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(conn, "POST /as2 HTTP/1.1\r\nHost: gateway\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /as2 HTTP/1.1\r\nHost: gateway\r\n\r\n")
+	b, _ := io.ReadAll(conn)
+	if !strings.HasPrefix(string(b), "HTTP/1.1 400 ") || strings.Count(string(b), "HTTP/1.1 ") != 1 || !strings.Contains(string(b), "Content-Length together with Transfer-Encoding") {
+		t.Fatalf("smuggling inside TLS: %q", b)
+	}
+}
+
+// protoRecorder notes the protocol of the responses.
+type protoRecorder struct {
+	proto *string
+	rt    http.RoundTripper
+}
+
+func (p *protoRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := p.rt.RoundTrip(r)
+	if err == nil {
+		*p.proto = resp.Proto
+	}
+	return resp, err
 }
