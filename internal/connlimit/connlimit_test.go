@@ -199,3 +199,26 @@ func TestSplitNOFILE(t *testing.T) {
 		t.Fatal("negative NOFILE")
 	}
 }
+
+func TestPerAddressLimitClosesThatAddressesIdleConnection(t *testing.T) {
+	s := serve(t, Options{Max: 10, PerAddress: 2, NewGrace: time.Millisecond, IdleUnderPressure: time.Hour})
+	other, otherSrv := s.dial(t, "127.0.0.3")
+	c1, sc1 := s.dial(t, "127.0.0.2")
+	_, sc2 := s.dial(t, "127.0.0.2")
+	if sc1 == nil || sc2 == nil || otherSrv == nil {
+		t.Fatal("not admitted")
+	}
+	s.l.ConnState(otherSrv, http.StateIdle) // idle the longest, but of another address
+	time.Sleep(5 * time.Millisecond)
+	s.l.ConnState(sc1, http.StateIdle)
+	s.l.ConnState(sc2, http.StateActive)
+	if _, sc := s.dial(t, "127.0.0.2"); sc == nil {
+		t.Fatal("refused although the address has an idle connection to close")
+	}
+	if !closedByServer(c1, time.Second) {
+		t.Fatal("the address's idle connection is still open")
+	}
+	if closedByServer(other, 100*time.Millisecond) {
+		t.Fatal("another address's connection was closed")
+	}
+}
