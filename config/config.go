@@ -103,6 +103,9 @@ type Admin struct {
 	Pprof bool `mapstructure:"pprof"`
 	// ReadyTimeout bounds each /readyz check (store, audit).
 	ReadyTimeout time.Duration `mapstructure:"ready_timeout"`
+	// MaxConnections bounds the admin listener's open connections, a
+	// budget of its own that partner connections never take.
+	MaxConnections int `mapstructure:"max_connections"`
 }
 
 // AdminTLS serves the admin listener over HTTPS; ClientCA, when set,
@@ -286,6 +289,17 @@ type Limits struct {
 	// MinBodyRateGrace (0: no minimum).
 	MinBodyRate      int64         `mapstructure:"min_body_rate"`
 	MinBodyRateGrace time.Duration `mapstructure:"min_body_rate_grace"`
+	// MaxConnections bounds the partner listener's open connections (0:
+	// derived from the process's descriptor limit RLIMIT_NOFILE, keeping a
+	// quarter of it and admin.max_connections in reserve, at most 4096).
+	// A larger value is lowered to what the descriptor limit allows.
+	// At the limit the longest idle connection is closed for a new one;
+	// with none idle, the new connection is closed at once.
+	MaxConnections int `mapstructure:"max_connections"`
+	// MaxConnectionsPerAddress bounds the partner connections open from
+	// one source IP address (0: an eighth of max_connections, at least 4).
+	// A value of max_connections or more turns the per-address limit off.
+	MaxConnectionsPerAddress int `mapstructure:"max_connections_per_address"`
 }
 
 var defaults = map[string]any{
@@ -344,6 +358,10 @@ var limitDefaults = map[string]any{
 	"limits.memory_budget":          int64(1 << 30),
 	"limits.min_body_rate":          int64(4096),
 	"limits.min_body_rate_grace":    10 * time.Second,
+	// Connections: 0 derives the limits from RLIMIT_NOFILE (server).
+	"limits.max_connections":             0,
+	"limits.max_connections_per_address": 0,
+	"admin.max_connections":              32,
 }
 
 func init() {
@@ -580,7 +598,8 @@ func (c *Config) validate() error {
 		name string
 		neg  bool
 	}{{"limits.max_compression_ratio", c.Limits.MaxCompressionRatio < 0}, {"limits.memory_budget", c.Limits.MemoryBudget < 0},
-		{"limits.min_body_rate", c.Limits.MinBodyRate < 0}, {"limits.min_body_rate_grace", c.Limits.MinBodyRateGrace < 0}} {
+		{"limits.min_body_rate", c.Limits.MinBodyRate < 0}, {"limits.min_body_rate_grace", c.Limits.MinBodyRateGrace < 0},
+		{"limits.max_connections", c.Limits.MaxConnections < 0}, {"limits.max_connections_per_address", c.Limits.MaxConnectionsPerAddress < 0}} {
 		if v.neg {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", v.name))
 		}
@@ -632,6 +651,9 @@ func (a *Admin) validate() []error {
 	}
 	if a.ReadyTimeout <= 0 {
 		errs = append(errs, errors.New("admin.ready_timeout: must be positive"))
+	}
+	if a.MaxConnections <= 0 {
+		errs = append(errs, errors.New("admin.max_connections: must be positive"))
 	}
 	return errs
 }

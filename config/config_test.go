@@ -123,6 +123,14 @@ func TestHostileInputLimits(t *testing.T) {
 			t.Errorf("%q: %v", body, err)
 		}
 	}
+	if l.MaxConnections != 0 || l.MaxConnectionsPerAddress != 0 || c.Admin.MaxConnections != 32 {
+		t.Fatalf("connection defaults: %d %d %d", l.MaxConnections, l.MaxConnectionsPerAddress, c.Admin.MaxConnections)
+	}
+	for _, body := range []string{"limits:\n  max_connections: -1\n", "limits:\n  max_connections_per_address: -1\n", "admin:\n  max_connections: 0\n"} {
+		if _, err := Load(write(t, body)); err == nil || !strings.Contains(err.Error(), "max_connections") {
+			t.Errorf("%q: %v", body, err)
+		}
+	}
 	t.Setenv("GATEWAY_LIMITS_MIN_BODY_RATE", "100")
 	if c, err = Load(""); err != nil || c.Limits.MinBodyRate != 100 {
 		t.Fatalf("from the environment: %v %v", c, err)

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/edigateway/gateway/internal/httpframe"
 )
 
 // The admin listener serves operators, never partners: /metrics,
@@ -237,7 +239,9 @@ func adminTLS(cert, key, clientCA string) (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: admin.tls: %w", err)
 	}
-	c := &tls.Config{Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12}
+	// HTTP/1.1 only: the connection is terminated by the framing guard
+	// (httpframe), which reads the plaintext.
+	c := &tls.Config{Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
 	if clientCA != "" {
 		pem, err := os.ReadFile(clientCA)
 		if err != nil {
@@ -254,8 +258,9 @@ func adminTLS(cert, key, clientCA string) (*tls.Config, error) {
 
 // startAdmin serves the admin endpoints on ln until the returned stop is
 // called; stop waits at most timeout for scrapes in progress. A nil ln
-// serves nothing.
-func (s *Server) startAdmin(ln net.Listener, errc chan<- error) (stop func(timeout time.Duration), err error) {
+// serves nothing. The admin listener holds at most maxConns connections,
+// and refuses request heads a proxy could frame differently (httpframe).
+func (s *Server) startAdmin(ln net.Listener, errc chan<- error, maxConns int) (stop func(timeout time.Duration), err error) {
 	if ln == nil {
 		return func(time.Duration) {}, nil
 	}
@@ -265,7 +270,9 @@ func (s *Server) startAdmin(ln net.Listener, errc chan<- error) (stop func(timeo
 		return nil, err
 	}
 	hs := &http.Server{
-		Handler:           s.AdminHandler(),
+		Handler:           s.guardRequests("admin", s.AdminHandler()),
+		ConnContext:       httpframe.ConnContext,
+		MaxHeaderBytes:    httpframe.DefaultMaxHead,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		TLSConfig:         tc,
@@ -275,14 +282,10 @@ func (s *Server) startAdmin(ln net.Listener, errc chan<- error) (stop func(timeo
 		// pprof's profile and trace stream for as long as asked.
 		hs.WriteTimeout = time.Minute
 	}
+	ln = s.limitListener(ln, hs, "admin", maxConns, maxConns, 5*time.Second)
+	ln = httpframe.NewListener(ln, httpframe.Options{TLS: tc, Log: s.Log})
 	go func() {
-		var err error
-		if tc != nil {
-			err = hs.ServeTLS(ln, "", "")
-		} else {
-			err = hs.Serve(ln)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("server: admin listener: %w", err)
 		}
 	}()

@@ -320,6 +320,7 @@ func (s *Server) RefreshMetrics() { s.Metrics.SetPartners(s.partnerIDs()) }
 func (s *Server) startMetrics() {
 	s.RefreshMetrics()
 	s.Metrics.WatchCertificates(s.certificates)
+	s.Metrics.Registry.MustRegister(&s.conns)
 	if st := s.outboxStats(s.Backend.Outbox()); st != nil {
 		s.Metrics.WatchOutbox(st)
 	}

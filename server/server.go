@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
 	"github.com/edigateway/gateway/inbox"
+	"github.com/edigateway/gateway/internal/httpframe"
 	"github.com/edigateway/gateway/limits"
 	"github.com/edigateway/gateway/metrics"
 	"github.com/edigateway/gateway/partners"
@@ -67,6 +69,8 @@ type Server struct {
 	// table is the built-in table handler, when configured (the console
 	// reads payloads back from it).
 	table *inbox.Table
+	// conns count the listeners' connections for /metrics (conns.go).
+	conns connMetrics
 }
 
 // New opens the store and loads partners and keys. The caller must Close it.
@@ -253,11 +257,16 @@ func (s *Server) ServeListeners(ctx context.Context, ln, admin net.Listener) err
 	var inflight sync.WaitGroup
 	mux := s.fault.wrapHTTP(s.mux)
 	hs := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A request head a proxy could frame differently never reaches
+		// the protocol endpoints: it is answered 400 and the connection
+		// closed (httpframe, guardRequests).
+		Handler: s.guardRequests("partner", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inflight.Add(1)
 			defer inflight.Done()
 			mux.ServeHTTP(w, r)
-		}),
+		})),
+		ConnContext:       httpframe.ConnContext,
+		MaxHeaderBytes:    httpframe.DefaultMaxHead,
 		ReadHeaderTimeout: c.Limits.ReadHeaderTimeout,
 		ReadTimeout:       c.Limits.ReadTimeout,
 		WriteTimeout:      c.Limits.WriteTimeout,
@@ -265,8 +274,28 @@ func (s *Server) ServeListeners(ctx context.Context, ln, admin net.Listener) err
 		BaseContext:       func(net.Listener) context.Context { return s.base },
 		ErrorLog:          slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn),
 	}
+	// Connections are bounded on both listeners, so that idle ones never
+	// take every descriptor: the admin listener keeps its own budget.
+	cl := s.connectionLimits()
+	s.logConnectionLimits(cl)
+	ln = s.limitListener(ln, hs, "partner", cl.partner, cl.perAddress, cl.idleUnderPressure)
+	// TLS is terminated under the framing guard, which reads the
+	// plaintext; partners get HTTP/1.1 (AS2 and AS4 need nothing else).
+	var tc *tls.Config
+	if c.TLS.Cert != "" {
+		kp, err := tls.LoadX509KeyPair(c.TLS.Cert, c.TLS.Key)
+		if err != nil {
+			ln.Close()
+			if admin != nil {
+				admin.Close()
+			}
+			return fmt.Errorf("server: tls: %w", err)
+		}
+		tc = &tls.Config{Certificates: []tls.Certificate{kp}, NextProtos: []string{"http/1.1"}}
+	}
+	ln = httpframe.NewListener(ln, httpframe.Options{TLS: tc, Log: s.Log})
 	adminErr := make(chan error, 1)
-	stopAdmin, err := s.startAdmin(admin, adminErr)
+	stopAdmin, err := s.startAdmin(admin, adminErr, cl.admin)
 	if err != nil {
 		ln.Close()
 		if admin != nil {
@@ -276,13 +305,7 @@ func (s *Server) ServeListeners(ctx context.Context, ln, admin net.Listener) err
 	}
 	defer stopAdmin(5 * time.Second)
 	errc := make(chan error, 1)
-	go func() {
-		if c.TLS.Cert != "" {
-			errc <- hs.ServeTLS(ln, c.TLS.Cert, c.TLS.Key)
-		} else {
-			errc <- hs.Serve(ln)
-		}
-	}()
+	go func() { errc <- hs.Serve(ln) }()
 	purgeDone := s.startPurge(ctx)
 	s.logListening(ln, admin)
 	select {
