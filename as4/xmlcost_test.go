@@ -89,3 +89,21 @@ func TestXMLTreeCostLimit(t *testing.T) {
 		t.Fatalf("err %v, want EBMS:0009 wrapping limits.ErrBusy", err)
 	}
 }
+
+// FuzzXMLTreeBound: what ParseXMLCharged charges for any input stays within
+// XMLTreeBound of its length, the reservation the endpoint makes before it
+// parses an envelope.
+func FuzzXMLTreeBound(f *testing.F) {
+	for _, shape := range xmlShapes {
+		f.Add(soapAround(shape(50)))
+	}
+	f.Add([]byte("<a>x<a>x<a>x</a>x</a>x</a>"))
+	f.Add([]byte("<a><![CDATA[]]><![CDATA[]]><b/>\n<b/>\n</a>"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var charged int64
+		ParseXMLCharged(data, 0, func(n int64) error { charged += n; return nil })
+		if bound := XMLTreeBound(len(data)); charged > bound {
+			t.Fatalf("%d bytes charged for %d bytes of XML, more than the bound %d", charged, len(data), bound)
+		}
+	})
+}
