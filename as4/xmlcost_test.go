@@ -52,7 +52,7 @@ func soapAround(body string) []byte {
 // bytes while the budget reserved 4).
 func TestXMLTreeCost(t *testing.T) {
 	for name, f := range xmlShapes {
-		data := soapAround(f(100000))
+		data := soapAround(f(60000))
 		var charged int64
 		before := liveHeap()
 		doc, err := ParseXMLCharged(data, 0, func(n int64) error { charged += n; return nil })

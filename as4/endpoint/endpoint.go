@@ -446,7 +446,7 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 	lim := e.cfg.Limits
 	lim.MaxMessageSize = limit
 	// The envelope's parsed tree is charged to the request's memory
-	// budget: it costs up to 50 times the envelope's bytes.
+	// budget: it costs up to 73 times the envelope's bytes.
 	rsv := limits.ReservationFrom(ctx)
 	lim.ReserveXML, lim.ReleaseXML = rsv.Grow, rsv.Shrink
 	var unknownSender *as4.Envelope
