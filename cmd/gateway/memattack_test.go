@@ -372,7 +372,10 @@ func TestSlowBodiesDoNotLockPartnersOut(t *testing.T) {
 	} else if c != nil {
 		c.Close()
 	}
-	addr, _ := attackGateway(t, attackBudget)
+	addr, cmd := attackGateway(t, attackBudget)
+	pid := cmd.Process.Pid
+	idle := rssOf(pid, "VmRSS")
+	hwm := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0) == nil
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	status := make(chan int, 64)
@@ -450,7 +453,14 @@ collect:
 			break collect
 		}
 	}
-	t.Logf("%d slow bodies refused 503 while admitted ones still trickle in (%d)", refused, attackers)
+	peak := rssOf(pid, "VmRSS")
+	if hwm {
+		peak = max(peak, rssOf(pid, "VmHWM"))
+	}
+	t.Logf("%d slow bodies refused 503 while admitted ones still trickle in (%d); RSS +%d MiB", refused, attackers, (peak-idle)>>20)
+	if peak-idle > attackBudget {
+		t.Errorf("the attack grew the gateway by %d MiB, more than the budget of %d MiB", (peak-idle)>>20, attackBudget>>20)
+	}
 	if refused == 0 {
 		t.Errorf("no slow body was refused: one source address held more than its share")
 	}
