@@ -204,6 +204,37 @@ func (r *Reservation) Grow(n int64) error {
 	return nil
 }
 
+// Claim counts the reservation against partner from now on, what it holds
+// already included: for a request that names its partner only in its body
+// (AS4's eb:From, read with the envelope). It fails with ErrBusy when the
+// partner's share cannot take it now (ErrTooLarge: never), and does
+// nothing when the reservation already counts against a partner.
+func (r *Reservation) Claim(partner string) error {
+	if r == nil || r.b == nil || partner == "" {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r.partner != "" {
+		return nil
+	}
+	if b.perPartner > 0 {
+		if r.n > b.perPartner {
+			return fmt.Errorf("%d bytes held, the share of one partner is %d: %w", r.n, b.perPartner, ErrTooLarge)
+		}
+		if b.byPartner[partner]+r.n > b.perPartner {
+			return fmt.Errorf("%d bytes held, requests naming partner %q hold %d of its share of %d: %w",
+				r.n, partner, b.byPartner[partner], b.perPartner, ErrBusy)
+		}
+		b.byPartner[partner] += r.n
+	}
+	r.partner = partner
+	return nil
+}
+
 // Held is the number of bytes reserved.
 func (r *Reservation) Held() int64 {
 	if r == nil {
@@ -248,9 +279,10 @@ func (b *Budget) unaccount(r *Reservation, n int64) {
 
 // Release returns everything the reservation holds to the budget. When
 // large reservations have released more than the give-back threshold
-// since the last return, the heap's free memory is returned to the
-// operating system in the background (at most once per interval): the
-// memory a burst of large requests made resident does not stay so.
+// since the last return, or some and nothing is reserved any more, the
+// heap's free memory is returned to the operating system in the
+// background (at most once per interval): the memory a burst of large
+// requests made resident does not stay so.
 func (r *Reservation) Release() {
 	if r == nil || r.b == nil {
 		return
@@ -269,12 +301,18 @@ func (r *Reservation) Release() {
 }
 
 // maybeGiveBack starts a return of free memory to the operating system
-// when enough has been released since the last one (b.mu held). The
+// when enough has been released by large reservations since the last
+// one, or when the last request of a burst is done (b.mu held). The
 // return runs after a short delay, so that the releases of a burst's
 // requests are returned together, and no sooner than the interval after
 // the last one; never two at once.
 func (b *Budget) maybeGiveBack() {
-	if b.giveBackAfter <= 0 || b.released < b.giveBackAfter || b.givingBack {
+	if b.giveBackAfter <= 0 || b.givingBack || b.released == 0 {
+		return
+	}
+	if b.released < b.giveBackAfter && b.used > 0 {
+		// Less than the threshold, and requests still hold memory: wait
+		// for more, or for the last of them (the tail of a burst).
 		return
 	}
 	b.givingBack = true
@@ -291,6 +329,9 @@ func (b *Budget) maybeGiveBack() {
 		b.mu.Lock()
 		b.lastGiveBack, b.givingBack = time.Now(), false
 		b.gaveBack++
+		// What was released while this return ran is returned by the
+		// next one.
+		b.maybeGiveBack()
 		b.mu.Unlock()
 	}()
 }

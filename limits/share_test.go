@@ -64,6 +64,34 @@ func TestBudgetShares(t *testing.T) {
 		t.Fatalf("partner holds %d, budget %d after release, want 0 and 20", p, b.Used())
 	}
 
+	// A partner named after the body began (AS4's eb:From) is charged what
+	// the request holds already.
+	demo := b.ReserveFor("10.0.0.6", "DEMO")
+	if err := demo.Grow(20); err != nil {
+		t.Fatal(err)
+	}
+	early := b.ReserveFor("10.0.0.5", "")
+	if err := early.Grow(30); err != nil {
+		t.Fatal(err)
+	}
+	if err := early.Claim("DEMO"); !errors.Is(err, ErrBusy) {
+		t.Fatalf("claiming a partner past its share: %v, want ErrBusy", err)
+	}
+	if err := early.Claim("THIRD"); err != nil {
+		t.Fatal(err)
+	}
+	if _, p := b.UsedBy("", "THIRD"); p != 30 {
+		t.Fatalf("claimed partner holds %d, want 30", p)
+	}
+	demo.Release()
+	if err := early.Grow(20); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("past the claimed partner's share: %v, want ErrTooLarge", err)
+	}
+	early.Release()
+	if _, p := b.UsedBy("", "THIRD"); p != 0 {
+		t.Fatalf("claimed partner holds %d after release", p)
+	}
+
 	// No shares: one source may take it all.
 	b = NewBudget(100)
 	if err := b.ReserveFor("10.0.0.1", "DEMO").Grow(100); err != nil {
@@ -135,6 +163,10 @@ func TestBudgetGivesMemoryBack(t *testing.T) {
 		small.Release()
 		small.Grow(1 << 20)
 	}
+	// Something else is reserved throughout: only the threshold counts.
+	other := b.Reserve()
+	other.Grow(1)
+	defer other.Release()
 	time.Sleep(200 * time.Millisecond)
 	if n := count(); n != 0 {
 		t.Fatalf("%d returns after small releases, want none", n)
@@ -159,5 +191,38 @@ func TestBudgetGivesMemoryBack(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	if n := count(); n != 2 {
 		t.Fatalf("%d returns after the interval, want 2", n)
+	}
+	// Below the threshold, but the last request is done: returned.
+	time.Sleep(300 * time.Millisecond)
+	other.Release()
+	small.Release()
+	r := b.Reserve()
+	r.Grow(8 << 20)
+	r.Release()
+	time.Sleep(250 * time.Millisecond)
+	if n := count(); n != 3 {
+		t.Fatalf("%d returns after the last request of a burst, want 3", n)
+	}
+	// Released while a return runs: returned by the next one.
+	inside := make(chan struct{})
+	b.mu.Lock()
+	b.giveBack = func() {
+		mu.Lock()
+		calls++
+		first := calls == 4
+		mu.Unlock()
+		if first {
+			close(inside)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	b.mu.Unlock()
+	time.Sleep(300 * time.Millisecond)
+	big()
+	<-inside
+	big()
+	time.Sleep(600 * time.Millisecond)
+	if n := count(); n != 5 {
+		t.Fatalf("%d returns, want 5: what was released during a return was not returned", n)
 	}
 }
