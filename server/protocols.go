@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/edigateway/gateway/as2"
@@ -82,6 +81,12 @@ func (s *Server) mountProtocols(dir *partners.Directory) error {
 			"memory_budget", budget.Total(), "memory_share_per_source", perSource, "memory_share_per_partner", perPartner,
 			"in_memory_limit", inMemory, "largest_message", room/limits.DefaultAmplification)
 	}
+	var as2IDs []string
+	for _, id := range s.Config.AllIdentities() {
+		if id.AS2ID != "" {
+			as2IDs = append(as2IDs, id.AS2ID)
+		}
+	}
 	global := cfg.Limits.BodyLimit()
 	bodyLimits := func(protocol string, h http.Handler) http.Handler {
 		o := limits.BodyOptions{
@@ -97,9 +102,11 @@ func (s *Server) mountProtocols(dir *partners.Directory) error {
 			// AS2 bodies over the stream threshold are streamed: a
 			// reservation that grows with the bytes that arrive, up to the
 			// streaming's fixed buffers. The partner named by AS2-From
-			// (not yet authenticated) is charged its share.
+			// and AS2-To (not yet authenticated) is charged its share;
+			// an AS4 request is charged to its partner's once the
+			// envelope names it (the endpoint).
 			o.StreamAbove = as2.DefaultStreamThreshold
-			o.Partner = func(r *http.Request) string { return strings.TrimSpace(r.Header.Get("AS2-From")) }
+			o.Partner = func(r *http.Request) string { return as2Partner(s.Current().Partners, r.Header, as2IDs) }
 		case "as4":
 			// AS4 attachments are always streamed; the envelope part, up
 			// to max_envelope_bytes, is held and parsed.
@@ -123,6 +130,22 @@ func (s *Server) mountProtocols(dir *partners.Directory) error {
 		s.endpoints = append(s.endpoints, "as4 "+cfg.AS4.Path)
 	}
 	return nil
+}
+
+// as2Partner is the ID of the partner an AS2 request names with AS2-From
+// and AS2-To (not yet authenticated), for its share of the memory budget;
+// "" when it names none (the endpoint refuses it before reading its body).
+func as2Partner(d *partners.Directory, h http.Header, ourIDs []string) string {
+	req, err := as2.ParseHeaders(h)
+	if err != nil {
+		return ""
+	}
+	for _, id := range ourIDs {
+		if p, ok := d.ByAS2(req.From, req.To, id); ok {
+			return p.ID
+		}
+	}
+	return ""
 }
 
 // buildSnapshot reads the identity keys of cfg and builds the endpoints on

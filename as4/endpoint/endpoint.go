@@ -472,6 +472,12 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 		}
 		if p != nil {
 			limit = partners.BodyLimit(p, limit)
+			// From here on the request counts against the share of the
+			// partner it names (not yet authenticated), as an AS2
+			// request does from its AS2-From.
+			if err := rsv.Claim(p.ID); err != nil {
+				return 0, fmt.Errorf("as4: the memory budget's share of partner %s: %w", p.ID, err)
+			}
 		}
 		return limit, nil
 	}
