@@ -91,10 +91,13 @@ type BodyOptions struct {
 
 // Handler wraps next with the body limits of o. Before anything is read it
 // refuses a Content-Length over MaxBytes (413) and reserves Content-Length
-// × Amplification bytes of the budget (413 when the whole budget is too
-// small, 503 with Retry-After while other requests hold it). It replaces
-// r.Body with a reader that counts the bytes, grows the reservation of a
-// body of unknown length as it arrives, and enforces MinRate. Errors of
+// × Amplification bytes of the budget, StreamBase for a streamed body,
+// counted against the request's source address and claimed partner
+// (Budget.SetShares): 413 when the whole budget or the share is too small,
+// 503 with Retry-After while other requests hold it. It replaces r.Body
+// with a reader that counts the bytes, grows the reservation of a body of
+// unknown length, and of a streamed one, as it arrives, and enforces
+// MinRate. Errors of
 // that reader wrap ErrTooLarge, ErrBusy or ErrTooSlow; the endpoint answers
 // them with Refuse. The reservation, also in r.Context() (ReservationFrom),
 // is released when next returns.
@@ -138,8 +141,9 @@ func Handler(next http.Handler, o BodyOptions) http.Handler {
 		res := o.Budget.ReserveFor(o.Source(r), partner)
 		defer res.Release()
 		streamed := o.StreamAbove > 0 && r.ContentLength > o.StreamAbove
+		var need int64
 		if r.ContentLength > 0 {
-			need := r.ContentLength * o.Amplification
+			need = r.ContentLength * o.Amplification
 			if streamed {
 				need = o.StreamBase
 			}
@@ -150,7 +154,7 @@ func Handler(next http.Handler, o BodyOptions) http.Handler {
 				return
 			}
 		}
-		b := &Body{r: r.Body, o: &o, res: res, known: r.ContentLength >= 0, streamed: streamed, start: start, lg: lg}
+		b := &Body{r: r.Body, o: &o, res: res, known: r.ContentLength >= 0, streamed: streamed, reserved: need, start: start, lg: lg}
 		if o.MinRate > 0 {
 			b.rc = http.NewResponseController(w)
 		}
@@ -169,8 +173,11 @@ type Body struct {
 	res   *Reservation
 	known bool
 	// streamed: a body of known length above StreamAbove, whose
-	// reservation grows with the bytes read up to StreamReserve.
+	// reservation grows with the bytes read up to StreamReserve; reserved
+	// is what it reserved itself (the endpoint grows the same reservation
+	// for its own needs: a parsed envelope, decompression).
 	streamed bool
+	reserved int64
 	start    time.Time
 	lg       *slog.Logger
 	rc       *http.ResponseController
@@ -212,13 +219,14 @@ func (b *Body) Read(p []byte) (int, error) {
 	case b.o.MaxBytes > 0 && b.n > b.o.MaxBytes:
 		err = fmt.Errorf("body over the limit of %d bytes: %w", b.o.MaxBytes, ErrTooLarge)
 		k = 0
-	case b.streamed && b.res.Held() < min(b.o.StreamReserve, b.o.StreamBase+b.n*b.o.StreamGrowth):
-		held := b.res.Held()
-		need := min(max(b.o.StreamBase+b.n*b.o.StreamGrowth-held, streamStep), b.o.StreamReserve-held)
+	case b.streamed && b.reserved < min(b.o.StreamReserve, b.o.StreamBase+b.n*b.o.StreamGrowth):
+		need := min(max(b.o.StreamBase+b.n*b.o.StreamGrowth-b.reserved, streamStep), b.o.StreamReserve-b.reserved)
 		if gerr := b.res.Grow(need); gerr != nil {
 			err, k = gerr, 0
 			b.lg.Warn("message refused while reading: memory budget", "status", Status(gerr), "err", gerr, "read", b.n,
 				"budget", b.o.Budget.Total(), "budget_used", b.o.Budget.Used())
+		} else {
+			b.reserved += need
 		}
 	case !b.known && b.n*b.o.Amplification > b.res.Held() && (b.o.StreamAbove <= 0 || b.n <= b.o.StreamAbove):
 		need := max(b.n*b.o.Amplification-b.res.Held(), chunkedStep*b.o.Amplification)
