@@ -50,7 +50,6 @@ type Budget struct {
 	lastGiveBack  time.Time
 	givingBack    bool
 	giveBack      func() // debug.FreeOSMemory; replaced by tests
-	gaveBack      int    // returns made, for tests
 }
 
 // NewBudget returns a budget of total bytes (total <= 0: nil, unlimited).
@@ -328,7 +327,6 @@ func (b *Budget) maybeGiveBack() {
 		give()
 		b.mu.Lock()
 		b.lastGiveBack, b.givingBack = time.Now(), false
-		b.gaveBack++
 		// What was released while this return ran is returned by the
 		// next one.
 		b.maybeGiveBack()
