@@ -388,6 +388,18 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// answer, whatever the unwrap made of what had arrived.
 			return
 		}
+		if errors.Is(err, smime.ErrNotStreamable) && sres != nil && sres.PayloadReached {
+			// Every layer was read as a stream; only the payload (a
+			// multipart, lenient base64) needs memory. A message that the
+			// agreement refuses anyway (unsigned, unencrypted) is refused
+			// from the streamed result: an unsigned body is never held
+			// whole in memory (issue 22 item 4: 99 MiB cost 230 MB).
+			if why := policyViolation(p.AS2, &sres.Result); why != "" {
+				answerOnResponse(x)
+				e.reject(r.Context(), w, x, mdn.DispInsufficientMessageSecurity, why, nil)
+				return
+			}
+		}
 		if errors.Is(err, smime.ErrNotStreamable) {
 			x.lg.Info("as2 message cannot be streamed; unwrapping it in memory", "bytes", bf.Size, "reason", err)
 			if bf.Size > e.cfg.MaxInMemoryBytes {

@@ -60,6 +60,16 @@ type Limits struct {
 	// arrives ("" = system temporary directory); Envelope.Close removes
 	// them.
 	SpoolDir string
+	// ReserveXML, when set, is called with the memory the SOAP envelope's
+	// parsed tree may take (XMLTreeBound) before it is parsed, and with
+	// any more it takes as it is built (see ParseXMLCharged): the
+	// request's memory budget. Its error ends ReadMessage with an
+	// EBMS:0009 error that wraps it.
+	ReserveXML func(n int64) error
+	// ReleaseXML, when set with ReserveXML, is given back the part of
+	// the reservation (XMLTreeBound, made before the parse) that the tree
+	// did not need.
+	ReleaseXML func(n int64)
 	// AfterEnvelope, when set, is called once the SOAP envelope part has
 	// been read and parsed, before the attachments after it are read. It
 	// may lower (or raise) the message size limit: max > 0 replaces
@@ -303,7 +313,7 @@ func ReadMessage(contentType string, body io.Reader, limits Limits) (*Envelope, 
 			return nil, readErr("reading body", err)
 		}
 		env.Root = Part{Header: textproto.MIMEHeader{"Content-Type": {contentType}}, Body: data}
-		if err := env.parseRoot(limits.MaxXMLDepth); err != nil {
+		if err := env.parseRoot(limits.MaxXMLDepth, limits.ReserveXML, limits.ReleaseXML); err != nil {
 			return nil, err
 		}
 		if err := env.afterEnvelope(limits, r); err != nil {
@@ -534,7 +544,7 @@ func (env *Envelope) checkRoot(limits Limits, r *capReader) error {
 	if err := checkCharset(rootParams); err != nil {
 		return err
 	}
-	if err := env.parseRoot(limits.MaxXMLDepth); err != nil {
+	if err := env.parseRoot(limits.MaxXMLDepth, limits.ReserveXML, limits.ReleaseXML); err != nil {
 		return err
 	}
 	return env.afterEnvelope(limits, r)
@@ -669,8 +679,31 @@ func stripAngles(s string) string {
 	return s
 }
 
-func (e *Envelope) parseRoot(maxDepth int) error {
-	doc, err := ParseXML(e.Root.Body, maxDepth)
+func (e *Envelope) parseRoot(maxDepth int, reserve func(n int64) error, release func(n int64)) error {
+	var charge func(n int64) error
+	if reserve != nil {
+		// The tree's bound is reserved before the parse; what the tree
+		// turns out not to need goes back after it.
+		reserved, used := XMLTreeBound(len(e.Root.Body)), int64(0)
+		if err := reserve(reserved); err != nil {
+			return InvalidHeader("XML not accepted", fmt.Errorf("memory for the parsed XML: %w", err))
+		}
+		charge = func(n int64) error {
+			if used += n; used > reserved {
+				if err := reserve(used - reserved); err != nil {
+					return err
+				}
+				reserved = used
+			}
+			return nil
+		}
+		defer func() {
+			if release != nil && reserved > used {
+				release(reserved - used)
+			}
+		}()
+	}
+	doc, err := ParseXMLCharged(e.Root.Body, maxDepth, charge)
 	if err != nil {
 		return err
 	}

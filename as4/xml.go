@@ -33,9 +33,48 @@ const DefaultMaxXMLDepth = 64
 const MaxXMLAttrs = 128
 
 // MaxXMLElements is the most elements one document may hold. A parsed
-// element costs about 140 bytes of heap, so without a bound a large body of
-// empty elements would take gigabytes before any signature is checked.
-const MaxXMLElements = 250000
+// element costs about 110–160 bytes of heap, so without a bound a large
+// body of empty elements would take gigabytes before any signature is
+// checked; 140 000 empty ones stay under MaxXMLTreeBytes.
+const MaxXMLElements = 140000
+
+// The memory one node of the parsed tree takes, in bytes, besides the text
+// of its strings: measured with the tree kept alive (TestXMLTreeCost: about
+// 110 bytes an element in a wide parent, 60 an attribute, 65 a text node,
+// 45–60 a comment or processing instruction), with a margin for the
+// parent's child slice as it doubles and for the decoder's garbage that
+// the collector has not taken yet (the gateway's resident set grows by
+// about twice the live tree while an envelope is parsed:
+// TestXMLAmplificationWithinBudget in cmd/gateway).
+const (
+	xmlElementCost = 230
+	xmlAttrCost    = 110
+	xmlTextCost    = 130
+	xmlOtherCost   = 110
+	// xmlMaxCostPerByte bounds the cost per byte of any document: the
+	// dearest is an empty element and one byte of text, "<a/>\n", 362
+	// bytes of tree for 5 of XML (FuzzXMLTreeBound).
+	xmlMaxCostPerByte = 73
+	// xmlChargeStep is the cost ParseXML accumulates before it charges it.
+	xmlChargeStep = 256 << 10
+)
+
+// MaxXMLTreeBytes is the most heap the parsed tree of one document may
+// take, counted as ParseXML builds it (nodes at the costs above plus their
+// text): a 4 MiB envelope, held four times over, and its tree stay under
+// 48 MiB. Payloads travel as attachments; a SOAP body of ordinary XML
+// costs 6–10 times its bytes. A 2.2 MB envelope of 249 000 small
+// elements (a tree counted as 85 MB) is refused when its tree reaches it.
+const MaxXMLTreeBytes = 32 << 20
+
+// XMLTreeBound is the most heap the parsed tree of n bytes of XML can
+// take as ParseXMLCharged counts it: what to reserve before parsing, so
+// that a parse is either covered from its start or refused before it
+// begins (an envelope that fails half-way has spent the work and the
+// memory for nothing).
+func XMLTreeBound(n int) int64 {
+	return min(MaxXMLTreeBytes, int64(n)*xmlMaxCostPerByte+xmlElementCost)
+}
 
 // Sentinel causes, reachable with errors.Is through the *Error values that
 // wrap them.
@@ -56,6 +95,17 @@ var (
 // maxDepth <= 0).
 // Errors are EBMS:0009 InvalidHeader.
 func ParseXML(data []byte, maxDepth int) (*etree.Document, error) {
+	return ParseXMLCharged(data, maxDepth, nil)
+}
+
+// ParseXMLCharged is ParseXML that also counts the heap the tree takes as
+// it is built (about 35 bytes per input byte for small elements) and
+// refuses more than MaxXMLTreeBytes (ErrLimit). charge, when set, is
+// called with that cost in steps of xmlChargeStep as the tree grows (the
+// request's memory budget: limits.Reservation.Grow); its error ends the
+// parse and is wrapped in the EBMS:0009 error (limits.ErrBusy stays
+// reachable with errors.Is, for a 503).
+func ParseXMLCharged(data []byte, maxDepth int, charge func(n int64) error) (*etree.Document, error) {
 	if maxDepth <= 0 {
 		maxDepth = DefaultMaxXMLDepth
 	}
@@ -63,7 +113,7 @@ func ParseXML(data []byte, maxDepth int) (*etree.Document, error) {
 	// encoding/xml leaves literal tabs and line breaks in attribute values;
 	// every conformant parser (and so every signer) turns them into spaces.
 	data = wssec.NormalizeAttributeWhitespace(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")))
-	doc, err := buildXML(data, maxDepth)
+	doc, err := buildXML(data, maxDepth, charge)
 	if err != nil {
 		return nil, InvalidHeader("XML not accepted", err)
 	}
@@ -88,7 +138,7 @@ func asciiCharsetReader(charset string, input io.Reader) (io.Reader, error) {
 // data marked as whitespace when it is, comments and processing
 // instructions. Until 4 December 2026 a check pass ran before etree parsed
 // the bytes a second time; one pass costs about half as much.
-func buildXML(data []byte, maxDepth int) (*etree.Document, error) {
+func buildXML(data []byte, maxDepth int, charge func(n int64) error) (*etree.Document, error) {
 	dec := xml.NewDecoder(bytes.NewReader(data))
 	dec.Strict = true
 	dec.CharsetReader = asciiCharsetReader
@@ -120,6 +170,23 @@ func buildXML(data []byte, maxDepth int) (*etree.Document, error) {
 	seenRoot := false
 	elements := 0
 	var seen map[xml.Name]bool
+	// The tree's cost so far, and the part of it not yet charged.
+	var cost, pending int64
+	account := func(n int) error {
+		cost += int64(n)
+		pending += int64(n)
+		if cost > MaxXMLTreeBytes {
+			return fmt.Errorf("%w: the parsed XML would take more than %d bytes of memory", ErrLimit, MaxXMLTreeBytes)
+		}
+		if charge != nil && pending >= xmlChargeStep {
+			n := pending
+			pending = 0
+			if err := charge(n); err != nil {
+				return fmt.Errorf("memory for the parsed XML: %w", err)
+			}
+		}
+		return nil
+	}
 	for {
 		tok, err := dec.RawToken()
 		if err == io.EOF {
@@ -127,6 +194,28 @@ func buildXML(data []byte, maxDepth int) (*etree.Document, error) {
 		}
 		if err != nil {
 			return nil, err
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			n := xmlElementCost + len(t.Name.Space) + len(t.Name.Local)
+			for _, a := range t.Attr {
+				n += xmlAttrCost + len(a.Name.Space) + len(a.Name.Local) + len(a.Value)
+			}
+			if err := account(n); err != nil {
+				return nil, err
+			}
+		case xml.CharData:
+			if err := account(xmlTextCost + len(t)); err != nil {
+				return nil, err
+			}
+		case xml.Comment:
+			if err := account(xmlOtherCost + len(t)); err != nil {
+				return nil, err
+			}
+		case xml.ProcInst:
+			if err := account(xmlOtherCost + len(t.Target) + len(t.Inst)); err != nil {
+				return nil, err
+			}
 		}
 		switch t := tok.(type) {
 		case xml.Directive:
@@ -223,6 +312,11 @@ func buildXML(data []byte, maxDepth int) (*etree.Document, error) {
 	}
 	if !seenRoot {
 		return nil, errors.New("no root element")
+	}
+	if charge != nil && pending > 0 {
+		if err := charge(pending); err != nil {
+			return nil, fmt.Errorf("memory for the parsed XML: %w", err)
+		}
 	}
 	return doc, nil
 }

@@ -285,6 +285,15 @@ type Limits struct {
 	// MemoryBudget is the bytes all requests together may hold in memory
 	// (0: unlimited).
 	MemoryBudget int64 `mapstructure:"memory_budget"`
+	// MemorySharePerSource is the most of MemoryBudget, in percent, that
+	// the requests from one source address may hold at once (default and
+	// 0: 50; 100: no cap, warned about at start).
+	MemorySharePerSource int `mapstructure:"memory_share_per_source"`
+	// MemorySharePerPartner is the most of MemoryBudget, in percent, that
+	// the requests naming one partner (AS2-From, before it is
+	// authenticated) may hold at once (default and 0: 50; 100: no cap,
+	// warned about at start).
+	MemorySharePerPartner int `mapstructure:"memory_share_per_partner"`
 	// MinBodyRate is the slowest accepted body in bytes/s after
 	// MinBodyRateGrace (0: no minimum).
 	MinBodyRate      int64         `mapstructure:"min_body_rate"`
@@ -352,12 +361,14 @@ var defaults = map[string]any{
 // limitDefaults are the defaults of the limits that bound hostile input
 // (kept apart so that the table above stays as it is).
 var limitDefaults = map[string]any{
-	"limits.max_decompressed_bytes": int64(4 << 30),
-	"limits.max_compression_ratio":  200.0,
-	"limits.max_envelope_bytes":     int64(4 << 20),
-	"limits.memory_budget":          int64(1 << 30),
-	"limits.min_body_rate":          int64(4096),
-	"limits.min_body_rate_grace":    10 * time.Second,
+	"limits.max_decompressed_bytes":   int64(4 << 30),
+	"limits.max_compression_ratio":    200.0,
+	"limits.max_envelope_bytes":       int64(4 << 20),
+	"limits.memory_budget":            int64(1 << 30),
+	"limits.memory_share_per_source":  50,
+	"limits.memory_share_per_partner": 50,
+	"limits.min_body_rate":            int64(4096),
+	"limits.min_body_rate_grace":      10 * time.Second,
 	// Connections: 0 derives the limits from RLIMIT_NOFILE (server).
 	"limits.max_connections":             0,
 	"limits.max_connections_per_address": 0,
@@ -602,6 +613,14 @@ func (c *Config) validate() error {
 		{"limits.max_connections", c.Limits.MaxConnections < 0}, {"limits.max_connections_per_address", c.Limits.MaxConnectionsPerAddress < 0}} {
 		if v.neg {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", v.name))
+		}
+	}
+	for _, v := range []struct {
+		name  string
+		share int
+	}{{"limits.memory_share_per_source", c.Limits.MemorySharePerSource}, {"limits.memory_share_per_partner", c.Limits.MemorySharePerPartner}} {
+		if v.share < 0 || v.share > 100 {
+			errs = append(errs, fmt.Errorf("%s: %d is not a percentage of limits.memory_budget from 1 to 100 (0: the default)", v.name, v.share))
 		}
 	}
 	errs = append(errs, c.Admin.validate()...)

@@ -110,7 +110,8 @@ func TestHostileInputLimits(t *testing.T) {
 	}
 	l := c.Limits
 	if l.MaxDecompressedBytes != 4<<30 || l.MaxCompressionRatio != 200 || l.MaxEnvelopeBytes != 4<<20 ||
-		l.MemoryBudget != 1<<30 || l.MinBodyRate != 4096 || l.MinBodyRateGrace != 10*time.Second {
+		l.MemoryBudget != 1<<30 || l.MinBodyRate != 4096 || l.MinBodyRateGrace != 10*time.Second ||
+		l.MemorySharePerSource != 50 || l.MemorySharePerPartner != 50 {
 		t.Fatalf("defaults: %+v", l)
 	}
 	c, err = Load(write(t, "store: \"memory:\"\nlimits:\n  max_compression_ratio: 50.5\n  memory_budget: 67108864\n  min_body_rate_grace: 2s\n"))
@@ -118,7 +119,8 @@ func TestHostileInputLimits(t *testing.T) {
 		t.Fatalf("from the file: %+v %v", c.Limits, err)
 	}
 	for _, body := range []string{"limits:\n  memory_budget: -1\n", "limits:\n  max_compression_ratio: -2\n",
-		"limits:\n  max_decompressed_bytes: 0\n", "limits:\n  max_envelope_bytes: 0\n", "limits:\n  min_body_rate: -5\n"} {
+		"limits:\n  max_decompressed_bytes: 0\n", "limits:\n  max_envelope_bytes: 0\n", "limits:\n  min_body_rate: -5\n",
+		"limits:\n  memory_share_per_source: 101\n", "limits:\n  memory_share_per_partner: -1\n"} {
 		if _, err := Load(write(t, body)); err == nil || !strings.Contains(err.Error(), "limits.") {
 			t.Errorf("%q: %v", body, err)
 		}

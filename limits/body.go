@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -24,10 +25,18 @@ const (
 	DefaultAmplification = 4
 	// DefaultMemoryBudget is the process-wide default of limits.memory_budget.
 	DefaultMemoryBudget = 1 << 30
-	// DefaultStreamReserve is what a streamed body reserves of the budget:
-	// the fixed buffers of the streaming readers, decrypters and hashes
-	// with a margin (see BodyOptions.StreamAbove).
+	// DefaultStreamReserve is the most a streamed body reserves of the
+	// budget: the fixed buffers of the streaming readers, decrypters and
+	// hashes with a margin (see BodyOptions.StreamAbove).
 	DefaultStreamReserve = 8 << 20
+	// DefaultStreamBase is what a streamed body reserves before a byte of
+	// it has arrived: the connection's and the spooling's buffers. It grows
+	// towards StreamReserve with the bytes that arrive (StreamGrowth per
+	// byte), since the streaming stages hold no more than what has
+	// arrived: a body trickling in holds what it uses, not 8 MiB.
+	DefaultStreamBase = 256 << 10
+	// streamStep is the least a streamed body's reservation grows by.
+	streamStep = 256 << 10
 	// DefaultRetryAfter is the Retry-After of a 503 for an exhausted budget.
 	DefaultRetryAfter = 10 * time.Second
 	// chunkedStep is the unit (in body bytes) in which a body of unknown
@@ -58,12 +67,23 @@ type BodyOptions struct {
 	MaxDuration time.Duration
 	// StreamAbove, when positive, is the body size above which the
 	// endpoint streams the body through spool files instead of holding it:
-	// such a body reserves StreamReserve (0: DefaultStreamReserve) instead
-	// of its size × Amplification, and a body of unknown length stops
-	// growing its reservation once past StreamAbove. The endpoint grows the
-	// reservation itself when it must hold such a body after all.
+	// such a body reserves StreamBase (0: DefaultStreamBase) instead of its
+	// size × Amplification, grown by StreamGrowth (0: 1) bytes per body
+	// byte read up to StreamReserve (0: DefaultStreamReserve), and a body
+	// of unknown length stops growing its reservation once past
+	// StreamAbove. The endpoint grows the reservation itself when it must
+	// hold such a body after all.
 	StreamAbove   int64
 	StreamReserve int64
+	StreamBase    int64
+	StreamGrowth  int64
+	// Source names the sender of a request for the budget's per-source
+	// share (nil: the IP address of r.RemoteAddr).
+	Source func(r *http.Request) string
+	// Partner names the partner a request claims to come from before its
+	// body is read (AS2-From), for the budget's per-partner share (nil or
+	// "": not counted against a partner).
+	Partner func(r *http.Request) string
 	// Protocol names the endpoint in log lines.
 	Protocol string
 	Log      *slog.Logger
@@ -71,10 +91,13 @@ type BodyOptions struct {
 
 // Handler wraps next with the body limits of o. Before anything is read it
 // refuses a Content-Length over MaxBytes (413) and reserves Content-Length
-// × Amplification bytes of the budget (413 when the whole budget is too
-// small, 503 with Retry-After while other requests hold it). It replaces
-// r.Body with a reader that counts the bytes, grows the reservation of a
-// body of unknown length as it arrives, and enforces MinRate. Errors of
+// × Amplification bytes of the budget, StreamBase for a streamed body,
+// counted against the request's source address and claimed partner
+// (Budget.SetShares): 413 when the whole budget or the share is too small,
+// 503 with Retry-After while other requests hold it. It replaces r.Body
+// with a reader that counts the bytes, grows the reservation of a body of
+// unknown length, and of a streamed one, as it arrives, and enforces
+// MinRate. Errors of
 // that reader wrap ErrTooLarge, ErrBusy or ErrTooSlow; the endpoint answers
 // them with Refuse. The reservation, also in r.Context() (ReservationFrom),
 // is released when next returns.
@@ -84,6 +107,19 @@ func Handler(next http.Handler, o BodyOptions) http.Handler {
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
+	}
+	if o.StreamReserve <= 0 {
+		o.StreamReserve = DefaultStreamReserve
+	}
+	if o.StreamBase <= 0 {
+		o.StreamBase = DefaultStreamBase
+	}
+	o.StreamBase = min(o.StreamBase, o.StreamReserve)
+	if o.StreamGrowth <= 0 {
+		o.StreamGrowth = 1
+	}
+	if o.Source == nil {
+		o.Source = RemoteIP
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -98,24 +134,27 @@ func Handler(next http.Handler, o BodyOptions) http.Handler {
 			Refuse(w, err)
 			return
 		}
-		res := o.Budget.Reserve()
+		var partner string
+		if o.Partner != nil {
+			partner = o.Partner(r)
+		}
+		res := o.Budget.ReserveFor(o.Source(r), partner)
 		defer res.Release()
+		streamed := o.StreamAbove > 0 && r.ContentLength > o.StreamAbove
+		var need int64
 		if r.ContentLength > 0 {
-			need := r.ContentLength * o.Amplification
-			if o.StreamAbove > 0 && r.ContentLength > o.StreamAbove {
-				need = o.StreamReserve
-				if need <= 0 {
-					need = DefaultStreamReserve
-				}
+			need = r.ContentLength * o.Amplification
+			if streamed {
+				need = o.StreamBase
 			}
 			if err := res.Grow(need); err != nil {
 				lg.Warn("message refused before reading: memory budget", "status", Status(err), "err", err,
-					"budget", o.Budget.Total(), "budget_used", o.Budget.Used())
+					"budget", o.Budget.Total(), "budget_used", o.Budget.Used(), "partner_claimed", partner)
 				Refuse(w, err)
 				return
 			}
 		}
-		b := &Body{r: r.Body, o: &o, res: res, known: r.ContentLength >= 0, start: start, lg: lg}
+		b := &Body{r: r.Body, o: &o, res: res, known: r.ContentLength >= 0, streamed: streamed, reserved: need, start: start, lg: lg}
 		if o.MinRate > 0 {
 			b.rc = http.NewResponseController(w)
 		}
@@ -133,9 +172,15 @@ type Body struct {
 	o     *BodyOptions
 	res   *Reservation
 	known bool
-	start time.Time
-	lg    *slog.Logger
-	rc    *http.ResponseController
+	// streamed: a body of known length above StreamAbove, whose
+	// reservation grows with the bytes read up to StreamReserve; reserved
+	// is what it reserved itself (the endpoint grows the same reservation
+	// for its own needs: a parsed envelope, decompression).
+	streamed bool
+	reserved int64
+	start    time.Time
+	lg       *slog.Logger
+	rc       *http.ResponseController
 
 	mu  sync.Mutex
 	n   int64
@@ -174,6 +219,15 @@ func (b *Body) Read(p []byte) (int, error) {
 	case b.o.MaxBytes > 0 && b.n > b.o.MaxBytes:
 		err = fmt.Errorf("body over the limit of %d bytes: %w", b.o.MaxBytes, ErrTooLarge)
 		k = 0
+	case b.streamed && b.reserved < min(b.o.StreamReserve, b.o.StreamBase+b.n*b.o.StreamGrowth):
+		need := min(max(b.o.StreamBase+b.n*b.o.StreamGrowth-b.reserved, streamStep), b.o.StreamReserve-b.reserved)
+		if gerr := b.res.Grow(need); gerr != nil {
+			err, k = gerr, 0
+			b.lg.Warn("message refused while reading: memory budget", "status", Status(gerr), "err", gerr, "read", b.n,
+				"budget", b.o.Budget.Total(), "budget_used", b.o.Budget.Used())
+		} else {
+			b.reserved += need
+		}
 	case !b.known && b.n*b.o.Amplification > b.res.Held() && (b.o.StreamAbove <= 0 || b.n <= b.o.StreamAbove):
 		need := max(b.n*b.o.Amplification-b.res.Held(), chunkedStep*b.o.Amplification)
 		if gerr := b.res.Grow(need); gerr != nil {
@@ -189,6 +243,16 @@ func (b *Body) Read(p []byte) (int, error) {
 		b.err = err
 	}
 	return k, err
+}
+
+// RemoteIP is the IP address of r.RemoteAddr (r.RemoteAddr itself when it
+// has no port): the default BodyOptions.Source.
+func RemoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // Close implements io.Closer.

@@ -51,13 +51,41 @@ func (s *Server) mountProtocols(dir *partners.Directory) error {
 	// (not per snapshot); bodies are counted, reserved and rate-checked by
 	// the same wrapper.
 	budget := limits.NewBudget(cfg.Limits.MemoryBudget)
+	// One source address, and the requests naming one partner, hold at
+	// most their share of it (issue 22: slow bodies from one sender held
+	// the whole budget and every partner got 503).
+	share := func(key string, percent int) int64 {
+		if percent <= 0 {
+			percent = limits.DefaultSharePercent
+		}
+		if percent >= 100 && budget != nil {
+			s.Log.Warn(key+" is 100: one sender may hold the whole memory budget and keep every partner out", "memory_budget", budget.Total())
+		}
+		return budget.Total() / 100 * int64(percent)
+	}
+	budget.SetShares(share("limits.memory_share_per_source", cfg.Limits.MemorySharePerSource),
+		share("limits.memory_share_per_partner", cfg.Limits.MemorySharePerPartner))
 	// Bodies are streamed; what is held in memory whole is an AS2 body
 	// that cannot be streamed (up to as2.DefaultMaxBodyBytes) and the AS4
 	// SOAP envelope (up to max_envelope_bytes).
 	inMemory := min(cfg.Limits.BodyLimit(), as2.DefaultMaxBodyBytes)
-	if need := inMemory * limits.DefaultAmplification; budget != nil && budget.Total() < need {
-		s.Log.Warn("limits.memory_budget is smaller than an AS2 message that cannot be streamed needs; larger ones get 413",
-			"memory_budget", budget.Total(), "in_memory_limit", inMemory, "largest_message", budget.Total()/limits.DefaultAmplification)
+	perSource, perPartner := budget.Shares()
+	room := budget.Total()
+	for _, sh := range []int64{perSource, perPartner} {
+		if sh > 0 {
+			room = min(room, sh)
+		}
+	}
+	if need := inMemory * limits.DefaultAmplification; budget != nil && room < need {
+		s.Log.Warn("limits.memory_budget (or the share of one source address or partner) is smaller than an AS2 message that cannot be streamed needs; larger ones get 413",
+			"memory_budget", budget.Total(), "memory_share_per_source", perSource, "memory_share_per_partner", perPartner,
+			"in_memory_limit", inMemory, "largest_message", room/limits.DefaultAmplification)
+	}
+	var as2IDs []string
+	for _, id := range s.Config.AllIdentities() {
+		if id.AS2ID != "" {
+			as2IDs = append(as2IDs, id.AS2ID)
+		}
 	}
 	global := cfg.Limits.BodyLimit()
 	bodyLimits := func(protocol string, h http.Handler) http.Handler {
@@ -71,14 +99,23 @@ func (s *Server) mountProtocols(dir *partners.Directory) error {
 		}
 		switch protocol {
 		case "as2":
-			// AS2 bodies over the stream threshold are streamed: a fixed
-			// reservation.
+			// AS2 bodies over the stream threshold are streamed: a
+			// reservation that grows with the bytes that arrive, up to the
+			// streaming's fixed buffers. The partner named by AS2-From
+			// and AS2-To (not yet authenticated) is charged its share;
+			// an AS4 request is charged to its partner's once the
+			// envelope names it (the endpoint).
 			o.StreamAbove = as2.DefaultStreamThreshold
+			o.Partner = func(r *http.Request) string { return as2Partner(s.Current().Partners, r.Header, as2IDs) }
 		case "as4":
 			// AS4 attachments are always streamed; the envelope part, up
 			// to max_envelope_bytes, is held and parsed.
 			o.StreamAbove = cfg.Limits.MaxEnvelopeBytes
+			// The envelope is read first and held: four bytes per byte
+			// read until the cap (its parsed tree is charged apart, by
+			// the endpoint).
 			o.StreamReserve = limits.DefaultStreamReserve + cfg.Limits.MaxEnvelopeBytes*limits.DefaultAmplification
+			o.StreamGrowth = limits.DefaultAmplification
 		}
 		return limits.Handler(h, o)
 	}
@@ -93,6 +130,22 @@ func (s *Server) mountProtocols(dir *partners.Directory) error {
 		s.endpoints = append(s.endpoints, "as4 "+cfg.AS4.Path)
 	}
 	return nil
+}
+
+// as2Partner is the ID of the partner an AS2 request names with AS2-From
+// and AS2-To (not yet authenticated), for its share of the memory budget;
+// "" when it names none (the endpoint refuses it before reading its body).
+func as2Partner(d *partners.Directory, h http.Header, ourIDs []string) string {
+	req, err := as2.ParseHeaders(h)
+	if err != nil {
+		return ""
+	}
+	for _, id := range ourIDs {
+		if p, ok := d.ByAS2(req.From, req.To, id); ok {
+			return p.ID
+		}
+	}
+	return ""
 }
 
 // buildSnapshot reads the identity keys of cfg and builds the endpoints on

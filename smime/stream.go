@@ -72,6 +72,12 @@ type StreamOptions struct {
 type StreamResult struct {
 	Result
 	Body Section
+	// PayloadReached: the unwrap went through every S/MIME layer and
+	// reached the payload. An ErrNotStreamable then concerns the payload
+	// alone (multipart, lenient base64): Signed, Encrypted and the
+	// layers are what an unwrap in memory would find, so that a message
+	// the partner's policy refuses need not be unwrapped in memory.
+	PayloadReached bool
 	mic  micSource
 	// bodySum is the SHA-256 of a section taken on a pass that read it
 	// anyway (the signed part's body while it was hashed).
@@ -531,6 +537,7 @@ func unwrapStream(header Header, body Section, opts StreamOptions, dec **decrypt
 		}
 		cur = next
 	}
+	res.PayloadReached = true
 	payload, err := decodeBodyStream(cur, opts, false)
 	if err != nil {
 		return res, fmt.Errorf("smime: payload: %w", err)

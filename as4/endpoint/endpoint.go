@@ -462,6 +462,10 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 	}()
 	lim := e.cfg.Limits
 	lim.MaxMessageSize = limit
+	// The envelope's parsed tree is charged to the request's memory
+	// budget: it costs up to 73 times the envelope's bytes.
+	rsv := limits.ReservationFrom(ctx)
+	lim.ReserveXML, lim.ReleaseXML = rsv.Grow, rsv.Shrink
 	var unknownSender *as4.Envelope
 	// The one attachment the header names as the payload is decrypted
 	// (and inflated) while it arrives: ReadMessage returns as it begins,
@@ -485,6 +489,12 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 		}
 		if p != nil {
 			limit = partners.BodyLimit(p, limit)
+			// From here on the request counts against the share of the
+			// partner it names (not yet authenticated), as an AS2
+			// request does from its AS2-From.
+			if err := rsv.Claim(p.ID); err != nil {
+				return 0, fmt.Errorf("as4: the memory budget's share of partner %s: %w", p.ID, err)
+			}
 		}
 		return limit, nil
 	}
@@ -495,6 +505,13 @@ func (e *Endpoint) receive(ctx context.Context, contentType string, body *counti
 		if errors.Is(err, limits.ErrSpool) {
 			tr.err = as4.Other("an attachment could not be spooled", err)
 			return retryLater("the message could not be stored temporarily"), 0
+		}
+		if errors.Is(err, limits.ErrBusy) {
+			// The envelope's parsed tree did not fit the memory budget
+			// (or its sender's share of it) now.
+			e.log.Warn("as4 message not processed: memory budget exhausted while parsing the envelope", "err", err)
+			tr.err = as4.Other("memory budget exhausted", err)
+			return retryLater("the gateway is busy with other messages"), 0
 		}
 		return e.reject(tr, as4.AsError(err), ""), 0
 	}
