@@ -1,0 +1,27 @@
+//go:build linux
+
+package deliver
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// setProcessGroup starts the command in its own process group and makes
+// cancellation (the timeout) kill the whole group, so that children it
+// started do not outlive it. The command itself is killed when the
+// gateway dies (Pdeathsig; the caller holds the forking thread for the
+// command's life, see Exec.run); what it started is killed at the next
+// start (ReapLeftovers).
+func setProcessGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+}
+
+// killProcessGroup kills what is left of the command's process group; the
+// group id cannot be reused while a member lives.
+func killProcessGroup(cmd *exec.Cmd) {
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
