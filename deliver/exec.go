@@ -140,15 +140,19 @@ func (e *Exec) run(ctx context.Context, m *exchange.Message, i int) error {
 	stderr := &lineLog{log: lg, budget: e.maxOutput}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	setProcessGroup(cmd)
+	supervisorStarted, supervisorDone := superviseCommand(cmd, e.path, e.args, lg)
+	defer supervisorDone()
 	// Pipes a left-over grandchild keeps open are closed after this.
 	cmd.WaitDelay = 2 * time.Second
 	start := time.Now()
-	// Pdeathsig (Linux) fires when the thread that forked the command
-	// exits, not the process: this goroutine keeps its thread, which the
-	// runtime then never ends, until the command is done.
+	// Pdeathsig (Linux, when the command runs without its supervisor)
+	// fires when the thread that forked the command exits, not the
+	// process: this goroutine keeps its thread, which the runtime then
+	// never ends, until the command is done.
 	runtime.LockOSThread()
 	err = cmd.Start()
 	if err == nil {
+		supervisorStarted()
 		rec := recordRun(e.runDir, cmd.Process.Pid, marker, lg)
 		err = cmd.Wait()
 		rec.done()

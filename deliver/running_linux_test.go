@@ -39,13 +39,13 @@ func waitGone(t *testing.T, what string, pids ...int) {
 	t.Fatalf("%s: processes %v still alive", what, pids)
 }
 
-// TestExecRecordsRunningGroup: while a command runs its process group is
-// recorded in RunDir with the marker that its environment carries; the
-// record goes when the command is done.
+// TestExecRecordsRunningGroup: while a command runs its process group (led
+// by its supervisor) is recorded in RunDir with the marker that its
+// environment carries; the record goes when the command is done.
 func TestExecRecordsRunningGroup(t *testing.T) {
 	dir, runDir := t.TempDir(), t.TempDir()
 	sh := script(t, `cat > /dev/null
-echo "$$ $GATEWAY_EXEC_RUN" > "`+dir+`/started"
+echo "$(cut -d' ' -f5 /proc/$$/stat) $GATEWAY_EXEC_RUN" > "`+dir+`/started"
 while [ ! -e "`+dir+`/go" ]; do sleep 0.02; done
 `)
 	e := newExec(t, ExecConfig{Command: []string{sh}, RunDir: runDir})
@@ -188,4 +188,42 @@ func TestReapLeftovers(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestExecRunsUnderSupervisor: the command's parent is the supervisor (the
+// gateway's binary), the leader of the command's process group, with the
+// pipe to the gateway closed in the command; the command's exit status and
+// a signal that killed it come through the supervisor unchanged.
+func TestExecRunsUnderSupervisor(t *testing.T) {
+	dir := t.TempDir()
+	sh := script(t, `cat > /dev/null
+echo "$PPID $(cut -d' ' -f5 /proc/$$/stat)" > "`+dir+`/ids"
+ls /proc/$$/fd > "`+dir+`/fds"
+exit ${EXIT:-0}
+`)
+	e := newExec(t, ExecConfig{Command: []string{sh}, Env: []string{"EXIT"}})
+	if err := e.Handle(context.Background(), testMessage()); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "ids"))
+	ids := strings.Fields(string(b))
+	if len(ids) != 2 || ids[0] != ids[1] {
+		t.Fatalf("parent and process group %v: the supervisor does not lead the group", ids)
+	}
+	fds, _ := os.ReadFile(filepath.Join(dir, "fds"))
+	for _, fd := range strings.Fields(string(fds)) {
+		if fd == "3" {
+			t.Errorf("the command inherited the supervisor's pipe (fd 3): %q", fds)
+		}
+	}
+	t.Setenv("EXIT", "3")
+	e = newExec(t, ExecConfig{Command: []string{sh}, Env: []string{"EXIT"}})
+	if err := e.Handle(context.Background(), testMessage()); err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("err = %v, want exit status 3", err)
+	}
+	killed := script(t, "cat > /dev/null\nkill -TERM $$\nsleep 5\n")
+	e = newExec(t, ExecConfig{Command: []string{killed}})
+	if err := e.Handle(context.Background(), testMessage()); err == nil || !strings.Contains(err.Error(), "signal: terminated") {
+		t.Fatalf("err = %v, want signal: terminated", err)
+	}
 }

@@ -51,18 +51,29 @@ func waitDead(t *testing.T, within time.Duration, what string, pids ...int) {
 
 // TestExecCommandDoesNotOutliveGatewayCrash: an exec handler's command
 // (a shell script that started a grandchild) runs when the gateway is
-// killed with SIGKILL. The command dies with the gateway (Pdeathsig); the
-// grandchild it started is killed when the gateway starts again, before it
-// takes messages; the partner's retransmission then runs the command once,
-// alone. (Before, both lived on, past the handler's timeout of 5 s, which
+// killed with SIGKILL. The command and the grandchild die with the gateway
+// (the supervisor kills the process group); the record of the group is
+// cleared at the next start, and the partner's retransmission then runs the
+// command once, alone. (Before, both lived on, past the handler's timeout of 5 s, which
 // nothing enforced any more.) On AS2 and AS4, with the real binary.
 func TestExecCommandDoesNotOutliveGatewayCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the gateway twice per protocol")
 	}
 	demo := filepath.Dir(demoConfig(t))
-	for _, proto := range []string{"as2", "as4"} {
-		t.Run(proto, func(t *testing.T) {
+	for _, c := range []struct {
+		proto string
+		// alsoSupervisor kills the command's supervisor with the
+		// gateway: the command dies with it (Pdeathsig), what it started
+		// lives until the next start kills it (ReapLeftovers).
+		alsoSupervisor bool
+	}{{"as2", false}, {"as4", false}, {"as2", true}} {
+		proto := c.proto
+		name := proto
+		if c.alsoSupervisor {
+			name += "/supervisor killed too"
+		}
+		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			addr := freePort(t)
 			// The first run hangs with a grandchild (sleep); later runs
@@ -157,22 +168,43 @@ shutdown_timeout: 1s
 			if !processAlive(cmd) || !processAlive(child) {
 				t.Fatal("the command or its child is not running")
 			}
-			t.Cleanup(func() { syscall.Kill(-cmd, syscall.SIGKILL) })
+			pgid, err := syscall.Getpgid(cmd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) })
 
+			killedAt := time.Now()
+			if c.alsoSupervisor {
+				if err := syscall.Kill(pgid, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			first.Wait()
-			waitDead(t, 2*time.Second, "the command after the gateway was killed", cmd)
-			// Its group is on record for the next start.
+			if c.alsoSupervisor {
+				waitDead(t, 2*time.Second, "the command after its supervisor and the gateway were killed", cmd)
+				if !processAlive(child) {
+					t.Fatal("the grandchild died without a supervisor to kill it")
+				}
+			} else {
+				// The whole group goes with the gateway: the command and
+				// what it started (its supervisor kills the group).
+				waitDead(t, 2*time.Second, "the command's process group after the gateway was killed", cmd, child)
+				t.Logf("process group gone %s after the SIGKILL", time.Since(killedAt).Round(time.Millisecond))
+			}
+			// The group is on record for the next start, which would kill
+			// what still ran of it.
 			records, _ := filepath.Glob(filepath.Join(dir, "spool", "gateway-exec-running", "*.run"))
-			if len(records) != 1 || filepath.Base(records[0]) != strconv.Itoa(cmd)+".run" {
-				t.Fatalf("the killed command's group is not on record: %v", records)
+			if len(records) != 1 || filepath.Base(records[0]) != strconv.Itoa(pgid)+".run" {
+				t.Fatalf("the killed command's group %d is not on record: %v", pgid, records)
 			}
 
 			startGateway(t, cfg, addr)
-			// Before the gateway took any message, what the dead one left
-			// running is gone, and so is its record.
+			// Before the restarted gateway takes a message, nothing of the
+			// group is left.
 			waitDead(t, 2*time.Second, "the command's child after the restart", child)
 			if records, _ := filepath.Glob(filepath.Join(dir, "spool", "gateway-exec-running", "*.run")); len(records) != 0 {
 				t.Fatalf("records left after the restart: %v", records)
