@@ -101,12 +101,13 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	saveReceipt := fs.String("save-receipt", "", "write the answer (receipt or error signal) to this file")
 	profile := fs.String("profile", "", "bdew: send as the BDEW AS4 profile prescribes (see above)")
 	var bdewParts bdewPartProperties
-	fs.StringVar(&bdewParts.documentType, "bdew-document-type", "", "with -profile bdew: PartProperty BDEWDocumentType of the first FILE (e.g. UTILMD)")
+	fs.StringVar(&bdewParts.documentType, "bdew-document-type", "", "with -profile bdew: PartProperty BDEWDocumentType of the first FILE (e.g. UTILMD, A01)")
 	fs.StringVar(&bdewParts.documentNo, "bdew-document-no", "", "with -profile bdew: PartProperty BDEWDocumentNo of the first FILE")
-	fs.StringVar(&bdewParts.documentDate, "bdew-document-date", "", "with -profile bdew: PartProperty BDEWDocumentDate of the first FILE (RFC 3339, written in UTC)")
-	fs.StringVar(&bdewParts.fulfillmentDate, "bdew-fulfillment-date", "", "with -profile bdew: PartProperty BDEWFulfillmentDate of the first FILE (RFC 3339, written in UTC)")
+	fs.StringVar(&bdewParts.documentDate, "bdew-document-date", "", "with -profile bdew: PartProperty BDEWDocumentDate of the first FILE, as written (e.g. 2025-01-01)")
+	fs.StringVar(&bdewParts.fulfillmentDate, "bdew-fulfillment-date", "", "with -profile bdew: PartProperty BDEWFulfillmentDate of the first FILE, as written (a date or, for schedules, an interval)")
 	fs.StringVar(&bdewParts.subjectPartyID, "bdew-subject-party-id", "", "with -profile bdew: PartProperty BDEWSubjectPartyID of the first FILE")
 	fs.StringVar(&bdewParts.subjectPartyRole, "bdew-subject-party-role", "", "with -profile bdew: PartProperty BDEWSubjectPartyRole of the first FILE")
+	fs.StringVar(&bdewParts.applicationReference, "bdew-application-reference", "", "with -profile bdew: PartProperty BDEWApplicationReference of the first FILE")
 	quiet := fs.Bool("quiet", false, "no progress bar (it is shown only when stderr is a terminal)")
 	spoolDir := fs.String("spool-dir", "", "where the message is built before it is sent: room for about twice its size (default: the system's temporary directory)")
 	repeat := fs.Int("repeat", 1, "send the identical bytes this many times (duplicates after the first)")
@@ -355,36 +356,31 @@ func bdewFlags(fs *flag.FlagSet, encryptCert, signAlg, digest, cipher string, co
 // bdewPartProperties are the BDEW AS4 profile's eb:PartProperties of the
 // main payload. phase4's BDEW sender writes each one only when it is given,
 // and its BDEW profile validator requires none of them; send-as4 does the
-// same.
+// same. Their values are written as given: the dates are days in phase4's
+// current sender (a LocalDate), UTC date-times in its older one, and
+// intervals for schedules (BDEWFulfillmentDate).
 type bdewPartProperties struct {
-	documentType, documentNo, documentDate, fulfillmentDate, subjectPartyID, subjectPartyRole string
+	documentType, documentNo, documentDate, fulfillmentDate, subjectPartyID, subjectPartyRole, applicationReference string
 }
 
-// properties returns the given ones in phase4's order, the dates checked
-// as RFC 3339 and written in UTC.
+// properties returns the given ones in phase4's order.
 func (b bdewPartProperties) properties() ([]as4.Property, error) {
 	var out []as4.Property
-	for _, p := range []struct {
-		name, flag, value string
-		date              bool
-	}{
-		{"BDEWDocumentType", "-bdew-document-type", b.documentType, false},
-		{"BDEWDocumentDate", "-bdew-document-date", b.documentDate, true},
-		{"BDEWDocumentNo", "-bdew-document-no", b.documentNo, false},
-		{"BDEWFulfillmentDate", "-bdew-fulfillment-date", b.fulfillmentDate, true},
-		{"BDEWSubjectPartyID", "-bdew-subject-party-id", b.subjectPartyID, false},
-		{"BDEWSubjectPartyRole", "-bdew-subject-party-role", b.subjectPartyRole, false},
+	for _, p := range []struct{ name, flag, value string }{
+		{"BDEWDocumentType", "-bdew-document-type", b.documentType},
+		{"BDEWDocumentDate", "-bdew-document-date", b.documentDate},
+		{"BDEWDocumentNo", "-bdew-document-no", b.documentNo},
+		{"BDEWFulfillmentDate", "-bdew-fulfillment-date", b.fulfillmentDate},
+		{"BDEWSubjectPartyID", "-bdew-subject-party-id", b.subjectPartyID},
+		{"BDEWSubjectPartyRole", "-bdew-subject-party-role", b.subjectPartyRole},
+		{"BDEWApplicationReference", "-bdew-application-reference", b.applicationReference},
 	} {
 		v := strings.TrimSpace(p.value)
 		if v == "" {
 			continue
 		}
-		if p.date {
-			t, err := time.Parse(time.RFC3339, v)
-			if err != nil {
-				return nil, fmt.Errorf("%w: %s %q is not an RFC 3339 date and time (e.g. 2025-01-01T12:00:00+01:00)", errUsage, p.flag, v)
-			}
-			v = t.UTC().Format(time.RFC3339)
+		if strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return nil, fmt.Errorf("%w: %s holds a control character", errUsage, p.flag)
 		}
 		out = append(out, as4.Property{Name: p.name, Value: v})
 	}

@@ -138,8 +138,9 @@ func TestSendAS4BDEW(t *testing.T) {
 	// The BDEW part properties of the main payload, when given.
 	{
 		var out, errb bytes.Buffer
-		a := args("-bdew-document-type", "UTILMD", "-bdew-document-no", "DOC0001", "-bdew-document-date", "2025-01-01T12:00:00+01:00",
-			"-bdew-fulfillment-date", "2025-02-01T00:00:00Z", "-bdew-subject-party-id", "9900000000003", "-bdew-subject-party-role", "LF")
+		a := args("-bdew-document-type", "A01", "-bdew-document-no", "2", "-bdew-document-date", "2024-10-07",
+			"-bdew-fulfillment-date", "2024-10-07T22:00Z/2024-10-08T22:00Z", "-bdew-subject-party-id", "10XEN-VE-FRISMK",
+			"-bdew-subject-party-role", "A08", "-bdew-application-reference", "FP")
 		for i := range a {
 			if a[i] == "bdew-1@9900000000002" {
 				a[i] = "bdew-2@9900000000002"
@@ -154,17 +155,21 @@ func TestSendAS4BDEW(t *testing.T) {
 		if delivered.MessageID != "bdew-2@9900000000002" {
 			t.Fatalf("delivered %s", delivered.MessageID)
 		}
-		for k, want := range map[string]string{"BDEWDocumentType": "UTILMD", "BDEWDocumentNo": "DOC0001", "BDEWDocumentDate": "2025-01-01T11:00:00Z",
-			"BDEWFulfillmentDate": "2025-02-01T00:00:00Z", "BDEWSubjectPartyID": "9900000000003", "BDEWSubjectPartyRole": "LF"} {
+		for k, want := range map[string]string{"BDEWDocumentType": "A01", "BDEWDocumentNo": "2", "BDEWDocumentDate": "2024-10-07",
+			"BDEWFulfillmentDate": "2024-10-07T22:00Z/2024-10-08T22:00Z", "BDEWSubjectPartyID": "10XEN-VE-FRISMK",
+			"BDEWSubjectPartyRole": "A08", "BDEWApplicationReference": "FP"} {
 			if got := delivered.Payloads[0].Properties[k]; got != want {
 				t.Errorf("part property %s = %q, want %q", k, got, want)
 			}
 		}
 	}
-	for _, bad := range [][]string{{"-bdew-document-date", "1.1.2025"}} {
+	{
+		// Without the profile, the BDEW part properties are refused.
 		var out, errb bytes.Buffer
-		if code := run(args(bad...), &out, &errb); code != 2 || !strings.Contains(errb.String(), "RFC 3339") {
-			t.Errorf("%v: exit %d: %s", bad, code, errb.String())
+		a := args("-bdew-document-type", "A01")
+		a = append(a[:1:1], a[3:]...) // no -profile bdew
+		if code := run(a, &out, &errb); code != 2 || !strings.Contains(errb.String(), "need -profile bdew") {
+			t.Errorf("part properties without the profile: exit %d: %s", code, errb.String())
 		}
 	}
 	for _, bad := range [][]string{{"-cipher", "aes256-gcm"}, {"-sign-alg", "ecdsa-sha512"}, {"-digest", "sha512"}, {"-key-transport", "rsa-oaep"}, {"-compress=false"}} {
