@@ -38,7 +38,7 @@ the resends after a 503 (-retry-for) send those same bytes.
 -profile bdew applies the BDEW AS4 profile: brainpoolP256r1 keys, ecdsa-sha256 with an
 X509PKIPathv1 token, ECDH-ES + ConcatKDF + kw-aes128 (recipient by X509SKI) and
 aes128-gcm, encryption required, GLN party types and the BDEW agreement by default, an
-empty eb:ConversationId unless -conversation is given (as phase4's BDEW sender writes it),
+empty eb:ConversationId (as phase4's BDEW sender writes it; -conversation is refused),
 and the -bdew-… part properties of the first FILE when given; flags that contradict it
 are refused.
 Example (the demo gateway of README.md, sending as its demo partner):
@@ -88,7 +88,7 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	action := fs.String("action", "", "eb:Action (required)")
 	agreement := fs.String("agreement", "", "eb:AgreementRef")
 	pmode := fs.String("pmode", "", "eb:AgreementRef/@pmode")
-	conversation := fs.String("conversation", "", "eb:ConversationId (default: the message id; with -profile bdew: empty)")
+	conversation := fs.String("conversation", "", "eb:ConversationId (default: the message id; -profile bdew sends it empty)")
 	messageID := fs.String("message-id", "", "eb:MessageId (default: a new UUID); resend with the same id to test duplicate handling")
 	mimeType := fs.String("mime", "", "MIME type of every FILE (default: from the file extension)")
 	compress := fs.Bool("compress", true, "gzip the attachments (CompressionType application/gzip)")
@@ -213,7 +213,8 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		AgreementRef: *agreement, PMode: *pmode,
 		Service: *service, ServiceType: *serviceType, Action: *action,
 		// The BDEW profile (on ENTSOG's) has an empty eb:ConversationId,
-		// which phase4's BDEW sender always writes.
+		// which phase4's BDEW sender always writes (bdewFlags refuses
+		// -conversation).
 		EmptyConversationID: bdew,
 	}
 	for _, f := range files {
@@ -343,6 +344,9 @@ func bdewFlags(fs *flag.FlagSet, encryptCert, signAlg, digest, cipher string, co
 		if set[c.flag] && c.value != c.want {
 			return fmt.Errorf("%w: -profile bdew prescribes -%s %s, not %s", errUsage, c.flag, c.want, c.value)
 		}
+	}
+	if set["conversation"] {
+		return fmt.Errorf("%w: -profile bdew sends an empty eb:ConversationId (phase4's BDEW sender refuses any other); -conversation does not apply", errUsage)
 	}
 	if set["key-transport"] {
 		return fmt.Errorf("%w: -profile bdew uses ECDH-ES key agreement; -key-transport does not apply", errUsage)

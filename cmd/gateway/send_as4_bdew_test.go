@@ -172,7 +172,7 @@ func TestSendAS4BDEW(t *testing.T) {
 			t.Errorf("part properties without the profile: exit %d: %s", code, errb.String())
 		}
 	}
-	for _, bad := range [][]string{{"-cipher", "aes256-gcm"}, {"-sign-alg", "ecdsa-sha512"}, {"-digest", "sha512"}, {"-key-transport", "rsa-oaep"}, {"-compress=false"}} {
+	for _, bad := range [][]string{{"-cipher", "aes256-gcm"}, {"-sign-alg", "ecdsa-sha512"}, {"-digest", "sha512"}, {"-key-transport", "rsa-oaep"}, {"-compress=false"}, {"-conversation", "c-1"}} {
 		var out, errb bytes.Buffer
 		if code := run(args(bad...), &out, &errb); code != 2 || !strings.Contains(errb.String(), "-profile bdew") {
 			t.Errorf("%v: exit %d: %s", bad, code, errb.String())
