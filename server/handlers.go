@@ -28,6 +28,9 @@ func buildHandler(cfg *config.Config, log *slog.Logger) (exchange.Handler, error
 			if n, err := deliver.ReapLeftovers(runDir, log); err != nil {
 				log.Warn("exec: leftovers of an earlier run could not all be killed", "dir", runDir, "killed", n, "err", err)
 			}
+			if st, err := os.Stat(runDir); err != nil || !st.IsDir() {
+				runDir = "" // not usable: the supervisor alone guards the commands
+			}
 		}
 	}
 	var out []deliver.Route
