@@ -482,9 +482,15 @@ func parseCollaborationInfo(el *etree.Element) (CollaborationInfo, error) {
 	if ci.Action, err = requiredText(kids, "CollaborationInfo", "Action"); err != nil {
 		return ci, err
 	}
-	if ci.ConversationID, err = requiredText(kids, "CollaborationInfo", "ConversationId"); err != nil {
+	// eb:ConversationId must be there but may be empty: the schema's type
+	// is a plain xsd:string, and the ENTSOG profile, with BDEW's on top
+	// of it, has senders write it empty (phase4's BDEW and ENTSOG senders
+	// always do).
+	conv, err := one(kids, "CollaborationInfo", "ConversationId", true)
+	if err != nil {
 		return ci, err
 	}
+	ci.ConversationID = Text(conv)
 	return ci, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/edigateway/gateway/exchange"
@@ -31,8 +32,17 @@ type ExecConfig struct {
 	// MaxOutputBytes bounds what is kept of stdout and what is logged of
 	// stderr, each (default 64 KiB); the rest is read and dropped.
 	MaxOutputBytes int64
-	Log            *slog.Logger
+	// RunDir is where each running command's process group is recorded
+	// (Linux), so that ReapLeftovers, at the next start, kills what a
+	// gateway that died left running (empty: not recorded).
+	RunDir string
+	Log    *slog.Logger
 }
+
+// envRunMarker names the environment variable, set to a random value per
+// run when runs are recorded, that marks a command's processes as the
+// gateway's (ReapLeftovers).
+const envRunMarker = "GATEWAY_EXEC_RUN"
 
 // inherited is the environment every command gets from the gateway's.
 var inherited = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
@@ -51,6 +61,7 @@ type Exec struct {
 	timeout    time.Duration
 	env        []string
 	maxOutput  int64
+	runDir     string
 	log        *slog.Logger
 }
 
@@ -74,7 +85,7 @@ func NewExec(c ExecConfig) (*Exec, error) {
 			return nil, fmt.Errorf("deliver: exec %s: dir %s is not a directory", c.Name, c.Dir)
 		}
 	}
-	e := &Exec{name: c.Name, path: path, args: c.Command[1:], dir: c.Dir, timeout: c.Timeout, maxOutput: c.MaxOutputBytes, log: c.Log}
+	e := &Exec{name: c.Name, path: path, args: c.Command[1:], dir: c.Dir, timeout: c.Timeout, maxOutput: c.MaxOutputBytes, runDir: c.RunDir, log: c.Log}
 	if e.timeout <= 0 {
 		e.timeout = 60 * time.Second
 	}
@@ -118,15 +129,35 @@ func (e *Exec) run(ctx context.Context, m *exchange.Message, i int) error {
 	for _, f := range Fields(m, i) {
 		cmd.Env = append(cmd.Env, f.Env+"="+f.Value)
 	}
+	marker := ""
+	if e.runDir != "" {
+		if marker = newRunMarker(); marker != "" {
+			cmd.Env = append(cmd.Env, envRunMarker+"="+marker)
+		}
+	}
 	cmd.Stdin = stdin
 	stdout := &capped{max: e.maxOutput}
 	stderr := &lineLog{log: lg, budget: e.maxOutput}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	setProcessGroup(cmd)
+	supervisorStarted, supervisorDone := superviseCommand(cmd, e.path, e.args, lg)
+	defer supervisorDone()
 	// Pipes a left-over grandchild keeps open are closed after this.
 	cmd.WaitDelay = 2 * time.Second
 	start := time.Now()
-	err = cmd.Run()
+	// Pdeathsig (Linux, when the command runs without its supervisor)
+	// fires when the thread that forked the command exits, not the
+	// process: this goroutine keeps its thread, which the runtime then
+	// never ends, until the command is done.
+	runtime.LockOSThread()
+	err = cmd.Start()
+	if err == nil {
+		supervisorStarted()
+		rec := recordRun(e.runDir, cmd.Process.Pid, marker, lg)
+		err = cmd.Wait()
+		rec.done()
+	}
+	runtime.UnlockOSThread()
 	stderr.flush()
 	if stdout.total > 0 {
 		lg.Debug("command stdout", "stdout", printable(stdout.buf, 1024, stdout.total))

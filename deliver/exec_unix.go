@@ -1,8 +1,9 @@
-//go:build unix
+//go:build unix && !linux
 
 package deliver
 
 import (
+	"log/slog"
 	"os/exec"
 	"syscall"
 )
@@ -21,4 +22,9 @@ func killProcessGroup(cmd *exec.Cmd) {
 	if cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
+}
+
+// superviseCommand: no supervisor on this system.
+func superviseCommand(cmd *exec.Cmd, path string, args []string, log *slog.Logger) (started, done func()) {
+	return func() {}, func() {}
 }

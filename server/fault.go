@@ -1,3 +1,5 @@
+//go:build gatewayfault
+
 package server
 
 import (
@@ -10,12 +12,18 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/edigateway/gateway/exchange"
 )
 
-// Fault injection for crash tests, by environment variable (never set in
-// production):
+// faultInjection says that this build reads GATEWAY_FAULT_*: only a build
+// with the gatewayfault tag (the crash tests build the gateway so); the
+// production build has fault_off.go instead and no fault code at all.
+const faultInjection = true
+
+// Fault injection for crash tests, by environment variable, in a build
+// with the gatewayfault tag only:
 //
 //	GATEWAY_FAULT_KILL=PHASE:N  the process kills itself (SIGKILL on Unix)
 //	                            the Nth time a message reaches PHASE:
@@ -28,7 +36,8 @@ import (
 //	GATEWAY_FAULT_JOURNAL=FILE  every successful run of a plain handler
 //	                            appends "<payload idempotency key>\n" to FILE
 //	                            (synced): a non-idempotent side effect.
-//	GATEWAY_FAULT_HANDLER_DELAY see New.
+//	GATEWAY_FAULT_HANDLER_DELAY=D  a plain handler's side effect is done,
+//	                            the accept is not, for the duration D.
 type faultKill struct {
 	phase string
 	n     int64
@@ -150,4 +159,36 @@ func journalHandler(path string, h exchange.Handler) (exchange.Handler, func() e
 		}
 		return f.Sync()
 	}), f.Close, nil
+}
+
+// injectFaults wraps the plain handler as GATEWAY_FAULT_HANDLER_DELAY and
+// GATEWAY_FAULT_JOURNAL ask and sets up GATEWAY_FAULT_KILL (s.fault).
+func (s *Server) injectFaults(handler exchange.Handler) (exchange.Handler, error) {
+	log := s.Log
+	log.Warn("fault injection compiled in (gatewayfault build): not a production build")
+	if d, err := time.ParseDuration(os.Getenv("GATEWAY_FAULT_HANDLER_DELAY")); err == nil && d > 0 && handler != nil {
+		log.Warn("fault injection: handler delay after side effect", "delay", d)
+		inner := handler
+		handler = exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error {
+			if err := inner.Handle(ctx, m); err != nil {
+				return err
+			}
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}
+	if path := os.Getenv("GATEWAY_FAULT_JOURNAL"); path != "" && handler != nil {
+		h, closeJournal, err := journalHandler(path, handler)
+		if err != nil {
+			return nil, err
+		}
+		log.Warn("fault injection: plain handler journal", "file", path)
+		s.closers = append(s.closers, closeJournal)
+		handler = h
+	}
+	s.fault = newFaultKill(log)
+	return handler, nil
 }

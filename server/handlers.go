@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/deliver"
@@ -18,9 +19,23 @@ import (
 // the start instead of failing messages.
 func buildHandler(cfg *config.Config, log *slog.Logger) (exchange.Handler, error) {
 	routes := cfg.Routes()
+	runDir := ""
+	for _, r := range routes {
+		if r.Type == "exec" && runDir == "" {
+			// exec commands that a gateway which died left running are
+			// killed before any message can run one again.
+			runDir = execRunDir(cfg)
+			if n, err := deliver.ReapLeftovers(runDir, log); err != nil {
+				log.Warn("exec: leftovers of an earlier run could not all be killed", "dir", runDir, "killed", n, "err", err)
+			}
+			if st, err := os.Stat(runDir); err != nil || !st.IsDir() {
+				runDir = "" // not usable: the supervisor alone guards the commands
+			}
+		}
+	}
 	var out []deliver.Route
 	for _, r := range routes {
-		h, err := routeHandler(r, log)
+		h, err := routeHandler(r, runDir, log)
 		if err != nil {
 			return nil, fmt.Errorf("server: handler %s: %w", r.Name, err)
 		}
@@ -33,7 +48,17 @@ func buildHandler(cfg *config.Config, log *slog.Logger) (exchange.Handler, error
 	return &deliver.Router{Routes: out, Log: log}, nil
 }
 
-func routeHandler(r config.Route, log *slog.Logger) (exchange.Handler, error) {
+// execRunDir is where running exec commands are recorded: beside the spool
+// areas in spool_dir (default: the system's temporary directory).
+func execRunDir(cfg *config.Config) string {
+	parent := cfg.SpoolDir
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	return filepath.Join(parent, "gateway-exec-running")
+}
+
+func routeHandler(r config.Route, runDir string, log *slog.Logger) (exchange.Handler, error) {
 	switch r.Type {
 	case "dir":
 		if err := os.MkdirAll(r.Dir.Inbox, 0o750); err != nil {
@@ -47,7 +72,7 @@ func routeHandler(r config.Route, log *slog.Logger) (exchange.Handler, error) {
 	case "exec":
 		e := r.Exec
 		return deliver.NewExec(deliver.ExecConfig{Name: r.Name, Command: e.Command, Dir: e.Dir, Timeout: e.Timeout, Env: e.Env,
-			MaxOutputBytes: e.MaxOutputBytes, Log: log})
+			MaxOutputBytes: e.MaxOutputBytes, RunDir: runDir, Log: log})
 	}
 	return nil, fmt.Errorf("unknown handler type %q", r.Type)
 }

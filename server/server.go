@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -142,33 +141,12 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 		s.Close()
 		return nil, err
 	}
-	if d, err := time.ParseDuration(os.Getenv("GATEWAY_FAULT_HANDLER_DELAY")); err == nil && d > 0 && handler != nil {
-		// Fault injection for crash tests: the handler's side effect is
-		// done, the accept is not, for d.
-		log.Warn("fault injection: handler delay after side effect", "delay", d)
-		inner := handler
-		handler = exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error {
-			if err := inner.Handle(ctx, m); err != nil {
-				return err
-			}
-			select {
-			case <-time.After(d):
-			case <-ctx.Done():
-			}
-			return nil
-		})
+	// Fault injection for the crash tests, compiled in only with the
+	// gatewayfault build tag (fault.go; fault_off.go in production).
+	if handler, err = s.injectFaults(handler); err != nil {
+		s.Close()
+		return nil, err
 	}
-	if path := os.Getenv("GATEWAY_FAULT_JOURNAL"); path != "" && handler != nil {
-		h, closeJournal, err := journalHandler(path, handler)
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		log.Warn("fault injection: plain handler journal", "file", path)
-		s.closers = append(s.closers, closeJournal)
-		handler = h
-	}
-	s.fault = newFaultKill(log)
 	if handler != nil {
 		handler = timedHandler{h: s.fault.wrapHandler(handler), m: s.Metrics}
 	}

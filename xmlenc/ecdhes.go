@@ -191,10 +191,17 @@ func (e *encryptor) writeECDHES(ki *etree.Element) (wrapped []byte, recipientKey
 	kdm := sub(am, "xenc11", NSXEnc11, "KeyDerivationMethod")
 	kdm.CreateAttr("Algorithm", AlgConcatKDF)
 	params := sub(kdm, "xenc11", NSXEnc11, "ConcatKDFParams")
+	// AlgorithmID is the key-wrap URI as a bit string without padding
+	// (XML Encryption 1.1 §5.4.1). PartyUInfo and PartyVInfo are left out,
+	// as WSS4J (and so phase4) leaves them out: they are optional in the
+	// schema and empty in OtherInfo. "00", the empty bit string, is valid
+	// XML Encryption 1.1 too, but Apache Santuario's ConcatKDF (behind
+	// WSS4J and phase4) refuses any value shorter than two octets
+	// (KeyDerivation.TooShortParameter), so the BDEW receivers built on it
+	// could not derive the key. Santuario reads an absent attribute as
+	// the empty bit string; so do we (concatKDFBitString).
 	algID := append([]byte{0}, e.o.KeyWrap...)
 	params.CreateAttr("AlgorithmID", hex.EncodeToString(algID))
-	params.CreateAttr("PartyUInfo", "00")
-	params.CreateAttr("PartyVInfo", "00")
 	sub(params, "ds", NSDSig, "DigestMethod").CreateAttr("Algorithm", AlgSHA256)
 
 	eph, err := brainpool.GenerateKey(e.rnd)

@@ -236,3 +236,67 @@ func FuzzKeyAgreementMethod(f *testing.F) {
 		}
 	})
 }
+
+// santuarioAcceptsBitString is the rule by which Apache Santuario's ConcatKDF
+// (org.apache.xml.security.encryption.keys.content.derivedKey.ConcatKDF,
+// parseBitString; WSS4J and phase4 decrypt with it) reads a ConcatKDFParams
+// attribute, restated from its documented behaviour: an absent or empty
+// value is the empty bit string; otherwise the trimmed value must be at
+// least four hex digits ("KeyDerivation.TooShortParameter" below that, so
+// the empty bit string "00" of XML Encryption 1.1 §5.4.1 is refused), of
+// even length, and start with the octet 00 (padded bit strings are "not
+// supported"). XML Encryption 1.1 §5.4.1 itself: "the bit string is
+// represented as hexBinary, the first octet giving the number of padding
+// bits (0 to 7) in the last octet".
+func santuarioAcceptsBitString(v string, present bool) bool {
+	v = strings.TrimSpace(v)
+	if !present || v == "" {
+		return true
+	}
+	if len(v) < 4 || len(v)%2 != 0 {
+		return false
+	}
+	if _, err := hex.DecodeString(v); err != nil {
+		return false
+	}
+	return v[:2] == "00"
+}
+
+func TestSantuarioBitStringRule(t *testing.T) {
+	for v, want := range map[string]bool{"": true, "00": false, "0041": true, "0141": false, "004": false, "00414243": true} {
+		if got := santuarioAcceptsBitString(v, true); got != want {
+			t.Errorf("%q: %v, want %v", v, got, want)
+		}
+	}
+}
+
+// TestECDHESParamsSantuarioAccepts: what we write in ConcatKDFParams passes
+// Santuario's bit-string rule (PartyUInfo="00" and PartyVInfo="00" did not),
+// and is what WSS4J writes: no PartyUInfo, no PartyVInfo.
+func TestECDHESParamsSantuarioAccepts(t *testing.T) {
+	kp := bpKeyPair(t)
+	doc := parseDoc(t, testEnvelope)
+	if _, err := Encrypt(doc, bdewAttachment(), Recipient{Cert: kp.Cert, Reference: ByX509SKI}, EncryptOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	params := doc.FindElement("//ConcatKDFParams")
+	if params == nil {
+		t.Fatal("no ConcatKDFParams")
+	}
+	for _, name := range []string{"AlgorithmID", "PartyUInfo", "PartyVInfo", "SuppPubInfo", "SuppPrivInfo"} {
+		a := params.SelectAttr(name)
+		v := ""
+		if a != nil {
+			v = a.Value
+		}
+		if !santuarioAcceptsBitString(v, a != nil) {
+			t.Errorf("%s=%q: Santuario refuses it", name, v)
+		}
+	}
+	if params.SelectAttr("PartyUInfo") != nil || params.SelectAttr("PartyVInfo") != nil {
+		t.Errorf("PartyUInfo/PartyVInfo written; WSS4J leaves them out")
+	}
+	if a := params.SelectAttr("AlgorithmID"); a == nil || a.Value != "00"+hex.EncodeToString([]byte(AlgKWAES128)) {
+		t.Errorf("AlgorithmID = %v, want 00 and the kw-aes128 URI", a)
+	}
+}

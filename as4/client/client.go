@@ -133,8 +133,13 @@ type Message struct {
 	// MessageID is the eb:MessageId (default: a new UUID @ Host).
 	MessageID      string
 	RefToMessageID string
-	// ConversationID defaults to the message id.
+	// ConversationID defaults to the message id, unless
+	// EmptyConversationID is set.
 	ConversationID string
+	// EmptyConversationID writes an empty eb:ConversationId when
+	// ConversationID is empty, as the BDEW and ENTSOG profiles have it
+	// (phase4's senders for both always write it empty).
+	EmptyConversationID bool
 	// From and To are the parties; their roles default to RoleInitiator
 	// and RoleResponder.
 	From, To         as4.PartyID
@@ -318,7 +323,11 @@ func (c *Client) build(m *Message, w io.Writer, stream bool) (*Outgoing, error) 
 		svc.CreateAttr("type", m.ServiceType)
 	}
 	ci.CreateElement("eb:Action").SetText(m.Action)
-	ci.CreateElement("eb:ConversationId").SetText(orDefault(m.ConversationID, id))
+	conv := orDefault(m.ConversationID, id)
+	if m.ConversationID == "" && m.EmptyConversationID {
+		conv = ""
+	}
+	ci.CreateElement("eb:ConversationId").SetText(conv)
 	if len(m.Properties) > 0 {
 		properties(um.CreateElement("eb:MessageProperties"), m.Properties)
 	}

@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,7 +29,48 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GATEWAY_TEST_RUN_MAIN") == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if faultBin.dir != "" {
+		os.RemoveAll(faultBin.dir)
+	}
+	os.Exit(code)
+}
+
+// faultBin is the gateway built with the gatewayfault tag, which alone
+// reads GATEWAY_FAULT_* (server/fault.go): built once, for the tests that
+// inject faults. The test binary itself is a production build.
+var faultBin struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// goTool is the go command of the toolchain running the tests.
+func goTool() string {
+	if g := filepath.Join(runtime.GOROOT(), "bin", "go"); runtime.GOROOT() != "" {
+		if _, err := os.Stat(g); err == nil {
+			return g
+		}
+	}
+	return "go"
+}
+
+func faultGateway(t *testing.T) string {
+	t.Helper()
+	faultBin.once.Do(func() {
+		if faultBin.dir, faultBin.err = os.MkdirTemp("", "gateway-fault-"); faultBin.err != nil {
+			return
+		}
+		faultBin.path = filepath.Join(faultBin.dir, "gateway")
+		out, err := exec.Command(goTool(), "build", "-tags", "gatewayfault", "-o", faultBin.path, ".").CombinedOutput()
+		if err != nil {
+			faultBin.err = fmt.Errorf("go build -tags gatewayfault: %v: %s", err, out)
+		}
+	})
+	if faultBin.err != nil {
+		t.Fatal(faultBin.err)
+	}
+	return faultBin.path
 }
 
 func freePort(t *testing.T) string {
@@ -39,9 +82,25 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// startGateway runs `gateway serve -config cfg` and waits until it answers
+// on addr: the test binary as the gateway, or, when extraEnv injects a
+// fault (GATEWAY_FAULT_*), the gatewayfault build (faultGateway).
 func startGateway(t *testing.T, cfg, addr string, extraEnv ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "serve", "-config", cfg)
+	bin := os.Args[0]
+	for _, e := range extraEnv {
+		if strings.HasPrefix(e, "GATEWAY_FAULT_") {
+			bin = faultGateway(t)
+		}
+	}
+	return startGatewayBinary(t, bin, cfg, addr, extraEnv...)
+}
+
+// startGatewayBinary is startGateway with the binary bin; its log is
+// serve-*.log beside cfg.
+func startGatewayBinary(t *testing.T, bin, cfg, addr string, extraEnv ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "-config", cfg)
 	// The admin listener on a port of the kernel's choice, so that tests
 	// (and other gateways on this machine) never compete for 9090.
 	cmd.Env = append(os.Environ(), append([]string{"GATEWAY_TEST_RUN_MAIN=1", "GATEWAY_ADMIN_LISTEN=127.0.0.1:0"}, extraEnv...)...)

@@ -37,8 +37,10 @@ stream into a spool file (-spool-dir) and posted from there with its length; -re
 the resends after a 503 (-retry-for) send those same bytes.
 -profile bdew applies the BDEW AS4 profile: brainpoolP256r1 keys, ecdsa-sha256 with an
 X509PKIPathv1 token, ECDH-ES + ConcatKDF + kw-aes128 (recipient by X509SKI) and
-aes128-gcm, encryption required, GLN party types and the BDEW agreement by default;
-flags that contradict it are refused.
+aes128-gcm, encryption required, GLN party types and the BDEW agreement by default, an
+empty eb:ConversationId (as phase4's BDEW sender writes it; -conversation is refused),
+and the -bdew-… part properties of the first FILE when given; flags that contradict it
+are refused.
 Example (the demo gateway of README.md, sending as its demo partner):
   gateway send-as4 -url http://127.0.0.1:8080/as4 \
     -key testdata/demo/keys/demo-partner.key -cert testdata/demo/partners/demo-partner.pem \
@@ -86,7 +88,7 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	action := fs.String("action", "", "eb:Action (required)")
 	agreement := fs.String("agreement", "", "eb:AgreementRef")
 	pmode := fs.String("pmode", "", "eb:AgreementRef/@pmode")
-	conversation := fs.String("conversation", "", "eb:ConversationId (default: the message id)")
+	conversation := fs.String("conversation", "", "eb:ConversationId (default: the message id; -profile bdew sends it empty)")
 	messageID := fs.String("message-id", "", "eb:MessageId (default: a new UUID); resend with the same id to test duplicate handling")
 	mimeType := fs.String("mime", "", "MIME type of every FILE (default: from the file extension)")
 	compress := fs.Bool("compress", true, "gzip the attachments (CompressionType application/gzip)")
@@ -98,6 +100,14 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	allowWeak := fs.Bool("allow-weak-keys", false, "accept RSA keys of 1024 to 2047 bits for the receipt signer and the encryption certificate (legacy receivers)")
 	saveReceipt := fs.String("save-receipt", "", "write the answer (receipt or error signal) to this file")
 	profile := fs.String("profile", "", "bdew: send as the BDEW AS4 profile prescribes (see above)")
+	var bdewParts bdewPartProperties
+	fs.StringVar(&bdewParts.documentType, "bdew-document-type", "", "with -profile bdew: PartProperty BDEWDocumentType of the first FILE (e.g. UTILMD, A01)")
+	fs.StringVar(&bdewParts.documentNo, "bdew-document-no", "", "with -profile bdew: PartProperty BDEWDocumentNo of the first FILE")
+	fs.StringVar(&bdewParts.documentDate, "bdew-document-date", "", "with -profile bdew: PartProperty BDEWDocumentDate of the first FILE, as written (e.g. 2025-01-01)")
+	fs.StringVar(&bdewParts.fulfillmentDate, "bdew-fulfillment-date", "", "with -profile bdew: PartProperty BDEWFulfillmentDate of the first FILE, as written (a date or, for schedules, an interval)")
+	fs.StringVar(&bdewParts.subjectPartyID, "bdew-subject-party-id", "", "with -profile bdew: PartProperty BDEWSubjectPartyID of the first FILE")
+	fs.StringVar(&bdewParts.subjectPartyRole, "bdew-subject-party-role", "", "with -profile bdew: PartProperty BDEWSubjectPartyRole of the first FILE")
+	fs.StringVar(&bdewParts.applicationReference, "bdew-application-reference", "", "with -profile bdew: PartProperty BDEWApplicationReference of the first FILE")
 	quiet := fs.Bool("quiet", false, "no progress bar (it is shown only when stderr is a terminal)")
 	spoolDir := fs.String("spool-dir", "", "where the message is built before it is sent: room for about twice its size (default: the system's temporary directory)")
 	repeat := fs.Int("repeat", 1, "send the identical bytes this many times (duplicates after the first)")
@@ -127,6 +137,13 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		}
 	default:
 		return fmt.Errorf("%w: unknown -profile %q (bdew)", errUsage, *profile)
+	}
+	partProps, err := bdewParts.properties()
+	if err != nil {
+		return err
+	}
+	if len(partProps) > 0 && !bdew {
+		return fmt.Errorf("%w: the -bdew-… part properties need -profile bdew", errUsage)
 	}
 	files := fs.Args()
 	for name, v := range map[string]string{"-url": *url, "-key": *keyFile, "-receipt-cert": *receiptCert,
@@ -195,6 +212,10 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		From: as4.PartyID{Value: *from, Type: *fromType}, To: as4.PartyID{Value: *to, Type: *toType},
 		AgreementRef: *agreement, PMode: *pmode,
 		Service: *service, ServiceType: *serviceType, Action: *action,
+		// The BDEW profile (on ENTSOG's) has an empty eb:ConversationId,
+		// which phase4's BDEW sender always writes (bdewFlags refuses
+		// -conversation).
+		EmptyConversationID: bdew,
 	}
 	for _, f := range files {
 		st, err := os.Stat(f)
@@ -208,8 +229,14 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		if mt == "" {
 			mt = typeByExtension(f)
 		}
-		msg.Payloads = append(msg.Payloads, client.Payload{MimeType: mt, Compress: *compress,
-			Open: func() (io.ReadCloser, error) { return os.Open(f) }, Size: st.Size()})
+		p := client.Payload{MimeType: mt, Compress: *compress,
+			Open: func() (io.ReadCloser, error) { return os.Open(f) }, Size: st.Size()}
+		if len(msg.Payloads) == 0 {
+			// The BDEW part properties describe the main payload, the
+			// first FILE, as phase4's BDEW sender writes them.
+			p.Properties = partProps
+		}
+		msg.Payloads = append(msg.Payloads, p)
 	}
 
 	// The message is built as a stream into a spool file (every file
@@ -318,6 +345,9 @@ func bdewFlags(fs *flag.FlagSet, encryptCert, signAlg, digest, cipher string, co
 			return fmt.Errorf("%w: -profile bdew prescribes -%s %s, not %s", errUsage, c.flag, c.want, c.value)
 		}
 	}
+	if set["conversation"] {
+		return fmt.Errorf("%w: -profile bdew sends an empty eb:ConversationId (phase4's BDEW sender refuses any other); -conversation does not apply", errUsage)
+	}
 	if set["key-transport"] {
 		return fmt.Errorf("%w: -profile bdew uses ECDH-ES key agreement; -key-transport does not apply", errUsage)
 	}
@@ -325,6 +355,40 @@ func bdewFlags(fs *flag.FlagSet, encryptCert, signAlg, digest, cipher string, co
 		return fmt.Errorf("%w: -profile bdew compresses every payload (gzip)", errUsage)
 	}
 	return nil
+}
+
+// bdewPartProperties are the BDEW AS4 profile's eb:PartProperties of the
+// main payload. phase4's BDEW sender writes each one only when it is given,
+// and its BDEW profile validator requires none of them; send-as4 does the
+// same. Their values are written as given: the dates are days in phase4's
+// current sender (a LocalDate), UTC date-times in its older one, and
+// intervals for schedules (BDEWFulfillmentDate).
+type bdewPartProperties struct {
+	documentType, documentNo, documentDate, fulfillmentDate, subjectPartyID, subjectPartyRole, applicationReference string
+}
+
+// properties returns the given ones in phase4's order.
+func (b bdewPartProperties) properties() ([]as4.Property, error) {
+	var out []as4.Property
+	for _, p := range []struct{ name, flag, value string }{
+		{"BDEWDocumentType", "-bdew-document-type", b.documentType},
+		{"BDEWDocumentDate", "-bdew-document-date", b.documentDate},
+		{"BDEWDocumentNo", "-bdew-document-no", b.documentNo},
+		{"BDEWFulfillmentDate", "-bdew-fulfillment-date", b.fulfillmentDate},
+		{"BDEWSubjectPartyID", "-bdew-subject-party-id", b.subjectPartyID},
+		{"BDEWSubjectPartyRole", "-bdew-subject-party-role", b.subjectPartyRole},
+		{"BDEWApplicationReference", "-bdew-application-reference", b.applicationReference},
+	} {
+		v := strings.TrimSpace(p.value)
+		if v == "" {
+			continue
+		}
+		if strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return nil, fmt.Errorf("%w: %s holds a control character", errUsage, p.flag)
+		}
+		out = append(out, as4.Property{Name: p.name, Value: v})
+	}
+	return out, nil
 }
 
 // typeByExtension guesses a payload's MIME type from its file name.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,8 +45,17 @@ func TestSendAS4BDEW(t *testing.T) {
 		t.Fatal(err)
 	}
 	var calls atomic.Int64
+	var mu sync.Mutex
+	var last *exchange.Message // the last message delivered
+	var lastBody []byte        // the last HTTP body received
 	pl := &exchange.Pipeline{Store: dedup.NewMemoryStore(dedup.Options{Lease: time.Minute}), Log: slog.New(slog.DiscardHandler),
-		Handler: exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error { calls.Add(1); return nil })}
+		Handler: exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error {
+			calls.Add(1)
+			mu.Lock()
+			last = m
+			mu.Unlock()
+			return nil
+		})}
 	sig, err := endpoint.LoadKeyPair(gw.Signing.CertFile, gw.Signing.KeyFile)
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +75,11 @@ func TestSendAS4BDEW(t *testing.T) {
 	// endpoint forwards the partner's verified TLS certificate.
 	proxied := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("X-SSL-Client-Cert", base64.StdEncoding.EncodeToString(sw.TLS.Cert.Raw))
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		lastBody = body
+		mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		ep.ServeHTTP(w, r)
 	})
 	srv := httptest.NewServer(proxied)
@@ -90,6 +106,21 @@ func TestSendAS4BDEW(t *testing.T) {
 	if calls.Load() != 1 {
 		t.Fatalf("handler ran %d times", calls.Load())
 	}
+	// What phase4's BDEW sender writes: an empty eb:ConversationId, and
+	// ConcatKDFParams that Santuario's ConcatKDF (behind phase4) accepts:
+	// no PartyUInfo/PartyVInfo ("00" is too short for it).
+	mu.Lock()
+	sent, delivered := string(lastBody), last
+	mu.Unlock()
+	if !strings.Contains(sent, "<eb:ConversationId/>") {
+		t.Errorf("eb:ConversationId is not empty")
+	}
+	if _, ok := delivered.Headers[endpoint.HeaderConversationID]; ok {
+		t.Errorf("conversation id delivered: %q", delivered.Headers.Get(endpoint.HeaderConversationID))
+	}
+	if !strings.Contains(sent, "ConcatKDFParams") || strings.Contains(sent, "PartyUInfo") || strings.Contains(sent, "PartyVInfo") {
+		t.Errorf("ConcatKDFParams missing or with PartyUInfo/PartyVInfo")
+	}
 	rc, _ := os.ReadFile(saved)
 	if !bytes.Contains(rc, []byte(wssec.ValueTypeX509PKIPathv1)) || !bytes.Contains(rc, []byte(wssec.AlgECDSASHA256)) {
 		t.Fatalf("receipt: %s", rc)
@@ -104,7 +135,44 @@ func TestSendAS4BDEW(t *testing.T) {
 		t.Fatal("xmlsec1 not installed")
 	}
 
-	for _, bad := range [][]string{{"-cipher", "aes256-gcm"}, {"-sign-alg", "ecdsa-sha512"}, {"-digest", "sha512"}, {"-key-transport", "rsa-oaep"}, {"-compress=false"}} {
+	// The BDEW part properties of the main payload, when given.
+	{
+		var out, errb bytes.Buffer
+		a := args("-bdew-document-type", "A01", "-bdew-document-no", "2", "-bdew-document-date", "2024-10-07",
+			"-bdew-fulfillment-date", "2024-10-07T22:00Z/2024-10-08T22:00Z", "-bdew-subject-party-id", "10XEN-VE-FRISMK",
+			"-bdew-subject-party-role", "A08", "-bdew-application-reference", "FP")
+		for i := range a {
+			if a[i] == "bdew-1@9900000000002" {
+				a[i] = "bdew-2@9900000000002"
+			}
+		}
+		if code := run(a, &out, &errb); code != 0 {
+			t.Fatalf("with part properties: exit %d: %s", code, errb.String())
+		}
+		mu.Lock()
+		delivered = last
+		mu.Unlock()
+		if delivered.MessageID != "bdew-2@9900000000002" {
+			t.Fatalf("delivered %s", delivered.MessageID)
+		}
+		for k, want := range map[string]string{"BDEWDocumentType": "A01", "BDEWDocumentNo": "2", "BDEWDocumentDate": "2024-10-07",
+			"BDEWFulfillmentDate": "2024-10-07T22:00Z/2024-10-08T22:00Z", "BDEWSubjectPartyID": "10XEN-VE-FRISMK",
+			"BDEWSubjectPartyRole": "A08", "BDEWApplicationReference": "FP"} {
+			if got := delivered.Payloads[0].Properties[k]; got != want {
+				t.Errorf("part property %s = %q, want %q", k, got, want)
+			}
+		}
+	}
+	{
+		// Without the profile, the BDEW part properties are refused.
+		var out, errb bytes.Buffer
+		a := args("-bdew-document-type", "A01")
+		a = append(a[:1:1], a[3:]...) // no -profile bdew
+		if code := run(a, &out, &errb); code != 2 || !strings.Contains(errb.String(), "need -profile bdew") {
+			t.Errorf("part properties without the profile: exit %d: %s", code, errb.String())
+		}
+	}
+	for _, bad := range [][]string{{"-cipher", "aes256-gcm"}, {"-sign-alg", "ecdsa-sha512"}, {"-digest", "sha512"}, {"-key-transport", "rsa-oaep"}, {"-compress=false"}, {"-conversation", "c-1"}} {
 		var out, errb bytes.Buffer
 		if code := run(args(bad...), &out, &errb); code != 2 || !strings.Contains(errb.String(), "-profile bdew") {
 			t.Errorf("%v: exit %d: %s", bad, code, errb.String())

@@ -1,0 +1,41 @@
+//go:build linux
+
+package deliver
+
+import (
+	"log/slog"
+	"os/exec"
+	"syscall"
+)
+
+// setProcessGroup starts the command in its own process group and makes
+// cancellation (the timeout) kill the whole group, so that children it
+// started do not outlive it.
+func setProcessGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+}
+
+// superviseCommand runs cmd (path with args) under the supervisor that
+// kills its process group when the gateway dies (supervise_linux.go).
+// Should that not be possible, the command itself at least dies with the
+// gateway (Pdeathsig; the caller holds the forking thread for the
+// command's life, see Exec.run), and what it started is killed at the
+// next start (ReapLeftovers).
+func superviseCommand(cmd *exec.Cmd, path string, args []string, log *slog.Logger) (started, done func()) {
+	started, done, err := supervised(cmd, path, args)
+	if err != nil {
+		log.Warn("exec: command not supervised; if the gateway dies, what it started runs until the next start", "err", err)
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+		return func() {}, func() {}
+	}
+	return started, done
+}
+
+// killProcessGroup kills what is left of the command's process group; the
+// group id cannot be reused while a member lives.
+func killProcessGroup(cmd *exec.Cmd) {
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
