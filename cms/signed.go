@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/edigateway/gateway/trust"
 )
 
 // Signer describes a verified SignerInfo.
@@ -336,7 +338,7 @@ func verifySignerInfo(si *signerInfo, eContentType asn1.ObjectIdentifier, digest
 	}
 
 	if !now.IsZero() && (now.Before(cert.NotBefore) || now.After(cert.NotAfter)) {
-		return nil, &CertificateValidityError{Subject: cert.Subject.CommonName, Serial: cert.SerialNumber.String(),
+		return nil, &CertificateValidityError{Subject: cert.Subject.CommonName, Serial: trust.Serial(cert),
 			NotBefore: cert.NotBefore, NotAfter: cert.NotAfter, At: now, Cert: cert}
 	}
 	return s, nil
@@ -359,7 +361,7 @@ func signedDigest(h crypto.Hash, signedAttrs, contentDigest []byte) []byte {
 // ErrCertificateExpired.
 type CertificateValidityError struct {
 	Subject             string // the certificate's common name
-	Serial              string // decimal serial number
+	Serial              string // serial number as trust.Serial writes it
 	NotBefore, NotAfter time.Time
 	At                  time.Time // the verification time
 	// Cert is the certificate (for trust.CheckValidity's wording).

@@ -335,8 +335,8 @@ func (d *Directory) warnWeak(file, section string, allow bool, certs []*x509.Cer
 	}
 	for _, c := range certs {
 		if weak, _ := trust.CheckKeySize(c, trust.Policy{AllowWeakKeys: true}); weak {
-			d.Warnings = append(d.Warnings, fmt.Sprintf("%s: %s.allow_weak_keys accepts certificate %q (serial %X) with a %d-bit RSA key",
-				file, section, c.Subject.String(), c.SerialNumber, trust.KeyBits(c)))
+			d.Warnings = append(d.Warnings, fmt.Sprintf("%s: %s.allow_weak_keys accepts certificate %q (serial %s) with a %d-bit RSA key",
+				file, section, c.Subject.String(), trust.Serial(c), trust.KeyBits(c)))
 		}
 	}
 }

@@ -118,7 +118,7 @@ func (e *Error) PartnerReason() string { return e.Reason }
 // Describe names a certificate for reasons and logs: its subject, serial
 // and issuer.
 func Describe(c *x509.Certificate) string {
-	return fmt.Sprintf("%q (serial %s, issuer %q)", c.Subject.String(), c.SerialNumber.String(), c.Issuer.String())
+	return fmt.Sprintf("%q (serial %s, issuer %q)", c.Subject.String(), Serial(c), c.Issuer.String())
 }
 
 // Defaults of a Checker.
@@ -278,7 +278,7 @@ func (c *Checker) Check(ctx context.Context, p *CAPolicy, leaf *x509.Certificate
 	}
 	if p.Revocation.Policy == PolicySoft {
 		c.Log.Warn("trust: revocation status undetermined; accepted under soft policy",
-			"subject", leaf.Subject.String(), "serial", leaf.SerialNumber.String(), "err", err)
+			"subject", leaf.Subject.String(), "serial", Serial(leaf), "err", err)
 		d.Status, d.Source, d.Detail = StatusUndetermined, src, errText(err)
 		return d, nil
 	}
