@@ -215,12 +215,28 @@ func (sd *signedData) verifyCheck(content []byte, trusted []*x509.Certificate, n
 	candidates := append(append([]*x509.Certificate{}, trusted...), embedded...)
 	s, err := sd.verify(content, candidates, now)
 	if err != nil {
-		return nil, err
+		return nil, checkInvalid(err, check, embedded)
 	}
 	if err := check(s.Cert, embedded); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkInvalid gives check the say on a signature that verified with a
+// certificate not valid at the verification time (err a
+// *CertificateValidityError), so that a CA trust check refuses it in its
+// own words and records its decision as it does for every other signer;
+// check's refusal replaces err. Any other err is returned as it is.
+func checkInvalid(err error, check SignerCheck, embedded []*x509.Certificate) error {
+	var ve *CertificateValidityError
+	if check == nil || !errors.As(err, &ve) || ve.Cert == nil {
+		return err
+	}
+	if cerr := check(ve.Cert, embedded); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 func eContent(sd *signedData) ([]byte, error) {

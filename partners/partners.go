@@ -259,7 +259,7 @@ func Load(dir string) (*Directory, error) {
 				continue
 			}
 			d.certs["as2\x00"+p.ID] = certs
-			if d.policies["as2\x00"+p.ID], err = d.loadTrust(path, "as2", &p.AS2.Trust); err != nil {
+			if d.policies["as2\x00"+p.ID], err = d.loadTrust(path, "as2", &p.AS2.Trust, p.AS2.AllowWeakKeys); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -286,7 +286,7 @@ func Load(dir string) (*Directory, error) {
 				continue
 			}
 			d.certs["as4\x00"+p.ID] = certs
-			if d.policies["as4\x00"+p.ID], err = d.loadTrust(path, "as4", &p.AS4.Trust); err != nil {
+			if d.policies["as4\x00"+p.ID], err = d.loadTrust(path, "as4", &p.AS4.Trust, p.AS4.AllowWeakKeys); err != nil {
 				errs = append(errs, err)
 				continue
 			}

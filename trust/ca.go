@@ -78,6 +78,10 @@ type CAPolicy struct {
 	// ExtKeyUsages the signer may carry; empty accepts any (and none).
 	ExtKeyUsages []x509.ExtKeyUsage
 	Revocation   Revocation
+	// Keys is the key size policy (the section's allow_weak_keys): a
+	// signer with a key it refuses is refused by Check, before any
+	// verdict, like an expired one.
+	Keys Policy
 }
 
 // Decision is the outcome of a successful Check.
@@ -93,12 +97,14 @@ type Decision struct {
 	Detail string
 }
 
-// Error is a refusal; it wraps ErrUntrusted, ErrRevoked or ErrUndetermined.
+// Error is a refusal; it wraps ErrUntrusted, ErrRevoked, ErrUndetermined
+// or, for a certificate expired, not yet valid or with too short a key,
+// the *CertError of CheckSigner (ErrExpired, ErrNotYetValid, ErrWeakKey).
 type Error struct {
 	Cert   *x509.Certificate
 	Status string // revocation status at refusal (not-checked for chain errors)
 	Reason string // for the partner: short, names the certificate
-	Err    error  // sentinel
+	Err    error  // sentinel (or *CertError)
 	Cause  error  // detail for the log
 }
 
@@ -213,6 +219,12 @@ func (c *Checker) Check(ctx context.Context, p *CAPolicy, leaf *x509.Certificate
 	refuse := func(format string, a ...any) error {
 		return &Error{Cert: leaf, Status: StatusNotChecked, Err: ErrUntrusted,
 			Reason: fmt.Sprintf("the signer's certificate %s ", Describe(leaf)) + fmt.Sprintf(format, a...)}
+	}
+	// Dates and key size first, in CheckSigner's words (those of pinned
+	// certificates and of both protocols), so that no verdict is given
+	// (or audited) for a certificate refused for either.
+	if err := CheckSigner(leaf, now, p.Keys); err != nil {
+		return nil, &Error{Cert: leaf, Status: StatusNotChecked, Err: err, Reason: "the signer's " + err.Error()}
 	}
 	if len(p.Roots) == 0 {
 		return nil, refuse("cannot be checked: no CA certificate is configured")
@@ -454,12 +466,19 @@ func subjectValues(c *x509.Certificate, typ string) []string {
 
 // AuditDecision is the audit record Decision and detail of a check of cert:
 // "trusted/<status>" with the revocation source, or "refused/<reason>"
-// (untrusted, revoked, undetermined) with the reason and cause.
+// (expired, not-yet-valid, weak-key, untrusted, revoked, undetermined)
+// with the reason and cause.
 func AuditDecision(cert *x509.Certificate, d *Decision, err error) (decision, detail string) {
 	if err != nil {
 		var te *Error
 		kind := "error"
 		switch {
+		case errors.Is(err, ErrExpired):
+			kind = "expired"
+		case errors.Is(err, ErrNotYetValid):
+			kind = "not-yet-valid"
+		case errors.Is(err, ErrWeakKey):
+			kind = "weak-key"
 		case errors.Is(err, ErrRevoked):
 			kind = "revoked"
 		case errors.Is(err, ErrUndetermined):

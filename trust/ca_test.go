@@ -71,8 +71,11 @@ func TestChainKeyUsageAndSubject(t *testing.T) {
 		t.Fatalf("eku: %v", err)
 	}
 	expired := p.ica.Issue(t, trusttest.Leaf{CommonName: "old", NotAfter: time.Date(2022, 1, 1, 0, 0, 0, 0, time.UTC)})
-	if _, err := c.Check(ctx, p.policy(trust.Revocation{}), expired.Cert, nil); !errors.Is(err, trust.ErrUntrusted) || !strings.Contains(err.Error(), "not valid at") {
+	if _, err = c.Check(ctx, p.policy(trust.Revocation{}), expired.Cert, nil); !errors.Is(err, trust.ErrExpired) || !strings.Contains(err.Error(), `the signer's certificate "CN=old" (serial 69) expired on 2022-01-01T00:00:00Z`) {
 		t.Fatalf("expired: %v", err)
+	}
+	if d, _ := trust.AuditDecision(expired.Cert, nil, err); d != "refused/expired" {
+		t.Fatalf("expired: audited %q", d)
 	}
 	if !trust.MatchSubject("SAN:*.acme.example", p.ica.Issue(t, trusttest.Leaf{CommonName: "x", DNSNames: []string{"as2.acme.example"}}).Cert) {
 		t.Fatal("SAN pattern")
