@@ -54,8 +54,16 @@ var (
 	// ErrRevoked: a signed OCSP response or CRL says it is revoked.
 	ErrRevoked = errors.New("certificate revoked")
 	// ErrUndetermined: the revocation status could not be established and
-	// the policy is hard.
+	// the policy is hard (no responder or CRL named, the responder does not
+	// know the certificate, an answer that is not valid): permanent.
 	ErrUndetermined = errors.New("certificate revocation status undetermined")
+	// ErrUnavailable: the revocation status could not be had right now and
+	// the policy is hard: no OCSP responder or CRL could be reached (down,
+	// timeout, HTTP 5xx, 408 or 429) or the answer is stale. It is
+	// temporary: the protocols answer 503 with Retry-After (no MDN, no
+	// eb:Error) so that the sender retries, instead of a refusal that AS4
+	// senders never retry.
+	ErrUnavailable = errors.New("certificate revocation status unavailable")
 )
 
 // Revocation configures revocation checking of the signer certificate.
@@ -97,9 +105,10 @@ type Decision struct {
 	Detail string
 }
 
-// Error is a refusal; it wraps ErrUntrusted, ErrRevoked, ErrUndetermined
-// or, for a certificate expired, not yet valid or with too short a key,
-// the *CertError of CheckSigner (ErrExpired, ErrNotYetValid, ErrWeakKey).
+// Error is a refusal; it wraps ErrUntrusted, ErrRevoked, ErrUndetermined,
+// ErrUnavailable (temporary) or, for a certificate expired, not yet valid
+// or with too short a key, the *CertError of CheckSigner (ErrExpired,
+// ErrNotYetValid, ErrWeakKey).
 type Error struct {
 	Cert   *x509.Certificate
 	Status string // revocation status at refusal (not-checked for chain errors)
@@ -126,6 +135,12 @@ func (e *Error) PartnerReason() string { return e.Reason }
 func Describe(c *x509.Certificate) string {
 	return fmt.Sprintf("%q (serial %s, issuer %q)", c.Subject.String(), Serial(c), c.Issuer.String())
 }
+
+// RetryAfter is the Retry-After both protocols send with the 503 that
+// answers a message whose signer's revocation status is unavailable
+// (ErrUnavailable): long enough for a responder restart, short enough not
+// to delay the message much.
+const RetryAfter = 60 * time.Second
 
 // Defaults of a Checker.
 const (
@@ -186,12 +201,15 @@ func (c *Checker) init() {
 	})
 }
 
+// errRedirect is a redirect the Checker does not follow.
+var errRedirect = errors.New("redirect not followed")
+
 func checkRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) >= 3 {
-		return errors.New("more than 3 redirects")
+		return fmt.Errorf("%w: more than 3 redirects", errRedirect)
 	}
 	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
-		return fmt.Errorf("redirect to %s: only http and https are followed", req.URL.Scheme)
+		return fmt.Errorf("%w: redirect to %s: only http and https are followed", errRedirect, req.URL.Scheme)
 	}
 	return nil
 }
@@ -293,6 +311,10 @@ func (c *Checker) Check(ctx context.Context, p *CAPolicy, leaf *x509.Certificate
 			"subject", leaf.Subject.String(), "serial", Serial(leaf), "err", err)
 		d.Status, d.Source, d.Detail = StatusUndetermined, src, errText(err)
 		return d, nil
+	}
+	if temporary(err) {
+		return nil, &Error{Cert: leaf, Status: StatusUndetermined, Err: ErrUnavailable, Cause: err,
+			Reason: fmt.Sprintf("the revocation status of the signer's certificate %s cannot be checked right now", Describe(leaf))}
 	}
 	return nil, &Error{Cert: leaf, Status: StatusUndetermined, Err: ErrUndetermined, Cause: err,
 		Reason: fmt.Sprintf("the revocation status of the signer's certificate %s could not be determined", Describe(leaf))}
@@ -465,12 +487,20 @@ func subjectValues(c *x509.Certificate, typ string) []string {
 }
 
 // AuditDecision is the audit record Decision and detail of a check of cert:
-// "trusted/<status>" with the revocation source, or "refused/<reason>"
+// "trusted/<status>" with the revocation source, "refused/<reason>"
 // (expired, not-yet-valid, weak-key, untrusted, revoked, undetermined)
-// with the reason and cause.
+// with the reason and cause, or "unavailable/undetermined" when the
+// revocation status could not be had right now (ErrUnavailable: the
+// message is answered 503 and retried).
 func AuditDecision(cert *x509.Certificate, d *Decision, err error) (decision, detail string) {
 	if err != nil {
 		var te *Error
+		if errors.Is(err, ErrUnavailable) {
+			if errors.As(err, &te) {
+				return "unavailable/" + StatusUndetermined, te.Error()
+			}
+			return "unavailable/" + StatusUndetermined, err.Error()
+		}
 		kind := "error"
 		switch {
 		case errors.Is(err, ErrExpired):
