@@ -161,6 +161,9 @@ func VerifyAttached(in []byte, trusted []*x509.Certificate, now time.Time) ([]by
 // SignerCheck decides whether a certificate whose key verified a signature
 // is trusted; embedded are the certificates the SignedData carried (chain
 // material). Its error is returned wrapped by the Verify*Check functions.
+// It also judges a signer whose certificate is not valid at the
+// verification time: its refusal then replaces the
+// *CertificateValidityError (see checkInvalid).
 type SignerCheck func(signer *x509.Certificate, embedded []*x509.Certificate) error
 
 // VerifyDetachedCheck is VerifyDetached for CA trust: the signer may also
