@@ -2,6 +2,8 @@ package as2
 
 import (
 	"fmt"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/internal/testpki"
 	"github.com/edigateway/gateway/mdn"
+	"github.com/edigateway/gateway/trust"
 	"github.com/edigateway/gateway/trust/trusttest"
 )
 
@@ -48,7 +51,9 @@ func TestCATrustAndRevocation(t *testing.T) {
 			"globex.yaml":      partner("globex", "GLOBEX", ""),
 			"globex-ocsp.yaml": partner("globex-ocsp", "GLOBEX-OCSP", "  revocation: {mode: ocsp, ocsp_responder: \""+responder.URL+"\"}\n"),
 			"globex-crl.yaml":  partner("globex-crl", "GLOBEX-CRL", "  revocation: {mode: crl, policy: hard}\n"),
-			"globex-hard.yaml": partner("globex-hard", "GLOBEX-HARD", "  revocation: {mode: ocsp, policy: hard, ocsp_responder: \""+down+"\"}\n"),
+			// No responder named anywhere: undetermined for good (a responder that
+			// is down is temporary: TestRevocationUnavailableIsRetriedNotRefused).
+			"globex-hard.yaml": partner("globex-hard", "GLOBEX-HARD", "  revocation: {mode: ocsp, policy: hard}\n"),
 			"globex-soft.yaml": partner("globex-soft", "GLOBEX-SOFT", "  revocation: {mode: ocsp, policy: soft, ocsp_responder: \""+down+"\"}\n"),
 		},
 	})
@@ -76,7 +81,7 @@ func TestCATrustAndRevocation(t *testing.T) {
 		{name: "crl revoked", from: "GLOBEX-CRL", signer: revoked, want: mdn.DispAuthenticationFailed,
 			text: []string{"AS2 GLOBEX Old", "is revoked", "crl " + crlURL}, decision: "refused/revoked"},
 		// (renewed: good's OCSP answer is cached until its nextUpdate.)
-		{name: "responder down, hard", from: "GLOBEX-HARD", signer: renewed, want: mdn.DispAuthenticationFailed,
+		{name: "no responder, hard", from: "GLOBEX-HARD", signer: renewed, want: mdn.DispAuthenticationFailed,
 			text: []string{"AS2 GLOBEX Prod 2027", "revocation status", "could not be determined"}, decision: "refused/undetermined"},
 		{name: "responder down, soft", from: "GLOBEX-SOFT", signer: renewed, want: mdn.DispProcessed, decision: "trusted/undetermined-soft"},
 	} {
@@ -113,5 +118,69 @@ func TestCATrustAndRevocation(t *testing.T) {
 		if len(got) != 1 || got[0] != tc.decision {
 			t.Errorf("%s: trust audit decisions %q, want [%s]", tc.name, got, tc.decision)
 		}
+	}
+}
+
+// Issue 22 item 19: under revocation policy hard, a revocation status that
+// cannot be had right now (the OCSP responder is down) is a temporary
+// failure: 503 with Retry-After and no MDN, audited "unavailable", nothing
+// handed to the handler and nothing claimed, so that the sender's
+// retransmission, once the responder is back, is processed. A revoked
+// certificate stays a permanent refusal (TestCATrustAndRevocation).
+func TestRevocationUnavailableIsRetriedNotRefused(t *testing.T) {
+	t.Parallel()
+	getKeys(t)
+	root := trusttest.NewRoot(t, "Hooli Root CA")
+	url := trusttest.DownURL(t) // the responder is down until started below
+	signer := root.Issue(t, trusttest.Leaf{CommonName: "AS2 HOOLI Prod", Organization: []string{"Hooli"}})
+	e := newEnv(t, envOptions{
+		files: map[string][]byte{"hooli-root.pem": testpki.CertPEM(root.Cert)},
+		extraPartners: map[string]string{"hooli.yaml": "id: hooli\nas2:\n  as2_id: HOOLI\n  trust: ca\n  ca_certificates: [hooli-root.pem]\n" +
+			"  require_signature: true\n  revocation: {mode: ocsp, policy: hard, ocsp_responder: \"" + url + "\"}\n"},
+	})
+	cl := e.client()
+	cl.From, cl.SignCert, cl.SignKey = "HOOLI", signer.Cert, signer.Key
+	m := prepare(t, cl, "ISA*00*          *00*          *ZZ*HOOLI*ZZ*GATEWAY*1~")
+
+	resp, body := e.post(t, m.Header, m.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "60" {
+		t.Fatalf("responder down: HTTP %d Retry-After %q, want 503 with Retry-After 60: %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if ct := resp.Header.Get("Content-Type"); strings.Contains(ct, "multipart") {
+		t.Fatalf("responder down: an MDN was sent (%s)", ct)
+	}
+	for _, w := range []string{`"CN=AS2 HOOLI Prod,O=Hooli"`, "serial " + trust.Serial(signer.Cert), "cannot be checked right now", "incident GW-", "retry later"} {
+		if !strings.Contains(string(body), w) {
+			t.Errorf("503 body lacks %q: %s", w, body)
+		}
+	}
+	if strings.Contains(string(body), "connection refused") {
+		t.Errorf("503 body tells the partner the internal cause: %s", body)
+	}
+	if n := e.handler.count(m.ID); n != 0 {
+		t.Fatalf("handler ran %d times for a message whose signer could not be checked", n)
+	}
+	var got []string
+	for _, r := range e.auditFor(t, "HOOLI", m.ID) {
+		got = append(got, string(r.Step)+":"+r.Decision+":"+r.Disposition)
+	}
+	if want := []string{"trust:unavailable/undetermined:", "reply:unavailable:http-503"}; !slices.Equal(got, want) {
+		t.Fatalf("audit %q, want %q", got, want)
+	}
+
+	root.StartOCSPAt(t, nil, url, 60)
+	resp, body = e.post(t, m.Header, m.Body) // the sender's retransmission
+	expectMDN(t, resp, body, mdn.DispProcessed)
+	if n := e.handler.count(m.ID); n != 1 {
+		t.Fatalf("retransmission: handler ran %d times, want 1", n)
+	}
+	got = nil
+	for _, r := range e.auditFor(t, "HOOLI", m.ID) {
+		if r.Step == audit.StepTrust {
+			got = append(got, r.Decision)
+		}
+	}
+	if want := []string{"unavailable/undetermined", "trusted/good"}; !slices.Equal(got, want) {
+		t.Fatalf("trust audit %q, want %q", got, want)
 	}
 }

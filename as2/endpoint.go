@@ -435,6 +435,10 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		limits.Refuse(w, err)
 		return
 	}
+	if errors.Is(err, trust.ErrUnavailable) {
+		e.trustUnavailable(r.Context(), w, x, err)
+		return
+	}
 	if err != nil {
 		d, why := classify(res, err, req.From)
 		answerOnResponse(x)

@@ -15,6 +15,7 @@ import (
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/keyfile"
 	"github.com/edigateway/gateway/partners"
+	"github.com/edigateway/gateway/trust"
 )
 
 // DefaultWarning is how long before expiry a certificate is warned about
@@ -192,7 +193,7 @@ func Check(certs []Cert, now time.Time, warnAhead time.Duration) []Finding {
 		}
 		name := x.Subject.String()
 		if name == "" {
-			name = "serial " + x.SerialNumber.String()
+			name = "serial " + trust.Serial(x)
 		}
 		switch left := x.NotAfter.Sub(now); {
 		case left <= 0:

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/edigateway/gateway/trust"
 )
 
 // Signer describes a verified SignerInfo.
@@ -159,6 +161,9 @@ func VerifyAttached(in []byte, trusted []*x509.Certificate, now time.Time) ([]by
 // SignerCheck decides whether a certificate whose key verified a signature
 // is trusted; embedded are the certificates the SignedData carried (chain
 // material). Its error is returned wrapped by the Verify*Check functions.
+// It also judges a signer whose certificate is not valid at the
+// verification time: its refusal then replaces the
+// *CertificateValidityError (see checkInvalid).
 type SignerCheck func(signer *x509.Certificate, embedded []*x509.Certificate) error
 
 // VerifyDetachedCheck is VerifyDetached for CA trust: the signer may also
@@ -213,12 +218,28 @@ func (sd *signedData) verifyCheck(content []byte, trusted []*x509.Certificate, n
 	candidates := append(append([]*x509.Certificate{}, trusted...), embedded...)
 	s, err := sd.verify(content, candidates, now)
 	if err != nil {
-		return nil, err
+		return nil, checkInvalid(err, check, embedded)
 	}
 	if err := check(s.Cert, embedded); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkInvalid gives check the say on a signature that verified with a
+// certificate not valid at the verification time (err a
+// *CertificateValidityError), so that a CA trust check refuses it in its
+// own words and records its decision as it does for every other signer;
+// check's refusal replaces err. Any other err is returned as it is.
+func checkInvalid(err error, check SignerCheck, embedded []*x509.Certificate) error {
+	var ve *CertificateValidityError
+	if check == nil || !errors.As(err, &ve) || ve.Cert == nil {
+		return err
+	}
+	if cerr := check(ve.Cert, embedded); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 func eContent(sd *signedData) ([]byte, error) {
@@ -336,7 +357,7 @@ func verifySignerInfo(si *signerInfo, eContentType asn1.ObjectIdentifier, digest
 	}
 
 	if !now.IsZero() && (now.Before(cert.NotBefore) || now.After(cert.NotAfter)) {
-		return nil, &CertificateValidityError{Subject: cert.Subject.CommonName, Serial: cert.SerialNumber.String(),
+		return nil, &CertificateValidityError{Subject: cert.Subject.CommonName, Serial: trust.Serial(cert),
 			NotBefore: cert.NotBefore, NotAfter: cert.NotAfter, At: now, Cert: cert}
 	}
 	return s, nil
@@ -359,7 +380,7 @@ func signedDigest(h crypto.Hash, signedAttrs, contentDigest []byte) []byte {
 // ErrCertificateExpired.
 type CertificateValidityError struct {
 	Subject             string // the certificate's common name
-	Serial              string // decimal serial number
+	Serial              string // serial number as trust.Serial writes it
 	NotBefore, NotAfter time.Time
 	At                  time.Time // the verification time
 	// Cert is the certificate (for trust.CheckValidity's wording).

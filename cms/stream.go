@@ -87,7 +87,7 @@ func (sd *signedData) verifyChecked(digestOf func(crypto.Hash) []byte, trusted [
 	}
 	s, err := sd.verifyDigests(digestOf, candidates, now)
 	if err != nil {
-		return nil, fmt.Errorf("cms: verify: %w", err)
+		return nil, fmt.Errorf("cms: verify: %w", checkInvalid(err, check, embedded))
 	}
 	if check != nil {
 		if err := check(s.Cert, embedded); err != nil {

@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/edigateway/gateway/trust"
 )
 
 // Outcomes of a message, the values of gateway_messages_total's outcome label.
@@ -263,7 +265,7 @@ func (c *certCollector) Collect(ch chan<- prometheus.Metric) {
 		if partner == "" {
 			partner = "self"
 		}
-		labels := [4]string{partner, e.Kind, e.Cert.Subject.String(), e.Cert.SerialNumber.Text(16)}
+		labels := [4]string{partner, e.Kind, e.Cert.Subject.String(), trust.Serial(e.Cert)}
 		if seen[labels] { // the same file listed twice would be a duplicate series
 			continue
 		}

@@ -259,7 +259,7 @@ func Load(dir string) (*Directory, error) {
 				continue
 			}
 			d.certs["as2\x00"+p.ID] = certs
-			if d.policies["as2\x00"+p.ID], err = d.loadTrust(path, "as2", &p.AS2.Trust); err != nil {
+			if d.policies["as2\x00"+p.ID], err = d.loadTrust(path, "as2", &p.AS2.Trust, p.AS2.AllowWeakKeys); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -286,7 +286,7 @@ func Load(dir string) (*Directory, error) {
 				continue
 			}
 			d.certs["as4\x00"+p.ID] = certs
-			if d.policies["as4\x00"+p.ID], err = d.loadTrust(path, "as4", &p.AS4.Trust); err != nil {
+			if d.policies["as4\x00"+p.ID], err = d.loadTrust(path, "as4", &p.AS4.Trust, p.AS4.AllowWeakKeys); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -335,8 +335,8 @@ func (d *Directory) warnWeak(file, section string, allow bool, certs []*x509.Cer
 	}
 	for _, c := range certs {
 		if weak, _ := trust.CheckKeySize(c, trust.Policy{AllowWeakKeys: true}); weak {
-			d.Warnings = append(d.Warnings, fmt.Sprintf("%s: %s.allow_weak_keys accepts certificate %q (serial %X) with a %d-bit RSA key",
-				file, section, c.Subject.String(), c.SerialNumber, trust.KeyBits(c)))
+			d.Warnings = append(d.Warnings, fmt.Sprintf("%s: %s.allow_weak_keys accepts certificate %q (serial %s) with a %d-bit RSA key",
+				file, section, c.Subject.String(), trust.Serial(c), trust.KeyBits(c)))
 		}
 	}
 }

@@ -116,8 +116,10 @@ func (t *Trust) validate(section string, f func(field, format string, a ...any) 
 	return nil
 }
 
-// loadTrust reads the CA files of a trust: ca agreement into a policy.
-func (d *Directory) loadTrust(file, section string, t *Trust) (*trust.CAPolicy, error) {
+// loadTrust reads the CA files of a trust: ca agreement into a policy;
+// allowWeak is the section's allow_weak_keys (judged by the trust check
+// before its verdict).
+func (d *Directory) loadTrust(file, section string, t *Trust, allowWeak bool) (*trust.CAPolicy, error) {
 	if !t.CA() {
 		return nil, nil
 	}
@@ -129,7 +131,7 @@ func (d *Directory) loadTrust(file, section string, t *Trust) (*trust.CAPolicy, 
 	if err != nil {
 		return nil, err
 	}
-	p := &trust.CAPolicy{Roots: roots, Intermediates: inter, Subject: t.CertificateSubject}
+	p := &trust.CAPolicy{Roots: roots, Intermediates: inter, Subject: t.CertificateSubject, Keys: trust.Policy{AllowWeakKeys: allowWeak}}
 	for _, e := range t.ExtendedKeyUsage {
 		p.ExtKeyUsages = append(p.ExtKeyUsages, ekuNames[e])
 	}

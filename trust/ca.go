@@ -55,8 +55,16 @@ var (
 	// ErrRevoked: a signed OCSP response or CRL says it is revoked.
 	ErrRevoked = errors.New("certificate revoked")
 	// ErrUndetermined: the revocation status could not be established and
-	// the policy is hard.
+	// the policy is hard (no responder or CRL named, the responder does not
+	// know the certificate, an answer that is not valid): permanent.
 	ErrUndetermined = errors.New("certificate revocation status undetermined")
+	// ErrUnavailable: the revocation status could not be had right now and
+	// the policy is hard: no OCSP responder or CRL could be reached (down,
+	// timeout, HTTP 5xx, 408 or 429) or the answer is stale. It is
+	// temporary: the protocols answer 503 with Retry-After (no MDN, no
+	// eb:Error) so that the sender retries, instead of a refusal that AS4
+	// senders never retry.
+	ErrUnavailable = errors.New("certificate revocation status unavailable")
 )
 
 // Revocation configures revocation checking of the signer certificate.
@@ -79,6 +87,10 @@ type CAPolicy struct {
 	// ExtKeyUsages the signer may carry; empty accepts any (and none).
 	ExtKeyUsages []x509.ExtKeyUsage
 	Revocation   Revocation
+	// Keys is the key size policy (the section's allow_weak_keys): a
+	// signer with a key it refuses is refused by Check, before any
+	// verdict, like an expired one.
+	Keys Policy
 }
 
 // Decision is the outcome of a successful Check.
@@ -94,12 +106,15 @@ type Decision struct {
 	Detail string
 }
 
-// Error is a refusal; it wraps ErrUntrusted, ErrRevoked or ErrUndetermined.
+// Error is a refusal; it wraps ErrUntrusted, ErrRevoked, ErrUndetermined,
+// ErrUnavailable (temporary) or, for a certificate expired, not yet valid
+// or with too short a key, the *CertError of CheckSigner (ErrExpired,
+// ErrNotYetValid, ErrWeakKey).
 type Error struct {
 	Cert   *x509.Certificate
 	Status string // revocation status at refusal (not-checked for chain errors)
 	Reason string // for the partner: short, names the certificate
-	Err    error  // sentinel
+	Err    error  // sentinel (or *CertError)
 	Cause  error  // detail for the log
 }
 
@@ -119,8 +134,14 @@ func (e *Error) PartnerReason() string { return e.Reason }
 // Describe names a certificate for reasons and logs: its subject, serial
 // and issuer.
 func Describe(c *x509.Certificate) string {
-	return fmt.Sprintf("%q (serial %s, issuer %q)", c.Subject.String(), c.SerialNumber.String(), c.Issuer.String())
+	return fmt.Sprintf("%q (serial %s, issuer %q)", c.Subject.String(), Serial(c), c.Issuer.String())
 }
+
+// RetryAfter is the Retry-After both protocols send with the 503 that
+// answers a message whose signer's revocation status is unavailable
+// (ErrUnavailable): long enough for a responder restart, short enough not
+// to delay the message much.
+const RetryAfter = 60 * time.Second
 
 // Defaults of a Checker.
 const (
@@ -181,12 +202,15 @@ func (c *Checker) init() {
 	})
 }
 
+// errRedirect is a redirect the Checker does not follow.
+var errRedirect = errors.New("redirect not followed")
+
 func checkRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) >= 3 {
-		return errors.New("more than 3 redirects")
+		return fmt.Errorf("%w: more than 3 redirects", errRedirect)
 	}
 	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
-		return fmt.Errorf("redirect to %s: only http and https are followed", req.URL.Scheme)
+		return fmt.Errorf("%w: redirect to %s: only http and https are followed", errRedirect, req.URL.Scheme)
 	}
 	return nil
 }
@@ -214,6 +238,12 @@ func (c *Checker) Check(ctx context.Context, p *CAPolicy, leaf *x509.Certificate
 	refuse := func(format string, a ...any) error {
 		return &Error{Cert: leaf, Status: StatusNotChecked, Err: ErrUntrusted,
 			Reason: fmt.Sprintf("the signer's certificate %s ", Describe(leaf)) + fmt.Sprintf(format, a...)}
+	}
+	// Dates and key size first, in CheckSigner's words (those of pinned
+	// certificates and of both protocols), so that no verdict is given
+	// (or audited) for a certificate refused for either.
+	if err := CheckSigner(leaf, now, p.Keys); err != nil {
+		return nil, &Error{Cert: leaf, Status: StatusNotChecked, Err: err, Reason: "the signer's " + err.Error()}
 	}
 	if len(p.Roots) == 0 {
 		return nil, refuse("cannot be checked: no CA certificate is configured")
@@ -287,9 +317,13 @@ func (c *Checker) Check(ctx context.Context, p *CAPolicy, leaf *x509.Certificate
 	}
 	if p.Revocation.Policy == PolicySoft {
 		c.Log.Warn("trust: revocation status undetermined; accepted under soft policy",
-			"subject", leaf.Subject.String(), "serial", leaf.SerialNumber.String(), "err", err)
+			"subject", leaf.Subject.String(), "serial", Serial(leaf), "err", err)
 		d.Status, d.Source, d.Detail = StatusUndetermined, src, errText(err)
 		return d, nil
+	}
+	if temporary(err) {
+		return nil, &Error{Cert: leaf, Status: StatusUndetermined, Err: ErrUnavailable, Cause: err,
+			Reason: fmt.Sprintf("the revocation status of the signer's certificate %s cannot be checked right now", Describe(leaf))}
 	}
 	return nil, &Error{Cert: leaf, Status: StatusUndetermined, Err: ErrUndetermined, Cause: err,
 		Reason: fmt.Sprintf("the revocation status of the signer's certificate %s could not be determined", Describe(leaf))}
@@ -462,13 +496,28 @@ func subjectValues(c *x509.Certificate, typ string) []string {
 }
 
 // AuditDecision is the audit record Decision and detail of a check of cert:
-// "trusted/<status>" with the revocation source, or "refused/<reason>"
-// (untrusted, revoked, undetermined) with the reason and cause.
+// "trusted/<status>" with the revocation source, "refused/<reason>"
+// (expired, not-yet-valid, weak-key, untrusted, revoked, undetermined)
+// with the reason and cause, or "unavailable/undetermined" when the
+// revocation status could not be had right now (ErrUnavailable: the
+// message is answered 503 and retried).
 func AuditDecision(cert *x509.Certificate, d *Decision, err error) (decision, detail string) {
 	if err != nil {
 		var te *Error
+		if errors.Is(err, ErrUnavailable) {
+			if errors.As(err, &te) {
+				return "unavailable/" + StatusUndetermined, te.Error()
+			}
+			return "unavailable/" + StatusUndetermined, err.Error()
+		}
 		kind := "error"
 		switch {
+		case errors.Is(err, ErrExpired):
+			kind = "expired"
+		case errors.Is(err, ErrNotYetValid):
+			kind = "not-yet-valid"
+		case errors.Is(err, ErrWeakKey):
+			kind = "weak-key"
 		case errors.Is(err, ErrRevoked):
 			kind = "revoked"
 		case errors.Is(err, ErrUndetermined):

@@ -71,8 +71,11 @@ func TestChainKeyUsageAndSubject(t *testing.T) {
 		t.Fatalf("eku: %v", err)
 	}
 	expired := p.ica.Issue(t, trusttest.Leaf{CommonName: "old", NotAfter: time.Date(2022, 1, 1, 0, 0, 0, 0, time.UTC)})
-	if _, err := c.Check(ctx, p.policy(trust.Revocation{}), expired.Cert, nil); !errors.Is(err, trust.ErrUntrusted) || !strings.Contains(err.Error(), "not valid at") {
+	if _, err = c.Check(ctx, p.policy(trust.Revocation{}), expired.Cert, nil); !errors.Is(err, trust.ErrExpired) || !strings.Contains(err.Error(), `the signer's certificate "CN=old" (serial 69) expired on 2022-01-01T00:00:00Z`) {
 		t.Fatalf("expired: %v", err)
+	}
+	if d, _ := trust.AuditDecision(expired.Cert, nil, err); d != "refused/expired" {
+		t.Fatalf("expired: audited %q", d)
 	}
 	if !trust.MatchSubject("SAN:*.acme.example", p.ica.Issue(t, trusttest.Leaf{CommonName: "x", DNSNames: []string{"as2.acme.example"}}).Cert) {
 		t.Fatal("SAN pattern")
@@ -153,7 +156,7 @@ func TestOCSPWithOpenSSL(t *testing.T) {
 		hard := p.policy(trust.Revocation{Mode: trust.ModeOCSP, Policy: trust.PolicyHard, OCSPResponder: down})
 		_, err := (&trust.Checker{}).Check(ctx, hard, good.Cert, nil)
 		var te *trust.Error
-		if !errors.As(err, &te) || te.Status != trust.StatusUndetermined || !errors.Is(err, trust.ErrUndetermined) {
+		if !errors.As(err, &te) || te.Status != trust.StatusUndetermined || !errors.Is(err, trust.ErrUnavailable) || !strings.Contains(te.Reason, "cannot be checked right now") {
 			t.Fatalf("hard: %v", err)
 		}
 		soft := p.policy(trust.Revocation{Mode: trust.ModeOCSP, Policy: trust.PolicySoft, OCSPResponder: down})
@@ -193,12 +196,12 @@ func TestCRL(t *testing.T) {
 	// Stale CRL.
 	p.files.Set("/stale.crl", p.ica.CRL(t, now.Add(-2*time.Hour), now.Add(-time.Hour)))
 	stale := p.policy(trust.Revocation{Mode: trust.ModeCRL, CRLURLs: []string{p.files.URL + "/stale.crl"}})
-	if _, err := (&trust.Checker{}).Check(ctx, stale, good.Cert, nil); !errors.Is(err, trust.ErrUndetermined) || !strings.Contains(err.Error(), "stale") {
+	if _, err := (&trust.Checker{}).Check(ctx, stale, good.Cert, nil); !errors.Is(err, trust.ErrUnavailable) || !strings.Contains(err.Error(), "stale") {
 		t.Fatalf("stale: %v", err)
 	}
 	// Server down: hard refuses, soft accepts.
 	down := trusttest.DownURL(t) + "ica.crl"
-	if _, err := (&trust.Checker{}).Check(ctx, p.policy(trust.Revocation{Mode: trust.ModeCRL, CRLURLs: []string{down}}), good.Cert, nil); !errors.Is(err, trust.ErrUndetermined) {
+	if _, err := (&trust.Checker{}).Check(ctx, p.policy(trust.Revocation{Mode: trust.ModeCRL, CRLURLs: []string{down}}), good.Cert, nil); !errors.Is(err, trust.ErrUnavailable) {
 		t.Fatalf("down hard: %v", err)
 	}
 	if d, err := (&trust.Checker{}).Check(ctx, p.policy(trust.Revocation{Mode: trust.ModeCRL, Policy: trust.PolicySoft, CRLURLs: []string{down}}), good.Cert, nil); err != nil || d.Status != trust.StatusUndetermined {
@@ -222,5 +225,57 @@ func TestCRL(t *testing.T) {
 	small := &trust.Checker{MaxResponseBytes: 1024}
 	if _, err := small.Check(ctx, p.policy(trust.Revocation{Mode: trust.ModeCRL, CRLURLs: []string{p.files.URL + "/big.crl"}}), good.Cert, nil); !errors.Is(err, trust.ErrUndetermined) || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("size: %v", err)
+	}
+}
+
+// Issue 22 item 19: a revocation source that cannot be reached right now
+// (refused connection, timeout, HTTP 5xx/408/429, a stale answer) makes
+// the status unavailable, a temporary failure; one that answers wrongly
+// for good (404, a forged or unknown answer, no responder named) keeps it
+// undetermined, a refusal.
+func TestRevocationUnavailableOrUndetermined(t *testing.T) {
+	p := newPKI(t)
+	ctx := context.Background()
+	good := p.ica.Issue(t, trusttest.Leaf{CommonName: "good"})
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/hang":
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		case "/503":
+			http.Error(w, "maintenance", http.StatusServiceUnavailable)
+		case "/429":
+			http.Error(w, "slow down", http.StatusTooManyRequests)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	defer close(release) // before Close, which waits for the hanging handler
+	for _, tc := range []struct {
+		name string
+		rev  trust.Revocation
+		want error
+	}{
+		{"ocsp timeout", trust.Revocation{Mode: trust.ModeOCSP, OCSPResponder: srv.URL + "/hang"}, trust.ErrUnavailable},
+		{"ocsp 503", trust.Revocation{Mode: trust.ModeOCSP, OCSPResponder: srv.URL + "/503"}, trust.ErrUnavailable},
+		{"crl 429", trust.Revocation{Mode: trust.ModeCRL, CRLURLs: []string{srv.URL + "/429"}}, trust.ErrUnavailable},
+		{"crl 404", trust.Revocation{Mode: trust.ModeCRL, CRLURLs: []string{srv.URL + "/gone.crl"}}, trust.ErrUndetermined},
+		{"no responder named", trust.Revocation{Mode: trust.ModeOCSP}, trust.ErrUndetermined},
+		// One source down, the other wrong for good: asking again may help.
+		{"both, ocsp down, crl 404", trust.Revocation{Mode: trust.ModeBoth, OCSPResponder: trusttest.DownURL(t), CRLURLs: []string{srv.URL + "/gone.crl"}}, trust.ErrUnavailable},
+	} {
+		c := &trust.Checker{Timeout: 300 * time.Millisecond}
+		_, err := c.Check(ctx, p.policy(tc.rev), good.Cert, nil)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+		d, _ := trust.AuditDecision(good.Cert, nil, err)
+		if want := map[error]string{trust.ErrUnavailable: "unavailable/undetermined", trust.ErrUndetermined: "refused/undetermined"}[tc.want]; d != want {
+			t.Errorf("%s: audited %q, want %q", tc.name, d, want)
+		}
 	}
 }

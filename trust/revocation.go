@@ -32,8 +32,31 @@ type crlResult struct {
 	issuer  []byte               // raw issuer name
 }
 
+// unreachable marks a failure to obtain a revocation source that a later
+// attempt may not meet: the responder or CRL server is down, timed out,
+// answered 5xx, 408 or 429, or its answer is stale (see temporary).
+type unreachable struct{ err error }
+
+func (u *unreachable) Error() string { return u.err.Error() }
+func (u *unreachable) Unwrap() error { return u.err }
+
+// temporary reports whether err (one source's failure or several joined)
+// includes a source that could not be reached right now: the status may
+// be had by asking again later.
+func temporary(err error) bool {
+	var u *unreachable
+	return errors.As(err, &u)
+}
+
+// temporaryStatus reports whether an HTTP status of a responder or CRL
+// server says to come back later.
+func temporaryStatus(code int) bool {
+	return code >= 500 || code == http.StatusRequestTimeout || code == http.StatusTooManyRequests
+}
+
 // fetch GETs (body nil) or POSTs a URL from CA-signed data, bounded in time
-// and size.
+// and size. Transport failures and temporary HTTP statuses are
+// *unreachable.
 func (c *Checker) fetch(ctx context.Context, rawURL, contentType string, body []byte) ([]byte, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -58,15 +81,23 @@ func (c *Checker) fetch(ctx context.Context, rawURL, contentType string, body []
 	c.mu.Unlock()
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, u.Redacted(), err)
+		err = fmt.Errorf("%s %s: %w", method, u.Redacted(), err)
+		if errors.Is(err, errRedirect) {
+			return nil, err // where the server sends us is not an outage
+		}
+		return nil, &unreachable{err}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s %s: HTTP %d", method, u.Redacted(), resp.StatusCode)
+		err := fmt.Errorf("%s %s: HTTP %d", method, u.Redacted(), resp.StatusCode)
+		if temporaryStatus(resp.StatusCode) {
+			return nil, &unreachable{err}
+		}
+		return nil, err
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, c.MaxResponseBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, u.Redacted(), err)
+		return nil, &unreachable{fmt.Errorf("%s %s: %w", method, u.Redacted(), err)}
 	}
 	if int64(len(b)) > c.MaxResponseBytes {
 		return nil, fmt.Errorf("%s %s: response larger than %d bytes", method, u.Redacted(), c.MaxResponseBytes)
@@ -133,7 +164,7 @@ func parseOCSP(raw []byte, leaf, issuer *x509.Certificate, now time.Time) (*ocsp
 		return nil, time.Time{}, fmt.Errorf("thisUpdate %s is in the future", resp.ThisUpdate.UTC().Format(time.RFC3339))
 	}
 	if !resp.NextUpdate.IsZero() && resp.NextUpdate.Before(now) {
-		return nil, time.Time{}, fmt.Errorf("stale, nextUpdate %s", resp.NextUpdate.UTC().Format(time.RFC3339))
+		return nil, time.Time{}, &unreachable{fmt.Errorf("stale, nextUpdate %s", resp.NextUpdate.UTC().Format(time.RFC3339))}
 	}
 	res := &ocspResult{revoked: resp.RevokedAt, reason: resp.RevocationReason}
 	switch resp.Status {
@@ -252,7 +283,7 @@ func parseCRL(raw []byte, issuer *x509.Certificate, now time.Time) (*crlResult, 
 		return nil, time.Time{}, fmt.Errorf("thisUpdate %s is in the future", rl.ThisUpdate.UTC().Format(time.RFC3339))
 	}
 	if !rl.NextUpdate.IsZero() && rl.NextUpdate.Before(now) {
-		return nil, time.Time{}, fmt.Errorf("stale, nextUpdate %s", rl.NextUpdate.UTC().Format(time.RFC3339))
+		return nil, time.Time{}, &unreachable{fmt.Errorf("stale, nextUpdate %s", rl.NextUpdate.UTC().Format(time.RFC3339))}
 	}
 	res := &crlResult{revoked: map[string]time.Time{}, issuer: rl.RawIssuer}
 	for _, e := range rl.RevokedCertificateEntries {

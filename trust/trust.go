@@ -46,7 +46,7 @@ type CertError struct {
 	// Err is ErrExpired, ErrNotYetValid or ErrWeakKey.
 	Err error
 	// Subject is the certificate subject (RFC 2253), Serial the serial
-	// number in hexadecimal.
+	// number as Serial writes it.
 	Subject, Serial     string
 	NotBefore, NotAfter time.Time
 	// At is the time the certificate was judged at.
@@ -78,11 +78,7 @@ func (e *CertError) Reason() string {
 func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
 func newError(err error, c *x509.Certificate, at time.Time) *CertError {
-	serial := "?"
-	if c.SerialNumber != nil {
-		serial = fmt.Sprintf("%X", c.SerialNumber)
-	}
-	return &CertError{Err: err, Subject: c.Subject.String(), Serial: serial, NotBefore: c.NotBefore, NotAfter: c.NotAfter, At: at}
+	return &CertError{Err: err, Subject: c.Subject.String(), Serial: Serial(c), NotBefore: c.NotBefore, NotAfter: c.NotAfter, At: at}
 }
 
 // CheckValidity refuses a certificate that is expired or not yet valid at

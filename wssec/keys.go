@@ -13,6 +13,7 @@ import (
 	"github.com/beevik/etree"
 
 	"github.com/edigateway/gateway/internal/brainpool"
+	"github.com/edigateway/gateway/trust"
 )
 
 // ResolveSigner identifies the signer certificate from the ds:KeyInfo of the
@@ -168,7 +169,7 @@ func matchCertificate(b64 string, trusted []*x509.Certificate) (*x509.Certificat
 		}
 	}
 	if cert, err := brainpool.ParseCertificate(der); err == nil {
-		return nil, authErr("signer %q (serial %s) is not a trusted certificate", cert.Subject.String(), cert.SerialNumber)
+		return nil, authErr("signer %q (serial %s) is not a trusted certificate", cert.Subject.String(), trust.Serial(cert))
 	}
 	return nil, authErr("signer certificate token is not a trusted certificate")
 }

@@ -37,7 +37,7 @@ func TestBuildRefusesExpiredOrWeakRecipient(t *testing.T) {
 		want   error
 		phrase string
 	}{
-		{"expired", &client.Encryption{Recipient: expired}, false, trust.ErrExpired, `"CN=them" (serial 1) expired on 2022-01-01`},
+		{"expired", &client.Encryption{Recipient: expired}, false, trust.ErrExpired, `"CN=them" (serial 01) expired on 2022-01-01`},
 		{"weak", &client.Encryption{Recipient: weak}, false, trust.ErrWeakKey, "1024-bit RSA key"},
 		{"weak allowed", &client.Encryption{Recipient: weak}, true, nil, ""},
 	} {

@@ -6,7 +6,9 @@ import (
 	"encoding/asn1"
 	"encoding/base64"
 	"fmt"
+	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/edigateway/gateway/as4"
 
 	"github.com/edigateway/gateway/audit"
+	"github.com/edigateway/gateway/trust"
 	"github.com/edigateway/gateway/trust/trusttest"
 	"github.com/edigateway/gateway/wssec"
 )
@@ -73,7 +76,9 @@ as4:
 	files["globex.yaml"] = partner("globex", "urn:globex", subject)
 	files["globex-ocsp.yaml"] = partner("globex-ocsp", "urn:globex:ocsp", subject+inter+"  revocation: {mode: ocsp, ocsp_responder: \""+responder.URL+"\"}\n")
 	files["globex-crl.yaml"] = partner("globex-crl", "urn:globex:crl", subject+inter+"  revocation: {mode: crl}\n")
-	files["globex-hard.yaml"] = partner("globex-hard", "urn:globex:hard", subject+inter+"  revocation: {mode: both, policy: hard, ocsp_responder: \""+down+"\", crl_urls: [\""+down+"ica.crl\"]}\n")
+	// No responder named anywhere: undetermined for good (responders that
+	// are down are temporary: TestRevocationUnavailableIsRetriedNotRefused).
+	files["globex-hard.yaml"] = partner("globex-hard", "urn:globex:hard", subject+inter+"  revocation: {mode: ocsp, policy: hard}\n")
 	files["globex-soft.yaml"] = partner("globex-soft", "urn:globex:soft", subject+inter+"  revocation: {mode: ocsp, policy: soft, ocsp_responder: \""+down+"\"}\n")
 	files["globex-ap.yaml"] = partner("globex-ap", "PGLOBEX000001", inter+"  party_id_is_cn: true\n")
 	files["globex-ap2.yaml"] = partner("globex-ap2", "PGLOBEX000002", inter+"  party_id_is_cn: true\n")
@@ -98,7 +103,7 @@ as4:
 		{name: "ocsp revoked", party: "urn:globex:ocsp", signer: revoked, text: []string{"AS4 GLOBEX Old", "is revoked", "ocsp " + responder.URL}, decision: "refused/revoked"},
 		{name: "crl good", party: "urn:globex:crl", signer: good, ok: true, decision: "trusted/good"},
 		{name: "crl revoked", party: "urn:globex:crl", signer: revoked, text: []string{"AS4 GLOBEX Old", "is revoked", "crl " + crlURL}, decision: "refused/revoked"},
-		{name: "responders down, hard", party: "urn:globex:hard", signer: renewed, text: []string{"AS4 GLOBEX Prod 2027", "revocation status", "could not be determined"}, decision: "refused/undetermined"},
+		{name: "no responder, hard", party: "urn:globex:hard", signer: renewed, text: []string{"AS4 GLOBEX Prod 2027", "revocation status", "could not be determined"}, decision: "refused/undetermined"},
 		{name: "responder down, soft", party: "urn:globex:soft", signer: renewed, ok: true, decision: "trusted/undetermined-soft"},
 	} {
 		c := rsaClient(k)
@@ -166,4 +171,96 @@ func addPKIPath(t *testing.T, doc *etree.Document, certs ...*x509.Certificate) {
 	bst.CreateAttr("EncodingType", wssec.EncodingBase64Binary)
 	bst.CreateAttr("ValueType", wssec.ValueTypeX509PKIPathv1)
 	bst.SetText(base64.StdEncoding.EncodeToString(der))
+}
+
+// Issue 22 item 19: under revocation policy hard, a revocation status that
+// cannot be had right now (the OCSP responder is down) is a temporary
+// failure: 503 with Retry-After and no eb:Error (AS4 senders do not retry
+// an EBMS:0101 failure), audited "unavailable", nothing delivered and
+// nothing claimed, so that the sender's retransmission, once the responder
+// is back, is processed. A revoked certificate stays a permanent refusal
+// (TestCATrustAndRevocation).
+func TestRevocationUnavailableIsRetriedNotRefused(t *testing.T) {
+	t.Parallel()
+	k := getKeys(t)
+	root := trusttest.NewRoot(t, "Hooli Root CA")
+	url := trusttest.DownURL(t) // the responder is down until started below
+	signer := root.Issue(t, trusttest.Leaf{CommonName: "AS4 HOOLI Prod", Organization: []string{"Hooli"}})
+	rootPEM := filepath.Join(t.TempDir(), "root.pem")
+	writePEM(t, rootPEM, root.Cert)
+	const ptype = "urn:oasis:names:tc:ebcore:partyid-type:unregistered"
+	files := defaultPartners(t, k)
+	files["hooli.yaml"] = fmt.Sprintf(`id: hooli
+as4:
+  party_id: urn:hooli
+  party_type: %s
+  trust: ca
+  ca_certificates: [%s]
+  revocation: {mode: ocsp, policy: hard, ocsp_responder: "%s"}
+  pmodes:
+    - id: invoice
+      service: %s
+      action: %s
+`, ptype, rootPEM, url, testService, testAction)
+	h := newHarness(t, harnessOptions{partnerYAML: files})
+	c := rsaClient(k)
+	c.Encryption = nil
+	c.Signer, c.Certificate = signer.Key, signer.Cert
+	m := testMessage("revocation-unavailable@hooli.test")
+	m.From = as4.PartyID{Value: "urn:hooli", Type: ptype}
+	out, err := c.Build(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trustAudit := func() []string {
+		recs, err := h.store.Audit().Query(context.Background(), audit.Query{MessageID: m.MessageID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range recs {
+			if r.Step == audit.StepTrust || r.Step == audit.StepReply {
+				got = append(got, string(r.Step)+":"+r.Decision+":"+r.Disposition)
+			}
+		}
+		return got
+	}
+
+	resp, err := c.Post(context.Background(), h.url, out)
+	if err == nil || resp == nil || resp.Status != http.StatusServiceUnavailable || resp.RetryAfter != "60" {
+		status, retry := 0, ""
+		if resp != nil {
+			status, retry = resp.Status, resp.RetryAfter
+		}
+		t.Fatalf("responder down: HTTP %d Retry-After %q (%v), want HTTP 503 with Retry-After 60", status, retry, err)
+	}
+	if strings.Contains(resp.ContentType, "xml") || strings.Contains(string(resp.Body), "eb:Error") {
+		t.Fatalf("responder down: an error signal was sent: %s", resp.Body)
+	}
+	for _, w := range []string{`"CN=AS4 HOOLI Prod,O=Hooli"`, "serial " + trust.Serial(signer.Cert), "cannot be checked right now", "incident GW-", "retry later"} {
+		if !strings.Contains(string(resp.Body), w) {
+			t.Errorf("503 body lacks %q: %s", w, resp.Body)
+		}
+	}
+	if strings.Contains(string(resp.Body), "connection refused") {
+		t.Errorf("503 body tells the partner the internal cause: %s", resp.Body)
+	}
+	if n := h.handler.count(); n != 0 {
+		t.Fatalf("handler ran %d times for a message whose signer could not be checked", n)
+	}
+	if got, want := trustAudit(), []string{"trust:unavailable/undetermined:", "reply:unavailable:http-503"}; !slices.Equal(got, want) {
+		t.Fatalf("audit %q, want %q", got, want)
+	}
+
+	root.StartOCSPAt(t, nil, url, 60)
+	if _, err := c.Post(context.Background(), h.url, out); err != nil { // the sender's retransmission
+		t.Fatalf("retransmission: %v", err)
+	}
+	if n := len(h.handler.delivered()); n != 1 {
+		t.Fatalf("retransmission: delivered %d times, want 1", n)
+	}
+	got := trustAudit()
+	if len(got) < 3 || got[2] != "trust:trusted/good:" {
+		t.Fatalf("audit %q: the retransmission is not trusted/good", got)
+	}
 }

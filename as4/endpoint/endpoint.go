@@ -294,6 +294,9 @@ type trace struct {
 	incident string
 	pipeline bool
 	test     bool
+	// unavailable: answered 503 because the signer's revocation status
+	// could not be had right now (trustUnavailable); audited "unavailable".
+	unavailable bool
 	// id is the identity of ours that signs the answer.
 	id   *ownIdentity
 	bdew bool // the partner follows the BDEW AS4 profile
@@ -384,7 +387,12 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if tr.err.Err != nil {
 			attrs = append(attrs, "err", tr.err.Err.Error())
 		}
-		e.log.Warn("as4 message rejected", attrs...)
+		if tr.unavailable {
+			e.log.Warn("as4 message not processed: the signer's revocation status is unavailable; the sender is asked to retry",
+				append(attrs, "decision", "unavailable")...)
+		} else {
+			e.log.Warn("as4 message rejected", attrs...)
+		}
 		e.auditRejected(r.Context(), &tr, reply)
 	case tr.test:
 		e.log.Info("as4 test message acknowledged", attrs...)
@@ -404,11 +412,15 @@ func (e *Endpoint) auditRejected(ctx context.Context, tr *trace, reply exchange.
 	if tr.err.Err != nil {
 		detail += ": " + tr.err.Err.Error()
 	}
+	decision := "rejected"
+	if tr.unavailable {
+		decision = "unavailable"
+	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	err := sink.Write(actx, audit.Record{Time: e.cfg.Now().UTC(), Step: audit.StepReply, Partner: tr.partner,
 		Protocol: string(exchange.AS4), MessageID: dedup.NormalizeMessageID(tr.messageID), Key: string(tr.key),
-		Decision: "rejected", Disposition: reply.Disposition, Error: truncate(detail), Incident: tr.incident})
+		Decision: decision, Disposition: reply.Disposition, Error: truncate(detail), Incident: tr.incident})
 	if err != nil {
 		e.log.Error("audit write failed", "partner", tr.partner, "protocol", string(exchange.AS4), "message_id", tr.messageID, "err", err)
 	}
@@ -785,6 +797,9 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	}
 	res, err := wssec.Verify(env.Doc, watts, vopts)
 	e.auditTrust(ctx, tr, run)
+	if errors.Is(err, trust.ErrUnavailable) {
+		return trustUnavailable(tr, err)
+	}
 	if err != nil {
 		return e.reject(tr, securityError(err), msgID)
 	}

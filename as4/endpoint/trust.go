@@ -2,7 +2,10 @@ package endpoint
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/edigateway/gateway/as4"
@@ -43,6 +46,26 @@ func (e *Endpoint) signerCheck(ctx context.Context, pol *trust.CAPolicy, t *part
 		run.decision, run.err = e.trust.Check(ctx, pol, si.Cert, si.Presented)
 		return run.err
 	}
+}
+
+// trustUnavailable answers a message whose signer's revocation status
+// could not be had right now (trust.ErrUnavailable under a hard policy):
+// 503 with Retry-After and no eb:Error, as for other temporary failures,
+// so that the sender retries (an EBMS:0101 failure is not retried);
+// nothing was claimed, so the retransmission is processed as new. The
+// reply record is "unavailable" (http-503).
+func trustUnavailable(tr *trace, err error) exchange.Reply {
+	why := "the revocation status of the signer's certificate cannot be checked right now"
+	var te *trust.Error
+	if errors.As(err, &te) {
+		why = te.PartnerReason()
+	}
+	tr.incident = exchange.NewIncident()
+	tr.err = as4.Other(why, err)
+	tr.unavailable = true
+	return exchange.Reply{Status: http.StatusServiceUnavailable, Disposition: "http-503", Incident: tr.incident,
+		Header: http.Header{"Retry-After": {strconv.Itoa(int(trust.RetryAfter / time.Second))}, "Content-Type": {"text/plain; charset=utf-8"}},
+		Body:   []byte("message not processed (" + why + "; " + exchange.IncidentNote(tr.incident) + "); retry later\n")}
 }
 
 // auditTrust records the trust decision of a message.

@@ -16,6 +16,7 @@ import (
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/partners"
 	"github.com/edigateway/gateway/server"
+	"github.com/edigateway/gateway/trust"
 )
 
 // partnersList prints every partner: protocols, ids, certificates with
@@ -70,7 +71,7 @@ func window(d partners.Duration) string {
 	return d.Std().String()
 }
 
-// certList names each certificate with its expiry: "CN=x (serial 1f,
+// certList names each certificate with its expiry: "CN=x (serial 1F,
 // expires 2027-03-01, in 89 days)".
 func certList(certs []*x509.Certificate, now time.Time) string {
 	if len(certs) == 0 {
@@ -83,7 +84,7 @@ func certList(certs []*x509.Certificate, now time.Time) string {
 		if left < 0 {
 			when = "EXPIRED"
 		}
-		out = append(out, fmt.Sprintf("%s (serial %s, expires %s, %s)", c.Subject.String(), c.SerialNumber.Text(16),
+		out = append(out, fmt.Sprintf("%s (serial %s, expires %s, %s)", c.Subject.String(), trust.Serial(c),
 			c.NotAfter.UTC().Format("2006-01-02"), when))
 	}
 	return strings.Join(out, "; ")
