@@ -149,16 +149,16 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (who call
 		if !ok {
 			return caller{}, false, 0
 		}
-		src := sourceOf(r)
-		if wait, blocked := c.throttle.blocked(src, now); blocked {
+		src := SourceOf(r)
+		if wait, blocked := c.throttle.Blocked(src, now); blocked {
 			return caller{}, false, wait
 		}
 		if !c.tokenOK(got) {
-			c.throttle.failed(src, now)
+			c.throttle.Failed(src, now)
 			c.log.Warn("console: bearer token refused", "remote", r.RemoteAddr)
 			return caller{}, false, 0
 		}
-		c.throttle.succeeded(src)
+		c.throttle.Succeeded(src)
 		return caller{who: tokenWho(r), bearer: true}, true, 0
 	}
 	name := connectionWho(r)

@@ -88,7 +88,7 @@ type Console struct {
 	src      Source
 	tokenSum [32]byte
 	sessions *sessions
-	throttle *loginThrottle
+	throttle *LoginThrottle
 	tmpl     *template.Template
 	static   http.Handler
 	log      *slog.Logger
@@ -101,7 +101,7 @@ func New(src Source, token string, log *slog.Logger) (*Console, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &Console{src: src, sessions: newSessions(), throttle: newLoginThrottle(), log: log, now: time.Now}
+	c := &Console{src: src, sessions: newSessions(), throttle: NewLoginThrottle(), log: log, now: time.Now}
 	if token != "" {
 		c.tokenSum = sha256.Sum256([]byte(token))
 	}
@@ -279,19 +279,19 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/console/", http.StatusSeeOther)
 		return
 	}
-	src, now := sourceOf(r), c.now()
-	if wait, blocked := c.throttle.blocked(src, now); blocked {
+	src, now := SourceOf(r), c.now()
+	if wait, blocked := c.throttle.Blocked(src, now); blocked {
 		c.log.Warn("console: login refused: too many wrong tokens", "remote", r.RemoteAddr, "retry_after", wait.String())
 		c.tooManyFailures(w, r, wait)
 		return
 	}
 	if err := r.ParseForm(); err != nil || !c.tokenOK(r.PostForm.Get("token")) {
-		c.throttle.failed(src, now)
+		c.throttle.Failed(src, now)
 		c.log.Warn("console: login refused", "remote", r.RemoteAddr)
 		c.renderStatus(w, r, caller{}, http.StatusUnauthorized, "login", "Log in", nil, "", "Wrong token.")
 		return
 	}
-	c.throttle.succeeded(src)
+	c.throttle.Succeeded(src)
 	id := c.sessions.create(tokenWho(r), c.now())
 	c.setCookie(w, r, id, int(sessionTTL/time.Second))
 	c.log.Info("console: login", "who", tokenWho(r), "remote", r.RemoteAddr)

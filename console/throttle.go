@@ -30,16 +30,20 @@ type throttleEntry struct {
 	fails int
 }
 
-type loginThrottle struct {
+// LoginThrottle is exported so that the admin listener's own bearer check
+// (metrics, health, pprof) counts into the same table as the console's:
+// one source gets LoginFailures wrong tokens per LoginWindow in all.
+type LoginThrottle struct {
 	mu sync.Mutex
 	by map[string]throttleEntry
 }
 
-func newLoginThrottle() *loginThrottle { return &loginThrottle{by: map[string]throttleEntry{}} }
+// NewLoginThrottle returns an empty throttle.
+func NewLoginThrottle() *LoginThrottle { return &LoginThrottle{by: map[string]throttleEntry{}} }
 
-// sourceOf is the throttled unit of a request: its remote IPv4 address,
+// SourceOf is the throttled unit of a request: its remote IPv4 address,
 // or the /64 of an IPv6 one (a single host usually holds the whole /64).
-func sourceOf(r *http.Request) string {
+func SourceOf(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
@@ -56,9 +60,9 @@ func sourceOf(r *http.Request) string {
 	return a.String()
 }
 
-// blocked reports whether src has used up its failures, and for how long
+// Blocked reports whether src has used up its failures, and for how long
 // it stays blocked.
-func (t *loginThrottle) blocked(src string, now time.Time) (time.Duration, bool) {
+func (t *LoginThrottle) Blocked(src string, now time.Time) (time.Duration, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e, ok := t.by[src]
@@ -71,8 +75,8 @@ func (t *loginThrottle) blocked(src string, now time.Time) (time.Duration, bool)
 	return e.start.Add(LoginWindow).Sub(now), true
 }
 
-// failed counts a wrong token from src.
-func (t *loginThrottle) failed(src string, now time.Time) {
+// Failed counts a wrong token from src.
+func (t *LoginThrottle) Failed(src string, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e, ok := t.by[src]
@@ -87,7 +91,7 @@ func (t *loginThrottle) failed(src string, now time.Time) {
 }
 
 // evict makes room for one entry. Called with t.mu held.
-func (t *loginThrottle) evict(now time.Time) {
+func (t *LoginThrottle) evict(now time.Time) {
 	var oldest string
 	var at time.Time
 	for k, v := range t.by {
@@ -104,15 +108,19 @@ func (t *loginThrottle) evict(now time.Time) {
 	}
 }
 
-// succeeded clears src's failures.
-func (t *loginThrottle) succeeded(src string) {
+// Succeeded clears src's failures.
+func (t *LoginThrottle) Succeeded(src string) {
 	t.mu.Lock()
 	delete(t.by, src)
 	t.mu.Unlock()
 }
 
-func (t *loginThrottle) size() int {
+func (t *LoginThrottle) size() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.by)
 }
+
+// LoginThrottle is the console's throttle of wrong admin tokens, for the
+// admin listener's other token checks to share.
+func (c *Console) LoginThrottle() *LoginThrottle { return c.throttle }

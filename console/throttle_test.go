@@ -88,7 +88,7 @@ func TestLoginThrottledPerSource(t *testing.T) {
 	if resp, _ := postStatus(t, attacker, f.srv.URL+"/console/login", url.Values{"token": {"s3cret"}}); resp.StatusCode != 200 {
 		t.Fatalf("login after the window: %d", resp.StatusCode)
 	}
-	if _, ok := f.con.throttle.blocked("127.0.0.1", f.con.now()); ok {
+	if _, ok := f.con.throttle.Blocked("127.0.0.1", f.con.now()); ok {
 		t.Fatalf("still blocked after a right token")
 	}
 }
@@ -97,20 +97,20 @@ func TestLoginThrottledPerSource(t *testing.T) {
 // maxThrottled entries whatever the number of addresses trying, and the
 // IPv6 unit is the /64.
 func TestLoginThrottleTableBounded(t *testing.T) {
-	th := newLoginThrottle()
+	th := NewLoginThrottle()
 	now := time.Now()
 	for i := range maxThrottled + 500 {
-		th.failed(fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), now.Add(time.Duration(i)*time.Microsecond))
+		th.Failed(fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), now.Add(time.Duration(i)*time.Microsecond))
 	}
 	if n := th.size(); n > maxThrottled {
 		t.Fatalf("%d addresses held, want at most %d", n, maxThrottled)
 	}
 	a := &http.Request{RemoteAddr: "[2001:db8:1:2:aaaa::1]:5000"}
 	b := &http.Request{RemoteAddr: "[2001:db8:1:2:bbbb::2]:6000"}
-	if sourceOf(a) != sourceOf(b) || sourceOf(a) != "2001:db8:1:2::/64" {
-		t.Errorf("IPv6 sources %q %q, want one /64", sourceOf(a), sourceOf(b))
+	if SourceOf(a) != SourceOf(b) || SourceOf(a) != "2001:db8:1:2::/64" {
+		t.Errorf("IPv6 sources %q %q, want one /64", SourceOf(a), SourceOf(b))
 	}
-	if got := sourceOf(&http.Request{RemoteAddr: "[::ffff:192.0.2.7]:1"}); got != "192.0.2.7" {
+	if got := SourceOf(&http.Request{RemoteAddr: "[::ffff:192.0.2.7]:1"}); got != "192.0.2.7" {
 		t.Errorf("IPv4-mapped source %q", got)
 	}
 }

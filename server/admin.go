@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/edigateway/gateway/console"
 	"github.com/edigateway/gateway/internal/httpframe"
 )
 
@@ -76,10 +78,12 @@ func (s *Server) AdminHandler() http.Handler {
 	// The operator console authenticates its own requests: the bearer
 	// token, or the session its login form sets from that token (a
 	// browser cannot send the header); mTLS is the listener's.
-	con, err := s.consoleHandler()
-	if err != nil {
+	var con http.Handler
+	throttle := console.NewLoginThrottle()
+	if c, err := s.consoleHandler(); err != nil {
 		s.Log.Error("operator console not available", "err", err)
 	} else {
+		con, throttle = c.Handler(), c.LoginThrottle()
 		mux.Handle("/console/", con)
 		mux.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusSeeOther))
 	}
@@ -94,6 +98,9 @@ func (s *Server) AdminHandler() http.Handler {
 		return loopbackOnly(mux)
 	}
 	want := sha256.Sum256([]byte(token))
+	// Wrong tokens on /metrics, /healthz, /readyz and pprof count into the
+	// console's login throttle: one source address gets
+	// console.LoginFailures wrong tokens per console.LoginWindow in all.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if con != nil && strings.HasPrefix(r.URL.Path, "/console/") {
 			con.ServeHTTP(w, r)
@@ -103,13 +110,24 @@ func (s *Server) AdminHandler() http.Handler {
 			http.Redirect(w, r, "/console/", http.StatusSeeOther)
 			return
 		}
+		src, now := console.SourceOf(r), time.Now()
+		if wait, blocked := throttle.Blocked(src, now); blocked {
+			w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
+			http.Error(w, "too many wrong admin tokens from this address; try again later", http.StatusTooManyRequests)
+			return
+		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		sum := sha256.Sum256([]byte(got))
 		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			if ok { // a token was tried; a request without one is no guess
+				throttle.Failed(src, now)
+				s.Log.Warn("admin: bearer token refused", "remote", r.RemoteAddr, "path", r.URL.Path)
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="gateway admin"`)
 			http.Error(w, "admin token required", http.StatusUnauthorized)
 			return
 		}
+		throttle.Succeeded(src)
 		mux.ServeHTTP(w, r)
 	})
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -407,5 +408,71 @@ func TestReloadMetricsAndReadiness(t *testing.T) {
 	}
 	if _, rd := readyz(); !strings.Contains(rd.Reload, "reload ok") {
 		t.Errorf("/readyz after a good reload: %+v", rd)
+	}
+}
+
+// TestAdminBearerThrottled: wrong bearer tokens on the admin endpoints
+// outside the console (/metrics, /healthz, pprof) count into the console's
+// login throttle, so a source cannot guess the admin token there at full
+// speed (it could, while only the console's login was throttled).
+func TestAdminBearerThrottled(t *testing.T) {
+	cfg := demoConfig(t)
+	cfg.Admin.Token = "0123456789abcdef-token"
+	cfg.Admin.Pprof = true
+	s, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, admin := serveBoth(t, s)
+	from := func(src string) *http.Client {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		return &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+	}
+	do := func(c *http.Client, method, path, token string, body io.Reader) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, admin+path, body)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	attacker, operator := from("127.0.0.3"), from("127.0.0.4")
+	// A request without a token is no guess: it never counts.
+	for range 10 {
+		if resp := do(attacker, "GET", "/metrics", "", nil); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("no token: %d, want 401", resp.StatusCode)
+		}
+	}
+	paths := []string{"/metrics", "/healthz", "/readyz", "/debug/pprof/", "/metrics"}
+	for i, p := range paths {
+		if resp := do(attacker, "GET", p, fmt.Sprintf("guess-%d", i), nil); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d on %s: %d, want 401", i, p, resp.StatusCode)
+		}
+	}
+	resp := do(attacker, "GET", "/healthz", "guess-6", nil)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("6th wrong token: %d Retry-After %q, want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	// Blocked means not compared: the right token from that source waits too,
+	// and so does the console's login form (one throttle for the listener).
+	if resp := do(attacker, "GET", "/metrics", cfg.Admin.Token, nil); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("right token from the blocked source: %d, want 429", resp.StatusCode)
+	}
+	if resp := do(attacker, "POST", "/console/login", "", strings.NewReader("token="+cfg.Admin.Token)); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("console login from the blocked source: %d, want 429", resp.StatusCode)
+	}
+	// Another source is not affected.
+	if resp := do(operator, "GET", "/metrics", cfg.Admin.Token, nil); resp.StatusCode != http.StatusOK {
+		t.Errorf("operator from another source: %d, want 200", resp.StatusCode)
 	}
 }

@@ -23,7 +23,7 @@ import (
 
 // consoleHandler is the operator console (package console) over this
 // server's store, partners, quarantine and pipeline.
-func (s *Server) consoleHandler() (http.Handler, error) {
+func (s *Server) consoleHandler() (*console.Console, error) {
 	src := console.Source{
 		Ledger:        s.Backend,
 		Outbox:        s.Backend.Outbox(),
@@ -62,7 +62,7 @@ func (s *Server) consoleHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.Handler(), nil
+	return c, nil
 }
 
 // releaseKeyTag versions the transport key a release is processed under.
