@@ -47,21 +47,28 @@ var leadingPackage = regexp.MustCompile(`^(?:` + goPackages + `): `)
 // wording of encoding/base64, encoding/xml, encoding/asn1 and io.
 var goErrorText = regexp.MustCompile(`(?:^|[\s("'])(?:` + goPackages + `|[a-z0-9]+/[a-z0-9/]+): |illegal base64|XML syntax error|unexpected EOF|invalid BER|structure error`)
 
-// partnerDetail is the eb:ErrorDetail of a security refusal with code:
-// the stable reason of the code, then our own description of the message
-// (internal text without its package prefixes, cut where an error text of
-// a Go package begins). The full text goes to the log and the audit record
-// with the error's cause.
+// partnerDetail is the eb:ErrorDetail of a security refusal with code: our
+// own description of the message (internal text without its package
+// prefixes, cut where an error text of a Go package begins), the same words
+// AS2's negative MDN gives for the same problem; the code's stable reason
+// when nothing of ours is left. The stable reason is the eb:Description of
+// every such refusal (reject). The full text goes to the log and the audit
+// record with the error's cause.
 func partnerDetail(code, internal string) string {
-	reason := stableReasons[code]
-	specific := partnerText(internal)
-	switch {
-	case reason == "":
+	if specific := partnerText(internal); specific != "" {
 		return specific
-	case specific == "":
-		return reason
 	}
-	return reason + ": " + specific
+	return stableReasons[code]
+}
+
+// stableDescription is the eb:Description of a refusal with code: its
+// stable reason as a sentence ("" for codes without one).
+func stableDescription(code string) string {
+	r := stableReasons[code]
+	if r == "" {
+		return ""
+	}
+	return strings.ToUpper(r[:1]) + r[1:] + "."
 }
 
 // partnerText removes package prefixes from internal and cuts it where an

@@ -158,6 +158,9 @@ func (e *Endpoint) reject(tr *trace, ae *as4.Error, refTo string) exchange.Reply
 		}
 		ae.Detail = partnerDetail(ae.Code, ae.Detail)
 	}
+	if d := stableDescription(ae.Code); d != "" {
+		ae.Description = d
+	}
 	tr.incident = exchange.NewIncident()
 	ae.Detail = strings.TrimSpace(ae.Detail + " (" + exchange.IncidentNote(tr.incident) + ")")
 	tr.err = ae
