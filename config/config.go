@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 
+	"github.com/edigateway/gateway/internal/yamlkeys"
 	"github.com/edigateway/gateway/keyfile"
 )
 
@@ -368,6 +370,9 @@ func Load(path string) (*Config, error) {
 		if err := v.ReadInConfig(); err != nil {
 			return nil, fmt.Errorf("config: read %s: %w", path, err)
 		}
+		if err := checkFileKeys(path); err != nil {
+			return nil, err
+		}
 	}
 	var c Config
 	err := v.UnmarshalExact(&c, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
@@ -447,6 +452,20 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("config: %s: %w", displayName(path), err)
 	}
 	return &c, nil
+}
+
+// checkFileKeys refuses keys of the file the configuration does not have,
+// naming the file, the line and the nearest valid key.
+func checkFileKeys(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: read %s: %w", path, err)
+	}
+	var errs []error
+	for _, u := range yamlkeys.Check(b, reflect.TypeFor[Config](), "mapstructure") {
+		errs = append(errs, fmt.Errorf("config: %s:%d: %s", path, u.Line, u))
+	}
+	return errors.Join(errs...)
 }
 
 // fromFile reports whether key's value comes from the configuration file

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/edigateway/gateway/internal/yamlkeys"
 	"github.com/edigateway/gateway/keyfile"
 	"github.com/edigateway/gateway/trust"
 )
@@ -398,6 +400,13 @@ func LoadFile(path string) (*Partner, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("partners: %w", err)
+	}
+	var unknown []error
+	for _, u := range yamlkeys.Check(b, reflect.TypeFor[Partner](), "yaml") {
+		unknown = append(unknown, fmt.Errorf("%s:%d: %s", path, u.Line, u))
+	}
+	if len(unknown) > 0 {
+		return nil, errors.Join(unknown...)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
