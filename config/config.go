@@ -82,6 +82,52 @@ type Config struct {
 	File string `mapstructure:"-"`
 	// legacyHandler: handler.* was set in the file or the environment.
 	legacyHandler bool
+	// overrides are the values set by Override (command-line flags), by
+	// key, which Reload applies again.
+	overrides map[string]string
+}
+
+// Override sets listen, admin.listen or log_level from the command line:
+// the value replaces the file's and the environment's, in c and in every
+// configuration Reload reads (so that a reload does not take the file's
+// value for a change that needs a restart). Call Check afterwards.
+func (c *Config) Override(key, value string) error {
+	switch key {
+	case "listen":
+		c.Listen = value
+	case "admin.listen":
+		c.Admin.Listen = value
+	case "log_level":
+		c.LogLevel = value
+	default:
+		return fmt.Errorf("config: %s cannot be overridden", key)
+	}
+	if c.overrides == nil {
+		c.overrides = map[string]string{}
+	}
+	c.overrides[key] = value
+	return nil
+}
+
+// Reload reads c's file again (the environment too) and applies c's
+// overrides to it; without a file it returns c.
+func (c *Config) Reload() (*Config, error) {
+	if c.File == "" {
+		return c, nil
+	}
+	n, err := Load(c.File)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range c.overrides {
+		if err := n.Override(k, v); err != nil {
+			return nil, err
+		}
+	}
+	if err := n.Check(); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // TLS enables HTTPS when Cert and Key are set.

@@ -41,7 +41,13 @@ func freePort(t *testing.T) string {
 
 func startGateway(t *testing.T, cfg, addr string, extraEnv ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "serve", "-config", cfg)
+	return startGatewayFlags(t, cfg, addr, nil, extraEnv...)
+}
+
+// startGatewayFlags is startGateway with more serve flags.
+func startGatewayFlags(t *testing.T, cfg, addr string, flags []string, extraEnv ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"serve", "-config", cfg}, flags...)...)
 	// The admin listener on a port of the kernel's choice, so that tests
 	// (and other gateways on this machine) never compete for 9090.
 	cmd.Env = append(os.Environ(), append([]string{"GATEWAY_TEST_RUN_MAIN=1", "GATEWAY_ADMIN_LISTEN=127.0.0.1:0"}, extraEnv...)...)

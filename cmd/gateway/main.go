@@ -196,14 +196,14 @@ flags:
 	if err != nil {
 		return err
 	}
-	if *listen != "" {
-		cfg.Listen = *listen
-	}
-	if *adminListen != "" {
-		cfg.Admin.Listen = *adminListen
-	}
-	if *logLevel != "" {
-		cfg.LogLevel = *logLevel
+	// Overrides, so that a reload reads the file with them (their keys
+	// are not changes that need a restart).
+	for key, v := range map[string]string{"listen": *listen, "admin.listen": *adminListen, "log_level": *logLevel} {
+		if v != "" {
+			if err := cfg.Override(key, v); err != nil {
+				return err
+			}
+		}
 	}
 	if err := cfg.Check(); err != nil {
 		return err
