@@ -43,8 +43,12 @@ type Config struct {
 	// PurgeInterval is how often serve removes rows past retention.
 	PurgeInterval time.Duration `mapstructure:"purge_interval"`
 	Partners      string        `mapstructure:"partners"`
-	Identity      Identity      `mapstructure:"identity"`
-	Handler       Handler       `mapstructure:"handler"`
+	// AllowNoPartners lets serve and partners check accept a partner
+	// directory without partner files (default false: "no partner files
+	// in …" is an error, unless peppol.enabled, whose senders need none).
+	AllowNoPartners bool     `mapstructure:"allow_no_partners"`
+	Identity        Identity `mapstructure:"identity"`
+	Handler         Handler  `mapstructure:"handler"`
 	// Handlers are the routes: the first whose match selects a message
 	// handles it; the last must be a catch-all (no match). Empty: the single
 	// Handler above.
@@ -346,6 +350,7 @@ var defaults = map[string]any{
 	"retention":                      90 * 24 * time.Hour,
 	"purge_interval":                 time.Hour,
 	"partners":                       "partners",
+	"allow_no_partners":              false,
 	"identity.as2_id":                "",
 	"identity.party_id":              "",
 	"identity.party_type":            "",
@@ -544,6 +549,11 @@ func resolve(base, p string) string {
 	}
 	return filepath.Join(base, p)
 }
+
+// PartnersOptional reports whether a partner directory without partner
+// files is allowed: allow_no_partners, or a Peppol access point (whose
+// senders are Peppol participants, not partner files).
+func (c *Config) PartnersOptional() bool { return c.AllowNoPartners || c.Peppol.Enabled }
 
 // Check validates c again, after a program changed it (command-line flags).
 func (c *Config) Check() error {

@@ -226,6 +226,25 @@ type Directory struct {
 	policies map[string]*trust.CAPolicy
 }
 
+// ErrNoPartnerFiles is the error of RequirePartners for a directory
+// without partner files.
+var ErrNoPartnerFiles = errors.New("no partner files")
+
+// RequirePartners fails when the directory held no partner file: a
+// mistyped partners setting (or ./partners being some other folder) would
+// otherwise leave a gateway that refuses every message and a partners
+// check that passes.
+func (d *Directory) RequirePartners() error {
+	if len(d.Partners) > 0 {
+		return nil
+	}
+	dir, err := filepath.Abs(d.Dir)
+	if err != nil {
+		dir = d.Dir
+	}
+	return fmt.Errorf("partners: %w in %s (*.yaml or *.yml); allow_no_partners: true allows a gateway without partners", ErrNoPartnerFiles, dir)
+}
+
 // Load reads every *.yaml / *.yml file in dir.
 func Load(dir string) (*Directory, error) {
 	entries, err := os.ReadDir(dir)

@@ -225,6 +225,11 @@ flags:
 		return err
 	}
 	defer srv.Close()
+	if !cfg.PartnersOptional() {
+		if err := srv.Directory().RequirePartners(); err != nil {
+			return err
+		}
+	}
 	if *check {
 		fmt.Fprintf(stdout, "configuration ok: %d partners, store %s, listen %s, admin %s\n",
 			len(srv.Directory().Partners), cfg.Redacted(), cfg.Listen, cfg.Admin.Listen)
@@ -252,6 +257,7 @@ func partnersCheck(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("partners check", flag.ContinueOnError)
 	cfgPath := configFlag(fs)
 	dir := fs.String("dir", "", "partner directory (default: the config's partners setting)")
+	allowEmpty := fs.Bool("allow-empty", false, "a directory without partner files passes (as allow_no_partners: true does)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -268,10 +274,16 @@ func partnersCheck(args []string, stdout io.Writer) error {
 			path = cfg.Partners
 		}
 		keys, warnAhead = cfg.AllKeys(), cfg.CertWarning
+		*allowEmpty = *allowEmpty || cfg.PartnersOptional()
 	}
 	d, err := partners.Load(path)
 	if err != nil {
 		return err
+	}
+	if !*allowEmpty {
+		if err := d.RequirePartners(); err != nil {
+			return err
+		}
 	}
 	for _, p := range d.Partners {
 		var protos []string
