@@ -116,3 +116,29 @@ func TestOptOutsAreWarnedByCheckAndAtStart(t *testing.T) {
 		t.Errorf("demo partner: exit %d:\n%s", code, out.String())
 	}
 }
+
+// TestServeCreatesTheAuditDirectory: the directory of audit.file is
+// created like the SQLite store's; when it cannot be, the error names the
+// resolved directory once.
+func TestServeCreatesTheAuditDirectory(t *testing.T) {
+	cfg := operatorConfig(t, filepath.Join(filepath.Dir(demoConfig(t)), "partners"), "audit:\n  file: var/audit/2026/audit.jsonl\n")
+	var out, errb bytes.Buffer
+	if code := run([]string{"serve", "-check", "-config", cfg}, &out, &errb); code != 0 {
+		t.Fatalf("serve -check: exit %d: %s", code, errb.String())
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(cfg), "var", "audit", "2026", "audit.jsonl")); err != nil {
+		t.Fatalf("audit file: %v", err)
+	}
+
+	dir := filepath.Dir(cfg)
+	os.WriteFile(filepath.Join(dir, "blocker"), nil, 0o600) // a file where a directory should be
+	cfg = filepath.Join(dir, "gateway2.yaml")
+	b, _ := os.ReadFile(filepath.Join(dir, "gateway.yaml"))
+	os.WriteFile(cfg, bytes.Replace(b, []byte("var/audit/2026/"), []byte("blocker/audit/"), 1), 0o600)
+	errb.Reset()
+	code := run([]string{"serve", "-check", "-config", cfg}, &out, &errb)
+	want := "audit.file: cannot create its directory " + filepath.Join(dir, "blocker", "audit") + ": not a directory"
+	if code != 1 || !strings.Contains(errb.String(), want) || strings.Count(errb.String(), filepath.Join(dir, "blocker")) != 1 {
+		t.Fatalf("exit %d, stderr %q; want exit 1 and %q, the path once", code, errb.String(), want)
+	}
+}

@@ -14,10 +14,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -213,6 +215,9 @@ flags:
 	tuneGC(cfg.Limits.MemoryBudget, os.Getenv, log)
 	tuneProcs(os.Getenv, log)
 	server.Version = versionString()
+	if err := makeAuditDir(cfg.Audit.File); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP reloads the partner directory and identity keys; without this
@@ -251,6 +256,27 @@ flags:
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	return srv.Serve(ctx, ln)
+}
+
+// makeAuditDir creates the directory of audit.file, as the SQLite store
+// creates its database's, so that a fresh installation starts; a failure
+// names the resolved directory once.
+func makeAuditDir(file string) error {
+	if file == "" {
+		return nil
+	}
+	dir, err := filepath.Abs(filepath.Dir(file))
+	if err != nil {
+		return fmt.Errorf("audit.file: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("audit.file: cannot create its directory %s: %w", dir, err)
+	}
+	return nil
 }
 
 func partnersCheck(args []string, stdout io.Writer) error {
