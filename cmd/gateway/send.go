@@ -328,37 +328,54 @@ func fromConfig(c *as2client.Client, path, id string) (*partners.Partner, []*x50
 		}
 	}
 	if c.URL == "" {
-		host, port, err := net.SplitHostPort(cfg.Listen)
-		if err != nil {
-			return nil, nil, fmt.Errorf("send: listen %q: %w", cfg.Listen, err)
+		if c.URL, err = gatewayURL(cfg, cfg.AS2.Path); err != nil {
+			return nil, nil, fmt.Errorf("send: %w", err)
 		}
-		if host == "" || host == "0.0.0.0" || host == "::" {
-			host = "127.0.0.1"
-		}
-		scheme := "http"
-		if cfg.TLS.Cert != "" {
-			scheme = "https"
-		}
-		c.URL = scheme + "://" + net.JoinHostPort(host, port) + cfg.AS2.Path
 	}
 	for _, k := range cfg.Identity.Keys {
-		var certs []*x509.Certificate
-		var err error
-		if k.Cert != "" {
-			certs, err = keyfile.Certificates(k.Cert, k.Password())
-		} else { // the certificate is in the PKCS#12 key file
-			var cert *x509.Certificate
-			cert, _, err = keyfile.KeyPair("", k.Key, k.Password())
-			certs = []*x509.Certificate{cert}
-		}
+		certs, err := keyCertificates(k)
 		if err != nil {
-			return nil, nil, fmt.Errorf("send: identity key certificate: %w", err)
+			return nil, nil, fmt.Errorf("send: %w", err)
 		}
 		c.RecipientCerts = append(c.RecipientCerts, certs...)
 	}
 	// The partner's configured certificates identify the certificate of
 	// -key when -cert is not given.
 	return p, dir.AS2Certificates(p), nil
+}
+
+// gatewayURL is the URL of the configured gateway's endpoint at path:
+// http(s)://listen (an unspecified address as 127.0.0.1).
+func gatewayURL(cfg *config.Config, path string) (string, error) {
+	host, port, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return "", fmt.Errorf("listen %q: %w", cfg.Listen, err)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	scheme := "http"
+	if cfg.TLS.Cert != "" {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port) + path, nil
+}
+
+// keyCertificates are the certificates of one of the gateway's key pairs
+// (its cert file, or the PKCS#12 key file that holds it).
+func keyCertificates(k config.KeyPair) ([]*x509.Certificate, error) {
+	if k.Cert != "" {
+		certs, err := keyfile.Certificates(k.Cert, k.Password())
+		if err != nil {
+			return nil, fmt.Errorf("%s certificate: %w", k.Field, err)
+		}
+		return certs, nil
+	}
+	cert, _, err := keyfile.KeyPair("", k.Key, k.Password())
+	if err != nil {
+		return nil, fmt.Errorf("%s certificate: %w", k.Field, err)
+	}
+	return []*x509.Certificate{cert}, nil
 }
 
 // defaultDigest is sha256, or the partner's first allowed digest when its
