@@ -83,3 +83,22 @@ func TestUnknownKeysNameFileLineAndNearestKey(t *testing.T) {
 		t.Errorf("a key far from every valid one got a suggestion: %v", err)
 	}
 }
+
+// TestTrustCAWithoutSubjectIsWarned: trust: ca without certificate_subject
+// (or party_id_is_cn) takes any certificate of the CA for the partner's; it
+// is a warning, the bound forms are not.
+func TestTrustCAWithoutSubjectIsWarned(t *testing.T) {
+	dir := t.TempDir()
+	writeCert(t, dir, "root.pem")
+	writeFile(t, dir, "open.yaml", "id: open\nas2:\n  as2_id: OPEN\n  trust: ca\n  ca_certificates: [root.pem]\n")
+	writeFile(t, dir, "bound.yaml", "id: bound\nas2:\n  as2_id: BOUND\n  trust: ca\n  ca_certificates: [root.pem]\n  certificate_subject: \"CN=Bound\"\n"+
+		"as4:\n  party_id: urn:bound\n  trust: ca\n  ca_certificates: [root.pem]\n  party_id_is_cn: true\n  pmodes: [{id: p}]\n")
+	d, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(dir, "open.yaml") + ": as2.trust: ca without certificate_subject accepts a signature by any certificate its CAs issue"
+	if len(d.Warnings) != 1 || !strings.HasPrefix(d.Warnings[0], want) {
+		t.Fatalf("warnings %q, want one %q…", d.Warnings, want)
+	}
+}
