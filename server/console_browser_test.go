@@ -61,6 +61,7 @@ func newConsoleFixture(t *testing.T, tune ...func(*config.Config)) *consoleFixtu
 		t.Fatal(err)
 	}
 	yaml = bytes.Replace(yaml, []byte("on_drift: reject"), []byte("on_drift: quarantine"), 1)
+	yaml = []byte(optOutOfEncryption(string(yaml)))
 	pem, _ := os.ReadFile(filepath.Join(demo, "partners", "demo-partner.pem"))
 	os.WriteFile(filepath.Join(pdir, "demo.yaml"), yaml, 0o644)
 	os.WriteFile(filepath.Join(pdir, "demo-partner.pem"), pem, 0o644)
