@@ -199,7 +199,9 @@ type env struct {
 type envOptions struct {
 	// partnerYAML is the as2 section's policy lines (indented by 2);
 	// "{{MDN}}" stands for the async MDN receiver's base URL. The default
-	// allows unsigned messages and lists the receiver's /mdn.
+	// opts out of the secure defaults (unsigned and unencrypted messages
+	// are accepted: the suite sends every combination) and lists the
+	// receiver's /mdn.
 	partnerYAML string
 	maxBody     int64
 	now         func() time.Time
@@ -253,7 +255,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	mdns := newMDNReceiver(t)
 	policy := o.partnerYAML
 	if policy == "" {
-		policy = "  require_signature: false\n  async_mdn_urls: [\"{{MDN}}/mdn\"]\n"
+		policy = "  require_signature: false\n  require_encryption: false\n  async_mdn_urls: [\"{{MDN}}/mdn\"]\n"
 	}
 	policy = strings.ReplaceAll(policy, "{{MDN}}", mdns.srv.URL)
 	acme := "id: acme\nname: ACME\n"

@@ -82,7 +82,9 @@ func TestInteropVendorMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	mecas2 := "id: mecas2\nname: mendelson test\nas2:\n  as2_id: mecas2\n  our_as2_id: pyas2lib\n  certificates: [" +
-		strconv.Quote(filepath.Join(dir, "cert_mecas2_public.pem")) + "]\n"
+		strconv.Quote(filepath.Join(dir, "cert_mecas2_public.pem")) + "]\n" +
+		// The vendor's vectors include signed-only and encrypted-only messages.
+		"  require_signature: false\n  require_encryption: false\n"
 	// The clock is pinned to the messages' own date.
 	e := newEnv(t, envOptions{keys: []cms.KeyPair{kp}, ourID: "pyas2lib",
 		extraPartners: map[string]string{"mecas2.yaml": mecas2},

@@ -23,8 +23,8 @@ func TestCompressedUnsignedMIC(t *testing.T) {
 	for _, tc := range []struct {
 		policy, want string
 	}{
-		{"  require_signature: false\n", "zEn+pdHm53LTHkE5Gc8bN1VXcBlAS206/gHeGQmUwaE=, sha-256"},
-		{"  require_signature: false\n  mic_compressed: content\n", "wo3xxEN0inySTTv8EPTcxt/TqvI6lvLbs0VOZr5qdM4=, sha-256"},
+		{"  require_signature: false\n  require_encryption: false\n", "zEn+pdHm53LTHkE5Gc8bN1VXcBlAS206/gHeGQmUwaE=, sha-256"},
+		{"  require_signature: false\n  require_encryption: false\n  mic_compressed: content\n", "wo3xxEN0inySTTv8EPTcxt/TqvI6lvLbs0VOZr5qdM4=, sha-256"},
 	} {
 		e := newEnv(t, envOptions{partnerYAML: tc.policy})
 		cl := e.client()

@@ -70,7 +70,7 @@ func asyncRefusals(t *testing.T, e *env, messageID string) []audit.Record {
 // and audited.
 func TestUnsignedMessageGetsNoAsyncMDNWithoutList(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{partnerYAML: "  require_signature: false\n"})
+	e := newEnv(t, envOptions{partnerYAML: "  require_signature: false\n  require_encryption: false\n"})
 	target, hits := internalService(t)
 	for i, rdo := range []string{target.URL + "/admin", strings.Replace(target.URL, "127.0.0.1", "localhost", 1) + "/x"} {
 		c := e.client()

@@ -56,7 +56,7 @@ func TestShortSignerKeyIsAuthenticationFailedUnlessAllowed(t *testing.T) {
 					"id: legacy\nas2:\n  as2_id: LEGACY\n  certificates: [legacy.pem]\n  require_signature: true\n  allow_weak_keys: %v\n", allow)},
 			})
 			cl := e.client()
-			cl.From, cl.SignCert, cl.SignKey, cl.Cipher = "LEGACY", weak, weakKey, ""
+			cl.From, cl.SignCert, cl.SignKey = "LEGACY", weak, weakKey
 			m := prepare(t, cl, "ISA*00*          *00*          *ZZ*LEGACY*ZZ*GATEWAY~\n")
 			resp, body := e.post(t, m.Header, m.Body)
 			if allow {

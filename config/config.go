@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 
+	"github.com/edigateway/gateway/internal/yamlkeys"
 	"github.com/edigateway/gateway/keyfile"
 )
 
@@ -41,8 +43,12 @@ type Config struct {
 	// PurgeInterval is how often serve removes rows past retention.
 	PurgeInterval time.Duration `mapstructure:"purge_interval"`
 	Partners      string        `mapstructure:"partners"`
-	Identity      Identity      `mapstructure:"identity"`
-	Handler       Handler       `mapstructure:"handler"`
+	// AllowNoPartners lets serve and partners check accept a partner
+	// directory without partner files (default false: "no partner files
+	// in …" is an error, unless peppol.enabled, whose senders need none).
+	AllowNoPartners bool     `mapstructure:"allow_no_partners"`
+	Identity        Identity `mapstructure:"identity"`
+	Handler         Handler  `mapstructure:"handler"`
 	// Handlers are the routes: the first whose match selects a message
 	// handles it; the last must be a catch-all (no match). Empty: the single
 	// Handler above.
@@ -80,6 +86,52 @@ type Config struct {
 	File string `mapstructure:"-"`
 	// legacyHandler: handler.* was set in the file or the environment.
 	legacyHandler bool
+	// overrides are the values set by Override (command-line flags), by
+	// key, which Reload applies again.
+	overrides map[string]string
+}
+
+// Override sets listen, admin.listen or log_level from the command line:
+// the value replaces the file's and the environment's, in c and in every
+// configuration Reload reads (so that a reload does not take the file's
+// value for a change that needs a restart). Call Check afterwards.
+func (c *Config) Override(key, value string) error {
+	switch key {
+	case "listen":
+		c.Listen = value
+	case "admin.listen":
+		c.Admin.Listen = value
+	case "log_level":
+		c.LogLevel = value
+	default:
+		return fmt.Errorf("config: %s cannot be overridden", key)
+	}
+	if c.overrides == nil {
+		c.overrides = map[string]string{}
+	}
+	c.overrides[key] = value
+	return nil
+}
+
+// Reload reads c's file again (the environment too) and applies c's
+// overrides to it; without a file it returns c.
+func (c *Config) Reload() (*Config, error) {
+	if c.File == "" {
+		return c, nil
+	}
+	n, err := Load(c.File)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range c.overrides {
+		if err := n.Override(k, v); err != nil {
+			return nil, err
+		}
+	}
+	if err := n.Check(); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // TLS enables HTTPS when Cert and Key are set.
@@ -321,6 +373,7 @@ var defaults = map[string]any{
 	"retention":                      90 * 24 * time.Hour,
 	"purge_interval":                 time.Hour,
 	"partners":                       "partners",
+	"allow_no_partners":              false,
 	"identity.as2_id":                "",
 	"identity.party_id":              "",
 	"identity.party_type":            "",
@@ -396,6 +449,9 @@ func Load(path string) (*Config, error) {
 		v.SetConfigType("yaml")
 		if err := v.ReadInConfig(); err != nil {
 			return nil, fmt.Errorf("config: read %s: %w", path, err)
+		}
+		if err := checkFileKeys(path); err != nil {
+			return nil, err
 		}
 	}
 	var c Config
@@ -478,6 +534,20 @@ func Load(path string) (*Config, error) {
 	return &c, nil
 }
 
+// checkFileKeys refuses keys of the file the configuration does not have,
+// naming the file, the line and the nearest valid key.
+func checkFileKeys(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: read %s: %w", path, err)
+	}
+	var errs []error
+	for _, u := range yamlkeys.Check(b, reflect.TypeFor[Config](), "mapstructure") {
+		errs = append(errs, fmt.Errorf("config: %s:%d: %s", path, u.Line, u))
+	}
+	return errors.Join(errs...)
+}
+
 // fromFile reports whether key's value comes from the configuration file
 // rather than a default or the environment.
 func fromFile(v *viper.Viper, key string) bool {
@@ -508,6 +578,11 @@ func resolve(base, p string) string {
 	}
 	return filepath.Join(base, p)
 }
+
+// PartnersOptional reports whether a partner directory without partner
+// files is allowed: allow_no_partners, or a Peppol access point (whose
+// senders are Peppol participants, not partner files).
+func (c *Config) PartnersOptional() bool { return c.AllowNoPartners || c.Peppol.Enabled }
 
 // Check validates c again, after a program changed it (command-line flags).
 func (c *Config) Check() error {

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/edigateway/gateway/internal/yamlkeys"
 	"github.com/edigateway/gateway/keyfile"
 	"github.com/edigateway/gateway/trust"
 )
@@ -91,10 +93,15 @@ type AS2 struct {
 	// Certificates are the partner's signing/encryption certificates (PEM,
 	// DER or PKCS#12 files relative to the partners directory); several
 	// for rollover.
-	Certificates      []string `yaml:"certificates"`
-	RequireSignature  bool     `yaml:"require_signature"`
-	RequireEncryption bool     `yaml:"require_encryption"`
-	RequireSignedMDN  bool     `yaml:"require_signed_mdn"`
+	Certificates []string `yaml:"certificates"`
+	// RequireSignature refuses unsigned messages (default true: without a
+	// signature anyone who writes the partner's AS2-From could send as
+	// it). RequireEncryption refuses unencrypted ones (default true).
+	// false is an explicit opt-out for partners that really send plain
+	// messages; partners check and the start-up log warn about it.
+	RequireSignature  bool `yaml:"require_signature"`
+	RequireEncryption bool `yaml:"require_encryption"`
+	RequireSignedMDN  bool `yaml:"require_signed_mdn"`
 	// AllowWeakKeys accepts RSA certificates of 1024 to 2047 bits from
 	// this partner (legacy peers); logged at WARN when loaded.
 	AllowWeakKeys bool `yaml:"allow_weak_keys"`
@@ -145,8 +152,11 @@ type AS4 struct {
 	PartyType string `yaml:"party_type"`
 	// Certificates are the partner's signing certificates (rollover:
 	// several), PEM, DER or PKCS#12.
-	Certificates      []string `yaml:"certificates"`
-	RequireEncryption bool     `yaml:"require_encryption"`
+	Certificates []string `yaml:"certificates"`
+	// RequireEncryption refuses messages whose payloads are not encrypted
+	// (default true; false is an explicit opt-out that partners check and
+	// the start-up log warn about). Signatures are always required.
+	RequireEncryption bool `yaml:"require_encryption"`
 	// AllowWeakKeys accepts RSA certificates of 1024 to 2047 bits from
 	// this partner (legacy peers); logged at WARN when loaded.
 	AllowWeakKeys bool `yaml:"allow_weak_keys"`
@@ -216,6 +226,25 @@ type Directory struct {
 	policies map[string]*trust.CAPolicy
 }
 
+// ErrNoPartnerFiles is the error of RequirePartners for a directory
+// without partner files.
+var ErrNoPartnerFiles = errors.New("no partner files")
+
+// RequirePartners fails when the directory held no partner file: a
+// mistyped partners setting (or ./partners being some other folder) would
+// otherwise leave a gateway that refuses every message and a partners
+// check that passes.
+func (d *Directory) RequirePartners() error {
+	if len(d.Partners) > 0 {
+		return nil
+	}
+	dir, err := filepath.Abs(d.Dir)
+	if err != nil {
+		dir = d.Dir
+	}
+	return fmt.Errorf("partners: %w in %s (*.yaml or *.yml); allow_no_partners: true allows a gateway without partners", ErrNoPartnerFiles, dir)
+}
+
 // Load reads every *.yaml / *.yml file in dir.
 func Load(dir string) (*Directory, error) {
 	entries, err := os.ReadDir(dir)
@@ -264,6 +293,7 @@ func Load(dir string) (*Directory, error) {
 				continue
 			}
 			d.warnWeak(path, "as2", p.AS2.AllowWeakKeys, certs)
+			d.warnOptOuts(path, p)
 			if p.AS2.RetryWindow > p.AS2.DedupWindow {
 				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as2.dedup_window %s is shorter than as2.retry_window %s: a late retransmission would be processed as new",
 					path, p.AS2.DedupWindow.Std(), p.AS2.RetryWindow.Std()))
@@ -291,6 +321,10 @@ func Load(dir string) (*Directory, error) {
 				continue
 			}
 			d.warnWeak(path, "as4", p.AS4.AllowWeakKeys, certs)
+			if !p.AS4.RequireEncryption {
+				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as4.require_encryption: false accepts messages from party %q whose payloads are not encrypted (readable on the way unless TLS protects every hop)",
+					path, p.AS4.PartyID))
+			}
 			if len(p.AS4.TLSCertificates) > 0 {
 				tls, err := d.loadCerts(path, "as4.tls_certificates", p.AS4.TLSCertificates, d.password(p.AS4.CertificatePasswordEnv, p.AS4.CertificatePasswordFile))
 				if err != nil {
@@ -325,6 +359,19 @@ func (d *Directory) loadCerts(file, field string, paths []string, pw keyfile.Pas
 		out = append(out, certs...)
 	}
 	return out, nil
+}
+
+// warnOptOuts records a warning for each security default of the AS2
+// section the file turns off.
+func (d *Directory) warnOptOuts(file string, p *Partner) {
+	if !p.AS2.RequireSignature {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as2.require_signature: false accepts unsigned messages: anyone who sends AS2-From %q is taken for this partner",
+			file, p.AS2.ID))
+	}
+	if !p.AS2.RequireEncryption {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as2.require_encryption: false accepts unencrypted messages from AS2-From %q (readable on the way unless TLS protects every hop)",
+			file, p.AS2.ID))
+	}
 }
 
 // warnWeak records a warning for every certificate of a section that is
@@ -373,6 +420,13 @@ func LoadFile(path string) (*Partner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("partners: %w", err)
 	}
+	var unknown []error
+	for _, u := range yamlkeys.Check(b, reflect.TypeFor[Partner](), "yaml") {
+		unknown = append(unknown, fmt.Errorf("%s:%d: %s", path, u.Line, u))
+	}
+	if len(unknown) > 0 {
+		return nil, errors.Join(unknown...)
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	var p Partner
@@ -380,8 +434,16 @@ func LoadFile(path string) (*Partner, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	p.File = path
+	// The secure settings are the defaults: a key left out is true, so
+	// that only an explicit false (warned about by Load) weakens them.
+	if p.AS2 != nil {
+		set := presentKeys(b, "as2")
+		p.AS2.RequireSignature = p.AS2.RequireSignature || !set["require_signature"]
+		p.AS2.RequireEncryption = p.AS2.RequireEncryption || !set["require_encryption"]
+	}
 	if p.AS4 != nil {
 		p.AS4.set = presentKeys(b, "as4")
+		p.AS4.RequireEncryption = p.AS4.RequireEncryption || !p.AS4.set["require_encryption"]
 	}
 	if err := p.validate(); err != nil {
 		return nil, err
@@ -422,7 +484,7 @@ func (p *Partner) validate() error {
 			return err
 		}
 		if len(a.Certificates) == 0 && a.RequireSignature && !a.CA() {
-			return f("as2.certificates", "require_signature needs at least one certificate")
+			return f("as2.certificates", "at least one certificate is needed to verify the partner's signatures (or trust: ca; require_signature: false accepts unsigned messages)")
 		}
 		for i, d := range a.AllowedDigests {
 			d = NormalizeDigest(d)

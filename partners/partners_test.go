@@ -110,7 +110,7 @@ func TestRetryWindowLongerThanDedupWindowWarns(t *testing.T) {
 
 func TestValidationNamesFileAndField(t *testing.T) {
 	for _, tc := range []struct{ name, body, field string }{
-		{"unknown", strings.Replace(acme, "name: ACME Corp", "nmae: ACME Corp", 1), "field nmae not found"},
+		{"unknown", strings.Replace(acme, "name: ACME Corp", "nmae: ACME Corp", 1), `:2: unknown key "nmae" (did you mean "name"?)`},
 		{"badid", strings.Replace(acme, "id: acme", "id: ACME Corp", 1), "id: "},
 		{"drift", acme + "on_drift: ignore\n", "on_drift"},
 		{"digest", strings.Replace(acme, "[SHA-256, sha512]", "[sha3]", 1), "as2.allowed_digests[0]"},

@@ -131,6 +131,10 @@ func (d *Directory) loadTrust(file, section string, t *Trust, allowWeak bool) (*
 	if err != nil {
 		return nil, err
 	}
+	if t.CertificateSubject == "" && !t.PartyIDIsCN {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("%s: %s.trust: ca without certificate_subject accepts a signature by any certificate its CAs issue as this partner's",
+			file, section))
+	}
 	p := &trust.CAPolicy{Roots: roots, Intermediates: inter, Subject: t.CertificateSubject, Keys: trust.Policy{AllowWeakKeys: allowWeak}}
 	for _, e := range t.ExtendedKeyUsage {
 		p.ExtKeyUsages = append(p.ExtKeyUsages, ekuNames[e])

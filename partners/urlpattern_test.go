@@ -105,7 +105,8 @@ func TestAsyncMDNPatternsValidatedAtLoad(t *testing.T) {
 		{"  async_mdn_urls: [\"https://as2.acme.example/\"]\n  async_mdn_private_networks: [10.0.0.0/8, intranet]\n", "as2.async_mdn_private_networks[1]"},
 	} {
 		dir := t.TempDir()
-		writeFile(t, dir, "acme.yaml", "id: acme\nas2:\n  as2_id: ACME\n"+c.yaml)
+		writeCert(t, dir, "acme.pem")
+		writeFile(t, dir, "acme.yaml", "id: acme\nas2:\n  as2_id: ACME\n  certificates: [acme.pem]\n"+c.yaml)
 		_, err := Load(dir)
 		want := filepath.Join(dir, "acme.yaml") + ": " + c.field + ": "
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -113,7 +114,8 @@ func TestAsyncMDNPatternsValidatedAtLoad(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	writeFile(t, dir, "acme.yaml", "id: acme\nas2:\n  as2_id: ACME\n"+
+	writeCert(t, dir, "acme.pem")
+	writeFile(t, dir, "acme.yaml", "id: acme\nas2:\n  as2_id: ACME\n  certificates: [acme.pem]\n"+
 		"  async_mdn_urls: [\"https://as2.acme.example/mdn\", \"https://*.acme.example:8443/as2/*\"]\n"+
 		"  async_mdn_private_networks: [10.20.0.0/16, \"fd00::1\"]\n")
 	d, err := Load(dir)

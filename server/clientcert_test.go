@@ -58,7 +58,8 @@ func TestServeAS4ForwardedClientCertificate(t *testing.T) {
 
 	kp, gw := demoAS4Keys(t)
 	send := func(id, header string) error {
-		c := &client.Client{Signer: kp.Key.(crypto.Signer), Certificate: kp.Cert, ReceiptSigners: gw, HTTP: &http.Client{Transport: headerRT{"X-SSL-Client-Cert", header}}}
+		c := &client.Client{Signer: kp.Key.(crypto.Signer), Certificate: kp.Cert, ReceiptSigners: gw, HTTP: &http.Client{Transport: headerRT{"X-SSL-Client-Cert", header}},
+			Encryption: &client.Encryption{Recipient: gw[0]}}
 		_, _, err := c.Send(context.Background(), "http://"+ln.Addr().String()+"/as4", &client.Message{MessageID: id,
 			From:    as4.PartyID{Value: "urn:demo:partner", Type: "urn:oasis:names:tc:ebcore:partyid-type:unregistered"},
 			To:      as4.PartyID{Value: "urn:demo:gateway", Type: "urn:oasis:names:tc:ebcore:partyid-type:unregistered"},

@@ -70,6 +70,7 @@ func newConsoleFixtureYAML(t *testing.T, editYAML func([]byte) []byte, tune ...f
 		t.Fatal(err)
 	}
 	yaml = bytes.Replace(yaml, []byte("on_drift: reject"), []byte("on_drift: quarantine"), 1)
+	yaml = []byte(optOutOfEncryption(string(yaml)))
 	if editYAML != nil {
 		yaml = editYAML(yaml)
 	}

@@ -123,6 +123,7 @@ func (r repeat) Read(p []byte) (int, error) {
 func memoryServer(t *testing.T, tune func(c *config.Config)) string {
 	t.Helper()
 	cfg := demoConfig(t)
+	cfg.Partners = plainDemoPartners(t)
 	cfg.SpoolDir = t.TempDir()
 	if tune != nil {
 		tune(cfg)

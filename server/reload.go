@@ -158,7 +158,7 @@ func (s *Server) loadSnapshot() (*Snapshot, []string, error) {
 	running := s.Config
 	next := running
 	if running.File != "" {
-		c, err := config.Load(running.File)
+		c, err := running.Reload() // the file, with the command line's overrides
 		if err != nil {
 			return nil, nil, err
 		}

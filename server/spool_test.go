@@ -48,6 +48,7 @@ func spoolFiles(t *testing.T, dir string) []string {
 // removed when the server starts.
 func TestSpoolFilesLiveOnlyDuringTheExchange(t *testing.T) {
 	cfg := demoConfig(t)
+	cfg.Partners = plainDemoPartners(t)
 	cfg.SpoolDir = t.TempDir()
 	crashed := filepath.Join(cfg.SpoolDir, "gateway-spool.1234")
 	if err := os.MkdirAll(crashed, 0o700); err != nil {

@@ -112,6 +112,7 @@ func TestStreamedAS2BodyMemoryBounded(t *testing.T) {
 func memoryServerWith(t *testing.T, tune func(c *config.Config), h func(m *exchange.Message) error) string {
 	t.Helper()
 	cfg := demoConfig(t)
+	cfg.Partners = plainDemoPartners(t)
 	cfg.SpoolDir = t.TempDir()
 	if tune != nil {
 		tune(cfg)

@@ -107,7 +107,6 @@ as4:
 		{name: "responder down, soft", party: "urn:globex:soft", signer: renewed, ok: true, decision: "trusted/undetermined-soft"},
 	} {
 		c := rsaClient(k)
-		c.Encryption = nil
 		c.Signer, c.Certificate = tc.signer.Key, tc.signer.Cert
 		m := testMessage(fmt.Sprintf("trust-%d@globex.test", i))
 		m.From = as4.PartyID{Value: tc.party, Type: ptype}

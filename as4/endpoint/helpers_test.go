@@ -292,7 +292,8 @@ type harnessOptions struct {
 }
 
 // defaultPartners is the generated agreement: acme (RSA and Ed25519
-// certificates, encryption optional) and strict (encryption required).
+// certificates, encryption optional: its explicit opt-out) and strict
+// (encryption required, the default).
 func defaultPartners(t testing.TB, k testKeys) map[string]string {
 	dir := t.TempDir()
 	acmeCerts := filepath.Join(dir, "acme.pem")
@@ -304,6 +305,7 @@ as4:
   party_id: %s
   party_type: %s
   certificates: [%s]
+  require_encryption: false
   clock_skew: 5m
   pmodes:
     - id: invoice
@@ -315,7 +317,6 @@ as4:
   party_id: %s
   party_type: %s
   certificates: [%s]
-  require_encryption: true
   pmodes:
     - id: invoice
       service: %s

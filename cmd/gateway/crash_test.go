@@ -87,20 +87,32 @@ func freePort(t *testing.T) string {
 // fault (GATEWAY_FAULT_*), the gatewayfault build (faultGateway).
 func startGateway(t *testing.T, cfg, addr string, extraEnv ...string) *exec.Cmd {
 	t.Helper()
+	return startGatewayFlags(t, cfg, addr, nil, extraEnv...)
+}
+
+// startGatewayFlags is startGateway with more serve flags.
+func startGatewayFlags(t *testing.T, cfg, addr string, flags []string, extraEnv ...string) *exec.Cmd {
+	t.Helper()
 	bin := os.Args[0]
 	for _, e := range extraEnv {
 		if strings.HasPrefix(e, "GATEWAY_FAULT_") {
 			bin = faultGateway(t)
 		}
 	}
-	return startGatewayBinary(t, bin, cfg, addr, extraEnv...)
+	return startGatewayBinaryFlags(t, bin, cfg, addr, flags, extraEnv...)
 }
 
 // startGatewayBinary is startGateway with the binary bin; its log is
 // serve-*.log beside cfg.
 func startGatewayBinary(t *testing.T, bin, cfg, addr string, extraEnv ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "-config", cfg)
+	return startGatewayBinaryFlags(t, bin, cfg, addr, nil, extraEnv...)
+}
+
+// startGatewayBinaryFlags is startGatewayBinary with more serve flags.
+func startGatewayBinaryFlags(t *testing.T, bin, cfg, addr string, flags []string, extraEnv ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "-config", cfg}, flags...)...)
 	// The admin listener on a port of the kernel's choice, so that tests
 	// (and other gateways on this machine) never compete for 9090.
 	cmd.Env = append(os.Environ(), append([]string{"GATEWAY_TEST_RUN_MAIN=1", "GATEWAY_ADMIN_LISTEN=127.0.0.1:0"}, extraEnv...)...)

@@ -14,10 +14,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -196,14 +198,14 @@ flags:
 	if err != nil {
 		return err
 	}
-	if *listen != "" {
-		cfg.Listen = *listen
-	}
-	if *adminListen != "" {
-		cfg.Admin.Listen = *adminListen
-	}
-	if *logLevel != "" {
-		cfg.LogLevel = *logLevel
+	// Overrides, so that a reload reads the file with them (their keys
+	// are not changes that need a restart).
+	for key, v := range map[string]string{"listen": *listen, "admin.listen": *adminListen, "log_level": *logLevel} {
+		if v != "" {
+			if err := cfg.Override(key, v); err != nil {
+				return err
+			}
+		}
 	}
 	if err := cfg.Check(); err != nil {
 		return err
@@ -213,6 +215,9 @@ flags:
 	tuneGC(cfg.Limits.MemoryBudget, os.Getenv, log)
 	tuneProcs(os.Getenv, log)
 	server.Version = versionString()
+	if err := makeAuditDir(cfg.Audit.File); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP reloads the partner directory and identity keys; without this
@@ -225,6 +230,11 @@ flags:
 		return err
 	}
 	defer srv.Close()
+	if !cfg.PartnersOptional() {
+		if err := srv.Directory().RequirePartners(); err != nil {
+			return err
+		}
+	}
 	if *check {
 		fmt.Fprintf(stdout, "configuration ok: %d partners, store %s, listen %s, admin %s\n",
 			len(srv.Directory().Partners), cfg.Redacted(), cfg.Listen, cfg.Admin.Listen)
@@ -248,10 +258,32 @@ flags:
 	return srv.Serve(ctx, ln)
 }
 
+// makeAuditDir creates the directory of audit.file, as the SQLite store
+// creates its database's, so that a fresh installation starts; a failure
+// names the resolved directory once.
+func makeAuditDir(file string) error {
+	if file == "" {
+		return nil
+	}
+	dir, err := filepath.Abs(filepath.Dir(file))
+	if err != nil {
+		return fmt.Errorf("audit.file: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("audit.file: cannot create its directory %s: %w", dir, err)
+	}
+	return nil
+}
+
 func partnersCheck(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("partners check", flag.ContinueOnError)
 	cfgPath := configFlag(fs)
 	dir := fs.String("dir", "", "partner directory (default: the config's partners setting)")
+	allowEmpty := fs.Bool("allow-empty", false, "a directory without partner files passes (as allow_no_partners: true does)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -268,10 +300,16 @@ func partnersCheck(args []string, stdout io.Writer) error {
 			path = cfg.Partners
 		}
 		keys, warnAhead = cfg.AllKeys(), cfg.CertWarning
+		*allowEmpty = *allowEmpty || cfg.PartnersOptional()
 	}
 	d, err := partners.Load(path)
 	if err != nil {
 		return err
+	}
+	if !*allowEmpty {
+		if err := d.RequirePartners(); err != nil {
+			return err
+		}
 	}
 	for _, p := range d.Partners {
 		var protos []string

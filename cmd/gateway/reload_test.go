@@ -132,3 +132,61 @@ shutdown_timeout: 2s
 		t.Fatalf("no graceful shutdown in the log:\n%s", logs())
 	}
 }
+
+// TestReloadKeepsCommandLineListenAddresses runs the real binary with
+// -listen and -admin-listen: a reload reads the file with those overrides,
+// so it does not report listen and admin.listen (which the file and the
+// environment set otherwise) as changes that need a restart; a setting
+// that did change in the file still is.
+func TestReloadKeepsCommandLineListenAddresses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the gateway")
+	}
+	demo := filepath.Dir(demoConfig(t))
+	dir := t.TempDir()
+	addr := freePort(t)
+	cfg := filepath.Join(dir, "gateway.yaml")
+	yaml := fmt.Sprintf(`listen: 127.0.0.1:2
+admin:
+  listen: 127.0.0.1:3
+lease: 5m
+store: sqlite:gw.db
+partners: %s
+reload_on_change: false
+identity:
+  as2_id: GATEWAY
+  keys:
+    - cert: %s
+      key: %s
+handler:
+  inbox: inbox
+shutdown_timeout: 2s
+`, filepath.Join(demo, "partners"), filepath.Join(demo, "keys", "gateway.pem"), filepath.Join(demo, "keys", "gateway.key"))
+	os.WriteFile(cfg, []byte(yaml), 0o600)
+	// The environment names yet another admin address: the flag wins.
+	gw := startGatewayFlags(t, cfg, addr, []string{"-listen", addr, "-admin-listen", "127.0.0.1:0"}, "GATEWAY_ADMIN_LISTEN=127.0.0.1:4")
+	logs := func() string {
+		files, _ := filepath.Glob(filepath.Join(dir, "serve-*.log"))
+		var b strings.Builder
+		for _, f := range files {
+			x, _ := os.ReadFile(f)
+			b.Write(x)
+		}
+		return b.String()
+	}
+	reloads := func() int { return strings.Count(logs(), `"msg":"configuration reloaded","trigger":"sighup"`) }
+
+	gw.Process.Signal(syscall.SIGHUP)
+	waitFor(t, func() bool { return reloads() == 1 }, "the reload after SIGHUP")
+	if l := logs(); strings.Contains(l, "need a restart") {
+		t.Fatalf("a reload without changes reports changes that need a restart:\n%s", l)
+	}
+
+	os.WriteFile(cfg, []byte(strings.Replace(yaml, "lease: 5m", "lease: 6m", 1)), 0o600)
+	gw.Process.Signal(syscall.SIGHUP)
+	waitFor(t, func() bool { return reloads() == 2 }, "the second reload")
+	waitFor(t, func() bool { return strings.Contains(logs(), "need a restart") }, "the restart warning for lease")
+	if l := logs(); !strings.Contains(l, `"settings":["lease"]`) {
+		t.Fatalf("the changed lease is not the only setting that needs a restart:\n%s", l)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"os"
@@ -206,6 +207,15 @@ func sendAS2(args []string, stdout, stderr io.Writer) error {
 		}
 		c.AsyncURL = *asyncURL
 	}
+	// A partner may answer an async request with a synchronous MDN (ours
+	// does when the Receipt-Delivery-Option is not one it may post to):
+	// the response is kept to report that MDN instead of waiting for one
+	// that never comes.
+	var answer *responseCapture
+	if c.MDN == as2client.MDNAsync {
+		answer = &responseCapture{base: c.HTTP.Transport}
+		c.HTTP.Transport = answer
+	}
 	// The message is built as a stream into a spool file (signing,
 	// compression and encryption in one pass, in fixed memory) and sent
 	// from there, with its length, as often as asked.
@@ -253,7 +263,11 @@ func sendAS2(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "message-id:   %s\nfrom/to:      %s -> %s\nsent:         %d bytes in %s, HTTP %d\nprotection:   %s\n",
 			msg.ID, c.From, c.To, res.BytesSent, res.Elapsed.Round(time.Millisecond), res.Status, protection(c))
 		check := res.MDN
-		if c.MDN == as2client.MDNAsync && mdns != nil && res.Status/100 == 2 {
+		if h, body, ok := answer.mdn(); ok && c.MDN == as2client.MDNAsync && res.Status/100 == 2 {
+			check = c.CheckMDN(msg, h, body)
+			res.Problems = append(res.Problems, check.Problems...)
+			fmt.Fprintf(stdout, "mdn:          the partner answered with a synchronous MDN although async was asked: %s\n", check.Disposition)
+		} else if c.MDN == as2client.MDNAsync && mdns != nil && res.Status/100 == 2 {
 			fmt.Fprintf(stdout, "mdn:          waiting up to %s for the async MDN at %s\n", *wait, c.AsyncURL)
 			h, body, err := mdns.wait(msg.ID, *wait)
 			if err != nil {
@@ -314,37 +328,54 @@ func fromConfig(c *as2client.Client, path, id string) (*partners.Partner, []*x50
 		}
 	}
 	if c.URL == "" {
-		host, port, err := net.SplitHostPort(cfg.Listen)
-		if err != nil {
-			return nil, nil, fmt.Errorf("send: listen %q: %w", cfg.Listen, err)
+		if c.URL, err = gatewayURL(cfg, cfg.AS2.Path); err != nil {
+			return nil, nil, fmt.Errorf("send: %w", err)
 		}
-		if host == "" || host == "0.0.0.0" || host == "::" {
-			host = "127.0.0.1"
-		}
-		scheme := "http"
-		if cfg.TLS.Cert != "" {
-			scheme = "https"
-		}
-		c.URL = scheme + "://" + net.JoinHostPort(host, port) + cfg.AS2.Path
 	}
 	for _, k := range cfg.Identity.Keys {
-		var certs []*x509.Certificate
-		var err error
-		if k.Cert != "" {
-			certs, err = keyfile.Certificates(k.Cert, k.Password())
-		} else { // the certificate is in the PKCS#12 key file
-			var cert *x509.Certificate
-			cert, _, err = keyfile.KeyPair("", k.Key, k.Password())
-			certs = []*x509.Certificate{cert}
-		}
+		certs, err := keyCertificates(k)
 		if err != nil {
-			return nil, nil, fmt.Errorf("send: identity key certificate: %w", err)
+			return nil, nil, fmt.Errorf("send: %w", err)
 		}
 		c.RecipientCerts = append(c.RecipientCerts, certs...)
 	}
 	// The partner's configured certificates identify the certificate of
 	// -key when -cert is not given.
 	return p, dir.AS2Certificates(p), nil
+}
+
+// gatewayURL is the URL of the configured gateway's endpoint at path:
+// http(s)://listen (an unspecified address as 127.0.0.1).
+func gatewayURL(cfg *config.Config, path string) (string, error) {
+	host, port, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return "", fmt.Errorf("listen %q: %w", cfg.Listen, err)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	scheme := "http"
+	if cfg.TLS.Cert != "" {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port) + path, nil
+}
+
+// keyCertificates are the certificates of one of the gateway's key pairs
+// (its cert file, or the PKCS#12 key file that holds it).
+func keyCertificates(k config.KeyPair) ([]*x509.Certificate, error) {
+	if k.Cert != "" {
+		certs, err := keyfile.Certificates(k.Cert, k.Password())
+		if err != nil {
+			return nil, fmt.Errorf("%s certificate: %w", k.Field, err)
+		}
+		return certs, nil
+	}
+	cert, _, err := keyfile.KeyPair("", k.Key, k.Password())
+	if err != nil {
+		return nil, fmt.Errorf("%s certificate: %w", k.Field, err)
+	}
+	return []*x509.Certificate{cert}, nil
 }
 
 // defaultDigest is sha256, or the partner's first allowed digest when its
@@ -564,4 +595,63 @@ func (l *mdnListener) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = l.srv.Shutdown(ctx)
+}
+
+// responseCapture keeps the header and the first bytes of the last
+// response its client read, for send to tell a synchronous MDN from the
+// empty acknowledgement of an async request.
+type responseCapture struct {
+	base   http.RoundTripper
+	mu     sync.Mutex
+	header http.Header
+	body   []byte
+}
+
+// maxCapturedMDN bounds the response bytes kept (MDNs are a few KB).
+const maxCapturedMDN = 1 << 20
+
+func (c *responseCapture) RoundTrip(r *http.Request) (*http.Response, error) {
+	base := c.base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	resp, err := base.RoundTrip(r)
+	if err != nil {
+		return resp, err
+	}
+	c.mu.Lock()
+	c.header, c.body = resp.Header.Clone(), nil
+	c.mu.Unlock()
+	resp.Body = capturedBody{resp.Body, c}
+	return resp, nil
+}
+
+type capturedBody struct {
+	io.ReadCloser
+	c *responseCapture
+}
+
+func (b capturedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.c.mu.Lock()
+	if keep := min(n, maxCapturedMDN-len(b.c.body)); keep > 0 {
+		b.c.body = append(b.c.body, p[:keep]...)
+	}
+	b.c.mu.Unlock()
+	return n, err
+}
+
+// mdn returns the last response when it is an MDN (multipart/report, or
+// multipart/signed around one).
+func (c *responseCapture) mdn() (http.Header, []byte, bool) {
+	if c == nil {
+		return nil, nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	mt, _, _ := mime.ParseMediaType(c.header.Get("Content-Type"))
+	if len(c.body) == 0 || (mt != "multipart/report" && mt != "multipart/signed") {
+		return nil, nil, false
+	}
+	return c.header, c.body, true
 }

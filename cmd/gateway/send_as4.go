@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"crypto"
+	"crypto/ecdh"
 	"crypto/rsa"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/internal/brainpool"
 	"github.com/edigateway/gateway/keyfile"
 	"github.com/edigateway/gateway/partners"
@@ -26,7 +29,8 @@ import (
 	"github.com/edigateway/gateway/xmlenc"
 )
 
-const sendAS4Usage = `usage: gateway send-as4 -url URL -key FILE -cert FILE -receipt-cert FILE [-encrypt-cert FILE]
+const sendAS4Usage = `usage: gateway send-as4 -config FILE -partner ID -key FILE [options] FILE...
+       gateway send-as4 -url URL -key FILE -cert FILE -receipt-cert FILE [-encrypt-cert FILE]
          -from PARTY -to PARTY -service S -action A [options] FILE...
 Builds one AS4 user message with every FILE as a gzip-compressed attachment, signs it
 (RSA: rsa-sha256 by default; Ed25519 keys: eddsa-ed25519, eDelivery AS4 2.0), encrypts it
@@ -41,7 +45,14 @@ aes128-gcm, encryption required, GLN party types and the BDEW agreement by defau
 empty eb:ConversationId (as phase4's BDEW sender writes it; -conversation is refused),
 and the -bdew-… part properties of the first FILE when given; flags that contradict it
 are refused.
-Example (the demo gateway of README.md, sending as its demo partner):
+With -config and -partner, acting as a configured partner towards this gateway, the
+URL, the party ids, the P-Mode's service, action and agreement (-pmode ID chooses
+one of several), the gateway's receipt and encryption certificates, the partner's
+certificate of -key and its profile come from the configuration; flags given win
+(-encrypt-cert none sends signed only):
+  gateway send-as4 -config testdata/demo/gateway.yaml -partner demo \
+    -key testdata/demo/keys/demo-partner.key invoice.xml
+Without a configuration (the demo gateway of README.md, sending as its demo partner):
   gateway send-as4 -url http://127.0.0.1:8080/as4 \
     -key testdata/demo/keys/demo-partner.key -cert testdata/demo/partners/demo-partner.pem \
     -receipt-cert testdata/demo/keys/gateway.pem -encrypt-cert testdata/demo/keys/gateway.pem \
@@ -73,7 +84,9 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, sendAS4Usage)
 		fs.PrintDefaults()
 	}
-	url := fs.String("url", "", "the receiver's AS4 endpoint URL (required)")
+	cfgPath := fs.String("config", "", "gateway YAML file: send as -partner to this gateway")
+	partnerID := fs.String("partner", "", "partner id (with -config): its AS4 agreement supplies the flags not given")
+	url := fs.String("url", "", "the receiver's AS4 endpoint URL (required; default with -config: http(s)://listen + as4.path)")
 	keyFile := fs.String("key", "", "our private key that signs the message: PEM, DER or PKCS#12 (required)")
 	certFile := fs.String("cert", "", "our certificate of -key: PEM, DER or PKCS#12 (required unless -key is a PKCS#12 file holding it)")
 	keyPasswordEnv := fs.String("key-password-env", "", "environment variable holding the password of a PKCS#12 -key")
@@ -87,7 +100,7 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	serviceType := fs.String("service-type", "", "type of -service")
 	action := fs.String("action", "", "eb:Action (required)")
 	agreement := fs.String("agreement", "", "eb:AgreementRef")
-	pmode := fs.String("pmode", "", "eb:AgreementRef/@pmode")
+	pmode := fs.String("pmode", "", "eb:AgreementRef/@pmode (with -config: the id of the partner's P-Mode to send under)")
 	conversation := fs.String("conversation", "", "eb:ConversationId (default: the message id; -profile bdew sends it empty)")
 	messageID := fs.String("message-id", "", "eb:MessageId (default: a new UUID); resend with the same id to test duplicate handling")
 	mimeType := fs.String("mime", "", "MIME type of every FILE (default: from the file extension)")
@@ -118,12 +131,41 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	if *repeat < 1 {
 		return fmt.Errorf("%w: -repeat must be at least 1", errUsage)
 	}
+	var cfgSigners, cfgEncrypt []*x509.Certificate
+	var partnerCerts []string
+	if *cfgPath != "" || *partnerID != "" {
+		d, err := as4FromConfig(*cfgPath, *partnerID, *pmode, *to, *toType)
+		if err != nil {
+			return err
+		}
+		for _, f := range []struct {
+			flag  *string
+			value string
+		}{
+			{url, d.url}, {from, d.from}, {fromType, d.fromType}, {to, d.to}, {toType, d.toType}, {service, d.service},
+			{serviceType, d.serviceType}, {action, d.action}, {agreement, d.agreement}, {profile, d.profile},
+		} {
+			if *f.flag == "" {
+				*f.flag = f.value
+			}
+		}
+		cfgSigners, cfgEncrypt, partnerCerts = d.receiptSigners, d.encryptCerts, d.partnerCerts
+		if *encryptCert == "" && len(cfgEncrypt) == 0 {
+			return fmt.Errorf("send-as4: no certificate of %s's identity keys can be encrypted for; give -encrypt-cert (or -encrypt-cert none)", *cfgPath)
+		}
+	}
 	bdew := false
 	switch *profile {
 	case "":
 	case partners.ProfileBDEW:
 		bdew = true
-		if err := bdewFlags(fs, *encryptCert, *signAlg, *digest, *cipher, *compress); err != nil {
+		encrypt := *encryptCert
+		if encrypt == "" && len(cfgEncrypt) > 0 {
+			encrypt = "(the configuration's)"
+		} else if encrypt == "none" {
+			encrypt = ""
+		}
+		if err := bdewFlags(fs, encrypt, *signAlg, *digest, *cipher, *compress); err != nil {
 			return err
 		}
 		if *fromType == "" {
@@ -148,7 +190,7 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	files := fs.Args()
 	for name, v := range map[string]string{"-url": *url, "-key": *keyFile, "-receipt-cert": *receiptCert,
 		"-from": *from, "-to": *to, "-service": *service, "-action": *action} {
-		if v == "" {
+		if v == "" && !(name == "-receipt-cert" && len(cfgSigners) > 0) {
 			return fmt.Errorf("%w: send-as4 needs %s (see gateway send-as4 -h)", errUsage, name)
 		}
 	}
@@ -156,7 +198,7 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: send-as4 needs at least one FILE to send", errUsage)
 	}
 
-	cert, key, err := keyfile.KeyPair(*certFile, *keyFile, keyfile.Password{Env: *keyPasswordEnv})
+	cert, key, err := signingPair(*certFile, *keyFile, keyfile.Password{Env: *keyPasswordEnv}, partnerCerts)
 	if err != nil {
 		return fmt.Errorf("send-as4: %w", err)
 	}
@@ -164,9 +206,11 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	if !ok {
 		return fmt.Errorf("send-as4: %s is not a signing key", *keyFile)
 	}
-	receiptSigners, err := partners.ReadCertificates(*receiptCert)
-	if err != nil {
-		return fmt.Errorf("send-as4: -receipt-cert: %w", err)
+	receiptSigners := cfgSigners
+	if *receiptCert != "" {
+		if receiptSigners, err = partners.ReadCertificates(*receiptCert); err != nil {
+			return fmt.Errorf("send-as4: -receipt-cert: %w", err)
+		}
 	}
 	c := &client.Client{
 		Signer: signer, Certificate: cert, ReceiptSigners: receiptSigners,
@@ -183,10 +227,12 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 	if c.DigestMethod, ok = digestMethods[*digest]; !ok {
 		return fmt.Errorf("%w: unknown -digest %q", errUsage, *digest)
 	}
-	if *encryptCert != "" {
-		certs, err := partners.ReadCertificates(*encryptCert)
-		if err != nil {
-			return fmt.Errorf("send-as4: -encrypt-cert: %w", err)
+	if *encryptCert != "none" && (*encryptCert != "" || len(cfgEncrypt) > 0) {
+		certs := cfgEncrypt
+		if *encryptCert != "" {
+			if certs, err = partners.ReadCertificates(*encryptCert); err != nil {
+				return fmt.Errorf("send-as4: -encrypt-cert: %w", err)
+			}
 		}
 		enc := &client.Encryption{Recipient: certs[0]}
 		if enc.Options.Content, ok = contentCiphers[*cipher]; !ok {
@@ -407,4 +453,127 @@ func typeByExtension(name string) string {
 		}
 	}
 	return "application/octet-stream"
+}
+
+// as4Defaults are what a configured partner's AS4 agreement and the
+// gateway's configuration say about a message from that partner.
+type as4Defaults struct {
+	url, from, fromType, to, toType         string
+	service, serviceType, action, agreement string
+	profile                                 string
+	receiptSigners, encryptCerts            []*x509.Certificate
+	partnerCerts                            []string // files, to find the certificate of -key
+}
+
+// as4FromConfig reads the gateway configuration at path and the AS4
+// agreement of partner id: the P-Mode pmode (or the partner's only, or
+// first, P-Mode) gives service, action and agreement; the identity
+// addressed (to, or the P-Mode's to_party_id, or the first with a party
+// id) gives eb:To and the certificates that sign receipts and are
+// encrypted for.
+func as4FromConfig(path, id, pmode, to, toType string) (*as4Defaults, error) {
+	if path == "" || id == "" {
+		return nil, fmt.Errorf("%w: -config and -partner go together", errUsage)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := partners.Load(cfg.Partners)
+	if err != nil {
+		return nil, err
+	}
+	var p *partners.Partner
+	for _, q := range dir.Partners {
+		if q.ID == id {
+			p = q
+		}
+	}
+	if p == nil || p.AS4 == nil {
+		return nil, fmt.Errorf("send-as4: no AS4 partner %q in %s", id, cfg.Partners)
+	}
+	a := p.AS4
+	pm := &a.PModes[0]
+	if pmode != "" {
+		pm = nil
+		for i := range a.PModes {
+			if a.PModes[i].ID == pmode {
+				pm = &a.PModes[i]
+			}
+		}
+		if pm == nil {
+			return nil, fmt.Errorf("send-as4: partner %q has no P-Mode %q", id, pmode)
+		}
+	}
+	d := &as4Defaults{from: a.PartyID, fromType: a.PartyType, service: pm.Service, serviceType: pm.ServiceType,
+		action: pm.Action, agreement: pm.Agreement, profile: a.Profile}
+	if d.url, err = gatewayURL(cfg, cfg.AS4.Path); err != nil {
+		return nil, fmt.Errorf("send-as4: %w", err)
+	}
+	// The identity addressed: -to, the P-Mode's, or the first with a party id.
+	if to == "" {
+		to, toType = pm.ToPartyID, pm.ToPartyType
+	}
+	var ident *config.Identity
+	ids := cfg.AllIdentities()
+	for i := range ids {
+		if ids[i].PartyID != "" && (to == "" || ids[i].PartyID == to && (toType == "" || ids[i].PartyType == toType)) {
+			ident = &ids[i]
+			break
+		}
+	}
+	if ident == nil {
+		return nil, fmt.Errorf("send-as4: %s has no identity with party_id %q", path, to)
+	}
+	d.to, d.toType = ident.PartyID, ident.PartyType
+	for _, k := range ident.Keys {
+		certs, err := keyCertificates(k)
+		if err != nil {
+			return nil, fmt.Errorf("send-as4: %w", err)
+		}
+		d.receiptSigners = append(d.receiptSigners, certs...)
+		if encryptable(certs[0], a.IsBDEW()) {
+			d.encryptCerts = append(d.encryptCerts, certs[0])
+		}
+	}
+	for _, c := range a.Certificates {
+		if !filepath.IsAbs(c) {
+			c = filepath.Join(dir.Dir, c)
+		}
+		d.partnerCerts = append(d.partnerCerts, c)
+	}
+	return d, nil
+}
+
+// encryptable reports whether a message can be encrypted for cert: RSA or
+// X25519, brainpoolP256r1 under the bdew profile.
+func encryptable(cert *x509.Certificate, bdew bool) bool {
+	if bdew {
+		_, ok := cert.PublicKey.(*brainpool.PublicKey)
+		return ok
+	}
+	switch k := cert.PublicKey.(type) {
+	case *rsa.PublicKey:
+		return true
+	case *ecdh.PublicKey:
+		return k.Curve() == ecdh.X25519()
+	}
+	return false
+}
+
+// signingPair reads -key with -cert, or, without -cert, with the
+// configured partner certificate files, taking the one -key belongs to.
+func signingPair(certFile, keyFile string, pw keyfile.Password, partnerCerts []string) (*x509.Certificate, crypto.PrivateKey, error) {
+	if certFile != "" || len(partnerCerts) == 0 {
+		return keyfile.KeyPair(certFile, keyFile, pw)
+	}
+	var errs []error
+	for _, c := range partnerCerts {
+		cert, key, err := keyfile.KeyPair(c, keyFile, pw)
+		if err == nil {
+			return cert, key, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, nil, fmt.Errorf("no certificate of the partner belongs to %s (give -cert): %w", keyFile, errors.Join(errs...))
 }

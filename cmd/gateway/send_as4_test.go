@@ -257,3 +257,41 @@ func TestSendAS4RetriesWhileBusy(t *testing.T) {
 		t.Fatalf("without -retry-for: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 }
+
+// TestSendAS4AsPartnerFromConfig: with -config and -partner, send-as4
+// needs only the partner's key and the file: URL, party ids, the P-Mode's
+// service and action, the partner's certificate of the key and the
+// gateway's receipt and encryption certificates come from the
+// configuration. The demo partner requires encrypted messages (the
+// default): -encrypt-cert none is refused with EBMS:0103.
+func TestSendAS4AsPartnerFromConfig(t *testing.T) {
+	var calls atomic.Int64
+	url := startDemoAS4(t, func(*exchange.Message) { calls.Add(1) })
+	listen := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/as4")
+	cfg := operatorConfig(t, demoPath(t, "partners"), "")
+	b, _ := os.ReadFile(cfg)
+	os.WriteFile(cfg, bytes.Replace(b, []byte("listen: 127.0.0.1:0"), []byte("listen: "+listen), 1), 0o600)
+	file := writePayload(t, "invoice.xml", []byte("<Invoice>demo</Invoice>\n"))
+
+	var out, errb bytes.Buffer
+	if code := run([]string{"send-as4", "-config", cfg, "-partner", "demo", "-key", demoPath(t, "keys/demo-partner.key"), file}, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), "signature valid, 3 of 3 references acknowledged") {
+		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("handler ran %d times", calls.Load())
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"send-as4", "-config", cfg, "-partner", "demo", "-key", demoPath(t, "keys/demo-partner.key"), "-encrypt-cert", "none", file}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), "EBMS:0103") {
+		t.Fatalf("unencrypted: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	if code := run([]string{"send-as4", "-config", cfg, "-partner", "nobody", "-key", demoPath(t, "keys/demo-partner.key"), file}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), `no AS4 partner "nobody"`) {
+		t.Fatalf("unknown partner: exit %d\n%s", code, errb.String())
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("handler ran %d times", calls.Load())
+	}
+}

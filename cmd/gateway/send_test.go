@@ -247,3 +247,36 @@ func TestSendUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestSendAsyncAnsweredSynchronously: when the gateway refuses the
+// Receipt-Delivery-Option (it is not among the partner's async_mdn_urls)
+// it answers with a synchronous MDN; send reports and checks that MDN
+// instead of waiting for an async one and reporting "no async MDN arrived".
+func TestSendAsyncAnsweredSynchronously(t *testing.T) {
+	g := startDemoGateway(t)
+	elsewhere := freePort(t) // not the address the partner file lists
+	file := writePayload(t, "order.edi", []byte("UNB+UNOC:3+DEMO+GATEWAY+260101:1200+7'\nUNZ+0+7'\n"))
+	var out, errb bytes.Buffer
+	code := run([]string{"send", "-config", g.config, "-partner", "demo", "-key", demoPath(t, "keys/demo-partner.key"),
+		"-file", file, "-mdn", "async", "-async-listen", elsewhere, "-wait", "3s"}, &out, &errb)
+	o := out.String()
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, o, errb.String())
+	}
+	for _, want := range []string{
+		"mdn:          the partner answered with a synchronous MDN although async was asked: automatic-action/MDN-sent-automatically; processed\n",
+		"mdn:          signed, signature verified (CN=gateway demo",
+		"(matches)",
+		"result:       OK",
+	} {
+		if !strings.Contains(o, want) {
+			t.Errorf("output lacks %q:\n%s", want, o)
+		}
+	}
+	if strings.Contains(o, "no async MDN arrived") || strings.Contains(o, "waiting up to") {
+		t.Errorf("send waited for an async MDN:\n%s", o)
+	}
+	if g.total() != 1 {
+		t.Fatalf("handler runs %d", g.total())
+	}
+}
