@@ -203,7 +203,6 @@ as4:
 `, ptype, rootPEM, url, testService, testAction)
 	h := newHarness(t, harnessOptions{partnerYAML: files})
 	c := rsaClient(k)
-	c.Encryption = nil
 	c.Signer, c.Certificate = signer.Key, signer.Cert
 	m := testMessage("revocation-unavailable@hooli.test")
 	m.From = as4.PartyID{Value: "urn:hooli", Type: ptype}

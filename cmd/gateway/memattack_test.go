@@ -418,7 +418,8 @@ func TestSlowBodiesDoNotLockPartnersOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	as4c := &client.Client{Signer: kp.Key.(crypto.Signer), Certificate: kp.Cert, Host: "demo.test"}
+	as4c := &client.Client{Signer: kp.Key.(crypto.Signer), Certificate: kp.Cert, Host: "demo.test",
+		Encryption: &client.Encryption{Recipient: gw.Cert}}
 	out, err := as4c.Build(&client.Message{
 		MessageID: "legit-slow@demo.test",
 		From:      as4.PartyID{Type: "urn:oasis:names:tc:ebcore:partyid-type:unregistered", Value: "urn:demo:partner"},
