@@ -43,6 +43,14 @@ const attackBudget = 256 << 20
 // returns its address and process.
 func attackGateway(t *testing.T, budget int64) (string, *exec.Cmd) {
 	t.Helper()
+	addr, _, cmd := attackGatewayAdmin(t, budget)
+	return addr, cmd
+}
+
+// attackGatewayAdmin is attackGateway that also returns the admin
+// listener's address.
+func attackGatewayAdmin(t *testing.T, budget int64) (addr, admin string, cmd *exec.Cmd) {
+	t.Helper()
 	demo := filepath.Dir(demoConfig(t))
 	dir := t.TempDir()
 	parts := filepath.Join(dir, "partners")
@@ -57,7 +65,7 @@ func attackGateway(t *testing.T, budget int64) (string, *exec.Cmd) {
 		os.WriteFile(filepath.Join(parts, f), b, 0o600)
 	}
 	os.WriteFile(filepath.Join(parts, "other.yaml"), []byte("id: other\nas2:\n  as2_id: OTHER\n  certificates: [demo-partner.pem]\n  require_signature: true\n"), 0o600)
-	addr := freePort(t)
+	addr, admin = freePort(t), freePort(t)
 	var limitsYAML string
 	if budget > 0 {
 		limitsYAML = fmt.Sprintf("limits:\n  memory_budget: %d\n", budget)
@@ -77,7 +85,7 @@ handler:
   inbox: inbox
 shutdown_timeout: 1s
 %s`, addr, parts, filepath.Join(demo, "keys", "gateway.pem"), filepath.Join(demo, "keys", "gateway.key"), limitsYAML)), 0o600)
-	return addr, startGateway(t, cfg, addr)
+	return addr, admin, startGateway(t, cfg, addr, "GATEWAY_ADMIN_LISTEN="+admin)
 }
 
 // rssOf returns a kB field of /proc/pid/status in bytes.
@@ -373,12 +381,36 @@ func TestSlowBodiesDoNotLockPartnersOut(t *testing.T) {
 	} else if c != nil {
 		c.Close()
 	}
-	addr, cmd := attackGateway(t, attackBudget)
+	addr, admin, cmd := attackGatewayAdmin(t, attackBudget)
 	pid := cmd.Process.Pid
 	idle := rssOf(pid, "VmRSS")
 	hwm := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0) == nil
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The admin /healthz, on fresh connections every 100 ms, answers
+	// throughout the attack (a liveness probe must not restart the node).
+	probes, probeFailures := 0, []string{}
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		probe := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		for ctx.Err() == nil {
+			probes++
+			resp, err := probe.Get("http://" + admin + "/healthz")
+			if err != nil {
+				probeFailures = append(probeFailures, err.Error())
+			} else {
+				if resp.StatusCode != http.StatusOK {
+					probeFailures = append(probeFailures, resp.Status)
+				}
+				resp.Body.Close()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
 	status := make(chan int, 64)
 	var attackers int
 	for i := range 16 {
@@ -467,6 +499,11 @@ collect:
 		t.Errorf("no slow body was refused: one source address held more than its share")
 	}
 	cancel()
+	<-probeDone
+	t.Logf("/healthz probes during the attack: %d, failed %d", probes, len(probeFailures))
+	if len(probeFailures) > 0 || probes < 10 {
+		t.Errorf("/healthz failed %d of %d probes during the attack: %v", len(probeFailures), probes, probeFailures[:min(5, len(probeFailures))])
+	}
 }
 
 func mustRead(t *testing.T, name string) []byte {
