@@ -70,7 +70,6 @@ func docSection(t *testing.T, file, heading string) string {
 	return section
 }
 
-
 // TestConfigurationReferenceNamesEveryPartnerField fails, naming the
 // field, when a partner-file field (a yaml field of Partner, at any depth,
 // the trust fields of as2 and as4 included) is not written, in backquotes,
