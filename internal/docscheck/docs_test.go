@@ -175,3 +175,49 @@ func TestAnchors(t *testing.T) {
 		t.Error("a line in a fenced block is not a heading")
 	}
 }
+
+// TestArchitectureNamesEveryPublicPackage fails naming a package outside
+// internal/ (a directory with Go files other than tests) that the package
+// map of docs/architecture.md does not list: every such package is
+// importable by other modules, so the page must say it is public API.
+func TestArchitectureNamesEveryPublicPackage(t *testing.T) {
+	doc := read(t, filepath.Join(root, "docs", "architecture.md"))
+	start := strings.Index(doc, "\n## Package map\n")
+	if start < 0 {
+		t.Fatal("docs/architecture.md has no section \"## Package map\"")
+	}
+	packageMap := doc[start:]
+	var public []string
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		name := d.Name()
+		if path != root && (name == "internal" || name == "testdata" || name == "var" || strings.HasPrefix(name, ".")) {
+			return filepath.SkipDir
+		}
+		files, _ := filepath.Glob(filepath.Join(path, "*.go"))
+		for _, f := range files {
+			if !strings.HasSuffix(f, "_test.go") {
+				rel, _ := filepath.Rel(root, path)
+				public = append(public, filepath.ToSlash(rel))
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(public) < 10 {
+		t.Fatalf("found only %d public packages: the walk is broken", len(public))
+	}
+	for _, p := range public {
+		if !strings.Contains(packageMap, "| `"+p+"` |") {
+			t.Errorf("package %s is public (outside internal/) but docs/architecture.md's package map does not list it", p)
+		}
+	}
+}
