@@ -63,6 +63,13 @@ func (s *Server) notServing() string {
 	return ""
 }
 
+// warnNoDrain warns at start that drain_period 0 turns the drain off.
+func (s *Server) warnNoDrain() {
+	if s.Config.DrainPeriod <= 0 {
+		s.Log.Warn("drain_period is 0: a stop closes the partner listener at once; behind a load balancer, requests sent before it notices get no answer")
+	}
+}
+
 // drainPartners runs the drain period: /readyz fails from now on and
 // replies close their connections, until drain_period has passed or
 // SkipDrain is called.

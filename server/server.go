@@ -290,6 +290,7 @@ func (s *Server) ServeListeners(ctx context.Context, ln, admin net.Listener) err
 	go func() { errc <- hs.Serve(ln) }()
 	purgeDone := s.startPurge(ctx)
 	s.logListening(ln, admin)
+	s.warnNoDrain()
 	select {
 	case err := <-errc:
 		purgeDone()
