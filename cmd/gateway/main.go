@@ -179,7 +179,9 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(fs.Output(), `usage: gateway serve [flags]
 
 Runs the gateway: partners reach the AS2 and AS4 endpoints on listen, operators reach
-/metrics, /healthz and /readyz on admin.listen. SIGINT and SIGTERM shut down gracefully;
+/metrics, /healthz and /readyz on admin.listen. SIGINT and SIGTERM shut down gracefully:
+/readyz answers 503 and partners are still served for drain_period, then in-flight
+exchanges get shutdown_timeout; a second SIGINT or SIGTERM ends the drain at once.
 SIGHUP reloads the partner directory and identity keys.
 Every configuration setting can also be set by a GATEWAY_* environment variable (README).
 
