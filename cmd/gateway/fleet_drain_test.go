@@ -33,6 +33,10 @@ const (
 	fleetDrainFall          = 2 // failed checks before a node is out
 	fleetDrainRise          = 2 // good checks before it is back in
 	fleetDrainPeriod        = 3 * time.Second
+	// fleetDrainPause is each client's pause between two messages: far
+	// shorter than the drain period, so that every kept-alive connection
+	// sends a request while its node drains.
+	fleetDrainPause = 250 * time.Millisecond
 )
 
 // fleetDrainBalancer is a TCP load balancer in the manner of HAProxy's
@@ -401,7 +405,7 @@ reload_on_change: false
 					}
 					break
 				}
-				time.Sleep(150 * time.Millisecond)
+				time.Sleep(fleetDrainPause)
 			}
 		}()
 	}
@@ -440,7 +444,7 @@ reload_on_change: false
 					}
 					break
 				}
-				time.Sleep(150 * time.Millisecond)
+				time.Sleep(fleetDrainPause)
 			}
 		}()
 	}
@@ -457,6 +461,9 @@ reload_on_change: false
 		n.waitInRotation(t)
 	}
 	time.Sleep(time.Second)
+	if issued.Load() > maxMessages {
+		t.Errorf("the load reached its bound (%d messages) before the rolling restart was over", maxMessages)
+	}
 	close(restarted)
 	wg.Wait()
 	if ctx.Err() != nil {
