@@ -66,6 +66,11 @@ type Config struct {
 	SpoolDir string `mapstructure:"spool_dir"`
 	// ShutdownTimeout bounds how long serve waits for in-flight exchanges.
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
+	// DrainPeriod is how long serve keeps serving partners after SIGTERM
+	// or SIGINT with /readyz answering 503, so that a load balancer takes
+	// the node out before it stops accepting connections; every reply in
+	// the period closes its connection. 0: no drain.
+	DrainPeriod time.Duration `mapstructure:"drain_period"`
 	// LogLevel: debug, info, warn, error.
 	LogLevel string `mapstructure:"log_level"`
 	// Admin is the operators' listener (metrics, health, readiness).
@@ -398,6 +403,7 @@ var defaults = map[string]any{
 	"quarantine_dir":                 "var/quarantine",
 	"archive_dir":                    "var/archive",
 	"shutdown_timeout":               30 * time.Second,
+	"drain_period":                   5 * time.Second,
 	"log_level":                      "info",
 	"admin.listen":                   "127.0.0.1:9090",
 	"admin.token":                    "",
@@ -701,6 +707,9 @@ func (c *Config) validate() error {
 	errs = append(errs, c.Admin.validate()...)
 	if c.CertWarning < 0 {
 		errs = append(errs, errors.New("cert_warning: must not be negative"))
+	}
+	if c.DrainPeriod < 0 {
+		errs = append(errs, errors.New("drain_period: must not be negative (0: no drain)"))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -277,3 +277,22 @@ func TestFormerStreamedBodyLimitLoads(t *testing.T) {
 		t.Fatalf("body limit %d (%v), want 1000", c2.Limits.BodyLimit(), err)
 	}
 }
+
+// drain_period: 5s by default, 0 turns the drain off, a negative period is
+// refused.
+func TestDrainPeriod(t *testing.T) {
+	c, err := Load(write(t, "partners: p\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DrainPeriod != 5*time.Second {
+		t.Fatalf("default drain_period %s, want 5s", c.DrainPeriod)
+	}
+	c, err = Load(write(t, "drain_period: 0s\n"))
+	if err != nil || c.DrainPeriod != 0 {
+		t.Fatalf("drain_period 0: %v %s", err, c.DrainPeriod)
+	}
+	if _, err := Load(write(t, "drain_period: -1s\n")); err == nil || !strings.Contains(err.Error(), "drain_period") {
+		t.Fatalf("negative drain_period: %v", err)
+	}
+}

@@ -20,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -44,9 +43,8 @@ type ReadyCheck struct {
 
 // adminState is what the admin endpoints need besides the Server.
 type adminState struct {
-	mu       sync.Mutex
-	checks   []ReadyCheck
-	stopping atomic.Bool
+	mu     sync.Mutex
+	checks []ReadyCheck
 	// releaseMu runs one quarantine release at a time in this process
 	// (the store's claim covers a fleet).
 	releaseMu sync.Mutex
@@ -149,15 +147,23 @@ type readiness struct {
 // Ready runs the readiness checks: the store answers within
 // admin.ready_timeout, the durable audit file can be written, partners are
 // loaded, the server is not shutting down, and every added check passes.
+//
+// Once a stop has begun (drain.go) the answer is not ready at once, with
+// the phase ("draining", "shutting down") and without running the other
+// checks: a load balancer must learn of the stop without waiting for a
+// slow store.
 func (s *Server) Ready(ctx context.Context) (ok bool, detail map[string]string) {
+	if phase := s.notServing(); phase != "" {
+		return false, map[string]string{"serving": "error: " + phase}
+	}
 	s.admin.mu.Lock()
 	checks := append([]ReadyCheck{
 		{"store", s.checkStore},
 		{"audit", s.checkAudit},
 		{"partners", s.checkPartners},
 		{"serving", func(context.Context) error {
-			if s.admin.stopping.Load() {
-				return errors.New("shutting down")
+			if phase := s.notServing(); phase != "" {
+				return errors.New(phase)
 			}
 			return nil
 		}},
@@ -200,7 +206,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	if !ok {
-		s.Log.Warn("not ready", "checks", detail)
+		if !s.Draining() { // a stop logs its phases (drain.go)
+			s.Log.Warn("not ready", "checks", detail)
+		}
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
 	_ = json.NewEncoder(w).Encode(readiness{Ready: ok, Checks: detail, Reload: s.ReloadStatus().String()})

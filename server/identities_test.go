@@ -83,6 +83,7 @@ handler:
 quarantine_dir: quarantine
 archive_dir: archive
 shutdown_timeout: 5s
+drain_period: 0s
 reload_on_change: false
 `), 0o600)
 	cfg, err := config.Load(cfgFile)

@@ -159,6 +159,7 @@ identity:
 quarantine_dir: quarantine
 archive_dir: archive
 shutdown_timeout: 5s
+drain_period: 0s
 admin:
   listen: 127.0.0.1:0
 %s`, ks.String(), extra))

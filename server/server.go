@@ -70,6 +70,8 @@ type Server struct {
 	table *inbox.Table
 	// conns count the listeners' connections for /metrics (conns.go).
 	conns connMetrics
+	// drain is the progress of a stop (drain.go).
+	drain drainState
 }
 
 // New opens the store and loads partners and keys. The caller must Close it.
@@ -77,7 +79,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{Config: cfg, Log: log, mux: http.NewServeMux(), Metrics: metrics.New(Version)}
+	s := &Server{Config: cfg, Log: log, mux: http.NewServeMux(), Metrics: metrics.New(Version), drain: newDrainState()}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	dir, err := partners.Load(cfg.Partners)
 	if err != nil {
@@ -223,17 +225,19 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // ServeListeners serves the protocol endpoints on partner and the admin
 // endpoints on admin (nil: none) until ctx is cancelled, then shuts down
-// gracefully: /readyz turns 503, new partner connections are refused,
-// in-flight exchanges get ShutdownTimeout to finish, after which their
-// context is cancelled so that handlers stop and their claims are
-// abandoned; the admin listener closes last.
+// gracefully: /readyz turns 503 and partners are still served for
+// DrainPeriod, each reply closing its connection (drain.go; SkipDrain ends
+// the period early); then new partner connections are refused, in-flight
+// exchanges get ShutdownTimeout to finish, after which their context is
+// cancelled so that handlers stop and their claims are abandoned; the
+// admin listener closes last.
 func (s *Server) ServeListeners(ctx context.Context, ln, admin net.Listener) error {
 	c := s.Config
 	// inflight counts running requests, so that after a cancelling shutdown
 	// Serve still waits for their claims to be abandoned or accepted: the
 	// caller closes the store when Serve returns.
 	var inflight sync.WaitGroup
-	mux := s.fault.wrapHTTP(s.mux)
+	mux := s.closeWhenDraining(s.fault.wrapHTTP(s.mux))
 	hs := &http.Server{
 		// A request head a proxy could frame differently never reaches
 		// the protocol endpoints: it is answered 400 and the connection
@@ -286,6 +290,7 @@ func (s *Server) ServeListeners(ctx context.Context, ln, admin net.Listener) err
 	go func() { errc <- hs.Serve(ln) }()
 	purgeDone := s.startPurge(ctx)
 	s.logListening(ln, admin)
+	s.warnNoDrain()
 	select {
 	case err := <-errc:
 		purgeDone()
@@ -294,7 +299,7 @@ func (s *Server) ServeListeners(ctx context.Context, ln, admin net.Listener) err
 		s.Log.Error("admin listener failed; shutting down", "err", err)
 	case <-ctx.Done():
 	}
-	s.admin.stopping.Store(true)
+	s.drainPartners()
 	s.Log.Info("shutting down; waiting for in-flight exchanges", "timeout", c.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 	defer cancel()

@@ -29,6 +29,7 @@ func demoConfig(t *testing.T) *config.Config {
 	cfg.Handler.Inbox = filepath.Join(dir, "inbox")
 	cfg.Audit.File = filepath.Join(dir, "audit.jsonl")
 	cfg.ShutdownTimeout = 2 * time.Second
+	cfg.DrainPeriod = 0 // the drain's own tests set it (drain_test.go)
 	cfg.Admin.Listen = "127.0.0.1:0"
 	return cfg
 }

@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -180,7 +181,9 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(fs.Output(), `usage: gateway serve [flags]
 
 Runs the gateway: partners reach the AS2 and AS4 endpoints on listen, operators reach
-/metrics, /healthz and /readyz on admin.listen. SIGINT and SIGTERM shut down gracefully;
+/metrics, /healthz and /readyz on admin.listen. SIGINT and SIGTERM shut down gracefully:
+/readyz answers 503 and partners are still served for drain_period, then in-flight
+exchanges get shutdown_timeout; a second SIGINT or SIGTERM ends the drain at once.
 SIGHUP reloads the partner directory and identity keys.
 Every configuration setting can also be set by a GATEWAY_* environment variable (README).
 
@@ -218,10 +221,21 @@ flags:
 	if err := makeAuditDir(cfg.Audit.File); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGINT and SIGTERM stop the gateway: the first cancels ctx, which
+	// starts the drain (server.ServeListeners); a second ends the drain at
+	// once (server.SkipDrain).
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	// SIGHUP reloads the partner directory and identity keys; without this
-	// it would end the process without a graceful shutdown.
+	done := make(chan struct{})
+	defer close(done)
+	var running atomic.Pointer[server.Server]
+	stopSig := make(chan os.Signal, 2)
+	signal.Notify(stopSig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(stopSig)
+	go stopOnSignals(stopSig, done, stop, &running, log)
+	// SIGHUP reloads the partner directory and identity keys, also while
+	// draining; without this it would end the process without a graceful
+	// shutdown.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -235,6 +249,7 @@ flags:
 			return err
 		}
 	}
+	running.Store(srv)
 	if *check {
 		fmt.Fprintf(stdout, "configuration ok: %d partners, store %s, listen %s, admin %s\n",
 			len(srv.Directory().Partners), cfg.Redacted(), cfg.Listen, cfg.Admin.Listen)
@@ -243,11 +258,11 @@ flags:
 	go func() {
 		for {
 			select {
-			case <-ctx.Done():
+			case <-done:
 				return
 			case <-hup:
 				log.Info("SIGHUP: reloading partners and identity keys")
-				_ = srv.ReloadOnSignal(ctx) // the outcome is logged and in ReloadStatus
+				_ = srv.ReloadOnSignal(context.Background()) // the outcome is logged and in ReloadStatus
 			}
 		}
 	}()
@@ -277,6 +292,30 @@ func makeAuditDir(file string) error {
 		return fmt.Errorf("audit.file: cannot create its directory %s: %w", dir, err)
 	}
 	return nil
+}
+
+// stopOnSignals turns SIGINT and SIGTERM into a stop: the first calls
+// stop (the server drains, then shuts down), a second ends the drain at
+// once; it returns when done is closed.
+func stopOnSignals(sigs <-chan os.Signal, done <-chan struct{}, stop func(), running *atomic.Pointer[server.Server], log *slog.Logger) {
+	select {
+	case sig := <-sigs:
+		log.Info("stop requested", "signal", sig.String())
+		stop()
+	case <-done:
+		return
+	}
+	for {
+		select {
+		case sig := <-sigs:
+			log.Warn("stop requested again: ending the drain now", "signal", sig.String())
+			if srv := running.Load(); srv != nil {
+				srv.SkipDrain()
+			}
+		case <-done:
+			return
+		}
+	}
 }
 
 func partnersCheck(args []string, stdout io.Writer) error {

@@ -49,6 +49,7 @@ func startLiveLog(t *testing.T, edit func(*config.Config), logw io.Writer) *live
 	cfg.Audit.File = filepath.Join(dir, "audit.jsonl")
 	cfg.QuarantineDir = filepath.Join(dir, "quarantine")
 	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.DrainPeriod = 0
 	if edit != nil {
 		edit(cfg)
 	}
