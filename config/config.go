@@ -140,6 +140,14 @@ type TLS struct {
 	Key  string `mapstructure:"key"`
 }
 
+// DefaultAdminListen is admin.listen's default: loopback, on a port of
+// its own. 9090 is Prometheus' own port (and 9091 to 9999 its
+// exporters', pushgateway's and alertmanager's), so a gateway on a host
+// that runs Prometheus or an exporter would not start with it; 8079 is
+// beside the partner listener's 8080 and in no registry of well-known
+// monitoring ports.
+const DefaultAdminListen = "127.0.0.1:8079"
+
 // Admin configures the admin listener: /metrics, /healthz, /readyz and,
 // when enabled, /debug/pprof/. Partners never reach it.
 type Admin struct {
@@ -399,7 +407,7 @@ var defaults = map[string]any{
 	"archive_dir":                    "var/archive",
 	"shutdown_timeout":               30 * time.Second,
 	"log_level":                      "info",
-	"admin.listen":                   "127.0.0.1:9090",
+	"admin.listen":                   DefaultAdminListen,
 	"admin.token":                    "",
 	"admin.token_file":               "",
 	"admin.tls.cert":                 "",
@@ -863,7 +871,7 @@ func validateRoutes(routes []Route, lease time.Duration) []error {
 }
 
 // IsLoopback reports whether a listen address binds only the loopback
-// interface (127.0.0.0/8, ::1 or localhost); ":9090" binds every interface.
+// interface (127.0.0.0/8, ::1 or localhost); ":8079" binds every interface.
 func IsLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
