@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -251,11 +252,42 @@ flags:
 			}
 		}
 	}()
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := bindListener(cfg, "listen", cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		return err
 	}
-	return srv.Serve(ctx, ln)
+	admin, err := bindListener(cfg, "admin.listen", cfg.Admin.Listen)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	return srv.ServeListeners(ctx, ln, admin)
+}
+
+// bindListener listens on addr, the value of the setting key; a failure
+// says which setting holds the address and how to change it (the file, its
+// GATEWAY_* variable or serve's flag), since the usual cause is another
+// program on the port.
+func bindListener(cfg *config.Config, key, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		return ln, nil
+	}
+	var se *os.SyscallError
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &se):
+		err = se.Err // "address already in use", without "listen tcp …: bind:"
+	case errors.As(err, &oe) && oe.Err != nil:
+		err = oe.Err
+	}
+	file := "gateway.yaml"
+	if cfg.File != "" {
+		file = cfg.File
+	}
+	env := "GATEWAY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+	flagName := "-" + strings.ReplaceAll(key, ".", "-")
+	return nil, fmt.Errorf("%s %s: %w; set %s in %s (or %s), or run serve %s HOST:PORT", key, addr, err, key, file, env, flagName)
 }
 
 // makeAuditDir creates the directory of audit.file, as the SQLite store
