@@ -11,7 +11,7 @@ import (
 
 func demoConfig(t *testing.T) string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "demo", "gateway.yaml")
+	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "fixture", "gateway.yaml")
 }
 
 func TestPartnersCheckDemo(t *testing.T) {
