@@ -28,6 +28,12 @@ type Config struct {
 	// Listen is the HTTP(S) listen address.
 	Listen string `mapstructure:"listen"`
 	TLS    TLS    `mapstructure:"tls"`
+	// PublicURL is the base URL partners reach the gateway at, as they see
+	// it through a proxy, load balancer or DNS name
+	// ("https://edi.example.com"); the AS2 and AS4 paths are added to it.
+	// Empty: derived from listen and tls (fine for a test, rarely what a
+	// partner dials). `gateway partners profile` prints it.
+	PublicURL string `mapstructure:"public_url"`
 	// Store is memory:, sqlite:PATH or postgres://….
 	Store string `mapstructure:"store"`
 	// Lease is how long a claim holds a message before another delivery may
@@ -373,6 +379,7 @@ type Limits struct {
 
 var defaults = map[string]any{
 	"listen":                         "127.0.0.1:8080",
+	"public_url":                     "",
 	"tls.cert":                       "",
 	"tls.key":                        "",
 	"store":                          "sqlite:var/gateway.db",
@@ -607,6 +614,11 @@ func (c *Config) validate() error {
 	}
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		errs = append(errs, errors.New("tls: cert and key must be set together"))
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("public_url: %q is not an http:// or https:// base URL (scheme, host, optional port and path; no query)", c.PublicURL))
+		}
 	}
 	if !(c.Store == "memory:" || strings.HasPrefix(c.Store, "sqlite:") || strings.HasPrefix(c.Store, "postgres://") || strings.HasPrefix(c.Store, "postgresql://")) {
 		errs = append(errs, fmt.Errorf("store: %q is not memory:, sqlite:PATH or postgres://…", redactURL(c.Store)))
