@@ -4,6 +4,7 @@
 //	gateway serve [-config FILE]             run the gateway
 //	gateway partners check [-config FILE]    validate the partner directory
 //	gateway partners list [-config FILE]     partners, ids, certificates, windows
+//	gateway partners profile [-partner ID]   what a partner needs from us
 //	gateway messages [-config FILE] ...      recent messages from the audit
 //	gateway version                          print the version
 package main
@@ -63,6 +64,9 @@ func usage(w io.Writer) {
   gateway serve [-config FILE] ...         run the gateway (-h for flags)
   gateway partners check [-config FILE]    validate the partner directory
   gateway partners list [-config FILE]     partners: protocols, ids, certificates with expiry, windows
+  gateway partners profile [-config FILE] [-partner ID] [-json]
+                                           what a partner needs from us to set up their side: our ids,
+                                           URLs, certificates, accepted algorithms, MDN and receipt options
   gateway messages [-config FILE] [-partner ID] [-since 24h] [-decision D] [-limit 50]
                                            recent messages from the audit
   gateway version                          print the version
@@ -88,8 +92,11 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		if len(args) >= 2 && args[1] == "list" {
 			return partnersList(args[2:], stdout)
 		}
+		if len(args) >= 2 && args[1] == "profile" {
+			return partnersProfile(args[2:], stdout)
+		}
 		if len(args) < 2 || args[1] != "check" {
-			return fmt.Errorf("%w: partners takes: check, list", errUsage)
+			return fmt.Errorf("%w: partners takes: check, list, profile", errUsage)
 		}
 		return partnersCheck(args[2:], stdout)
 	case "messages":
