@@ -341,11 +341,17 @@ func partnersCheck(args []string, stdout io.Writer) error {
 		keys, warnAhead = cfg.AllKeys(), cfg.CertWarning
 		*allowEmpty = *allowEmpty || cfg.PartnersOptional()
 	}
-	d, err := partners.Load(path)
-	if err != nil {
-		return err
+	// Every problem in one run: the partner files' (all of them, every
+	// field), then the certificates of the partners that loaded and our
+	// identity keys.
+	d, loadErr := partners.LoadAll(path)
+	if d == nil {
+		return loadErr
 	}
-	if !*allowEmpty {
+	var fileErrs []error
+	if loadErr != nil {
+		fileErrs = flatten(loadErr)
+	} else if !*allowEmpty {
 		if err := d.RequirePartners(); err != nil {
 			return err
 		}
@@ -368,9 +374,28 @@ func partnersCheck(args []string, stdout io.Writer) error {
 	for _, f := range findings {
 		fmt.Fprintf(stdout, "%s: %s\n", f.Severity, f)
 	}
-	fmt.Fprintf(stdout, "%d partners, %d warnings, %d errors\n", len(d.Partners), len(d.Warnings)+len(findings)-nerr, nerr)
-	if nerr > 0 {
+	for _, e := range fileErrs {
+		fmt.Fprintln(stdout, "error:", e)
+	}
+	fmt.Fprintf(stdout, "%d partners, %d warnings, %d errors\n", len(d.Partners), len(d.Warnings)+len(findings)-nerr, nerr+len(fileErrs))
+	switch {
+	case len(fileErrs) > 0:
+		return fmt.Errorf("%d problems in partner files and %d certificate errors (each on an error: line above)", len(fileErrs), nerr)
+	case nerr > 0:
 		return fmt.Errorf("%d certificate errors (expired certificates or identity keys that do not match their certificates)", nerr)
 	}
 	return nil
+}
+
+// flatten lists the errors an errors.Join tree holds, one per problem.
+func flatten(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, flatten(e)...)
+	}
+	return out
 }
