@@ -84,6 +84,8 @@ quarantine_dir: quarantine
 archive_dir: archive
 shutdown_timeout: 5s
 reload_on_change: false
+admin:
+  listen: 127.0.0.1:0
 `), 0o600)
 	cfg, err := config.Load(cfgFile)
 	if err != nil {
