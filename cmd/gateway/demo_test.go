@@ -96,7 +96,8 @@ func TestDemoIsNotReadByTests(t *testing.T) {
 // partner) with the real binary, on a copy of the shipped demo files, while
 // 127.0.0.1:9090 (Prometheus' port) is held by another listener: the
 // gateway starts, its admin listener answers on the demo's admin.listen,
-// and both protocols get their verified receipt.
+// both protocols get their verified receipt, and an async MDN reaches the
+// demo's async MDN address (127.0.0.1:8078).
 func TestDemoWorksAsTheREADMESays(t *testing.T) {
 	root := moduleRoot(t)
 	tmp := t.TempDir()
@@ -121,7 +122,7 @@ func TestDemoWorksAsTheREADMESays(t *testing.T) {
 		t.Logf("127.0.0.1:9090 is already taken (%v)", err)
 	}
 	// The demo's own ports: the README's commands need them.
-	for _, addr := range []string{"127.0.0.1:8080", "127.0.0.1:8079"} {
+	for _, addr := range []string{"127.0.0.1:8080", "127.0.0.1:8079", "127.0.0.1:8078"} {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			t.Skipf("the demo's port %s is taken by another program on this machine: %v", addr, err)
@@ -183,6 +184,7 @@ func TestDemoWorksAsTheREADMESays(t *testing.T) {
 	send := func(want string, args ...string) {
 		t.Helper()
 		out, err := gateway(ctx, args...).CombinedOutput()
+		t.Logf("gateway %s:\n%s", strings.Join(args, " "), out)
 		if err != nil || !strings.Contains(string(out), want) {
 			t.Fatalf("gateway %s: %v, want %q in:\n%s\nserve log:\n%s", strings.Join(args, " "), err, want, out, log.String())
 		}
@@ -191,6 +193,8 @@ func TestDemoWorksAsTheREADMESays(t *testing.T) {
 		"-key", "testdata/demo/keys/demo-partner.key", "-file", "testdata/demo/invoice.edi"}
 	send("processed", as2...)
 	send("duplicate-document", as2...)
+	// The async MDN of the demo partner's async_mdn_urls, on a port of its own.
+	send("result:       OK", append(as2, "-mdn", "async", "-async-listen", "127.0.0.1:8078", "-wait", "60s")...)
 	send("signature valid", "send-as4", "-config", "testdata/demo/gateway.yaml", "-partner", "demo",
 		"-key", "testdata/demo/keys/demo-partner.key", "testdata/demo/invoice.edi")
 	files, _ := filepath.Glob(filepath.Join(tmp, "var", "inbox", "demo", "*"))
