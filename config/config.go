@@ -459,21 +459,27 @@ func Load(path string) (*Config, error) {
 	v.SetEnvPrefix("GATEWAY")
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
 	v.AutomaticEnv()
+	var keyErr error
 	if path != "" {
 		v.SetConfigFile(path)
 		v.SetConfigType("yaml")
 		if err := v.ReadInConfig(); err != nil {
 			return nil, fmt.Errorf("config: read %s: %w", path, err)
 		}
-		if err := checkFileKeys(path); err != nil {
-			return nil, err
-		}
+		keyErr = checkFileKeys(path)
 	}
 	var c Config
-	err := v.UnmarshalExact(&c, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
+	// With unknown keys (reported with their line and nearest key), the
+	// rest of the file is still read and validated, so that one run names
+	// every problem.
+	unmarshal := v.UnmarshalExact
+	if keyErr != nil {
+		unmarshal = v.Unmarshal
+	}
+	err := unmarshal(&c, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
 		mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","))))
 	if err != nil {
-		return nil, fmt.Errorf("config: %s: %w", displayName(path), err)
+		return nil, errors.Join(keyErr, fmt.Errorf("config: %s: %w", displayName(path), err))
 	}
 	c.File = path
 	for i := range c.Identity.Keys {
@@ -544,7 +550,10 @@ func Load(path string) (*Config, error) {
 		}
 	}
 	if err := c.validate(); err != nil {
-		return nil, fmt.Errorf("config: %s: %w", displayName(path), err)
+		return nil, errors.Join(keyErr, fmt.Errorf("config: %s: %w", displayName(path), err))
+	}
+	if keyErr != nil {
+		return nil, keyErr
 	}
 	return &c, nil
 }
