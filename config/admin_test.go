@@ -13,7 +13,7 @@ func TestAdminDefaultsToLoopback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Admin.Listen != "127.0.0.1:9090" || c.Admin.Token != "" || c.Admin.Pprof || c.Admin.ReadyTimeout != 2*time.Second {
+	if c.Admin.Listen != "127.0.0.1:8079" || c.Admin.Token != "" || c.Admin.Pprof || c.Admin.ReadyTimeout != 2*time.Second {
 		t.Fatalf("admin defaults: %+v", c.Admin)
 	}
 }

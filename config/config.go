@@ -28,6 +28,12 @@ type Config struct {
 	// Listen is the HTTP(S) listen address.
 	Listen string `mapstructure:"listen"`
 	TLS    TLS    `mapstructure:"tls"`
+	// PublicURL is the base URL partners reach the gateway at, as they see
+	// it through a proxy, load balancer or DNS name
+	// ("https://edi.example.com"); the AS2 and AS4 paths are added to it.
+	// Empty: derived from listen and tls (fine for a test, rarely what a
+	// partner dials). `gateway partners profile` prints it.
+	PublicURL string `mapstructure:"public_url"`
 	// Store is memory:, sqlite:PATH or postgres://….
 	Store string `mapstructure:"store"`
 	// Lease is how long a claim holds a message before another delivery may
@@ -144,6 +150,14 @@ type TLS struct {
 	Cert string `mapstructure:"cert"`
 	Key  string `mapstructure:"key"`
 }
+
+// DefaultAdminListen is admin.listen's default: loopback, on a port of
+// its own. 9090 is Prometheus' own port (and 9091 to 9999 its
+// exporters', pushgateway's and alertmanager's), so a gateway on a host
+// that runs Prometheus or an exporter would not start with it; 8079 is
+// beside the partner listener's 8080 and in no registry of well-known
+// monitoring ports.
+const DefaultAdminListen = "127.0.0.1:8079"
 
 // Admin configures the admin listener: /metrics, /healthz, /readyz and,
 // when enabled, /debug/pprof/. Partners never reach it.
@@ -370,6 +384,7 @@ type Limits struct {
 
 var defaults = map[string]any{
 	"listen":                         "127.0.0.1:8080",
+	"public_url":                     "",
 	"tls.cert":                       "",
 	"tls.key":                        "",
 	"store":                          "sqlite:var/gateway.db",
@@ -405,7 +420,7 @@ var defaults = map[string]any{
 	"shutdown_timeout":               30 * time.Second,
 	"drain_period":                   5 * time.Second,
 	"log_level":                      "info",
-	"admin.listen":                   "127.0.0.1:9090",
+	"admin.listen":                   DefaultAdminListen,
 	"admin.token":                    "",
 	"admin.token_file":               "",
 	"admin.tls.cert":                 "",
@@ -450,21 +465,27 @@ func Load(path string) (*Config, error) {
 	v.SetEnvPrefix("GATEWAY")
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
 	v.AutomaticEnv()
+	var keyErr error
 	if path != "" {
 		v.SetConfigFile(path)
 		v.SetConfigType("yaml")
 		if err := v.ReadInConfig(); err != nil {
 			return nil, fmt.Errorf("config: read %s: %w", path, err)
 		}
-		if err := checkFileKeys(path); err != nil {
-			return nil, err
-		}
+		keyErr = checkFileKeys(path)
 	}
 	var c Config
-	err := v.UnmarshalExact(&c, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
+	// With unknown keys (reported with their line and nearest key), the
+	// rest of the file is still read and validated, so that one run names
+	// every problem.
+	unmarshal := v.UnmarshalExact
+	if keyErr != nil {
+		unmarshal = v.Unmarshal
+	}
+	err := unmarshal(&c, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
 		mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","))))
 	if err != nil {
-		return nil, fmt.Errorf("config: %s: %w", displayName(path), err)
+		return nil, errors.Join(keyErr, fmt.Errorf("config: %s: %w", displayName(path), err))
 	}
 	c.File = path
 	for i := range c.Identity.Keys {
@@ -535,7 +556,10 @@ func Load(path string) (*Config, error) {
 		}
 	}
 	if err := c.validate(); err != nil {
-		return nil, fmt.Errorf("config: %s: %w", displayName(path), err)
+		return nil, errors.Join(keyErr, fmt.Errorf("config: %s: %w", displayName(path), err))
+	}
+	if keyErr != nil {
+		return nil, keyErr
 	}
 	return &c, nil
 }
@@ -605,6 +629,11 @@ func (c *Config) validate() error {
 	}
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		errs = append(errs, errors.New("tls: cert and key must be set together"))
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("public_url: %q is not an http:// or https:// base URL (scheme, host, optional port and path; no query)", c.PublicURL))
+		}
 	}
 	if !(c.Store == "memory:" || strings.HasPrefix(c.Store, "sqlite:") || strings.HasPrefix(c.Store, "postgres://") || strings.HasPrefix(c.Store, "postgresql://")) {
 		errs = append(errs, fmt.Errorf("store: %q is not memory:, sqlite:PATH or postgres://…", redactURL(c.Store)))
@@ -872,7 +901,7 @@ func validateRoutes(routes []Route, lease time.Duration) []error {
 }
 
 // IsLoopback reports whether a listen address binds only the loopback
-// interface (127.0.0.0/8, ::1 or localhost); ":9090" binds every interface.
+// interface (127.0.0.0/8, ::1 or localhost); ":8079" binds every interface.
 func IsLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {

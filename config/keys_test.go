@@ -44,3 +44,26 @@ peppol:
 		t.Errorf("want exactly the five unknown keys:\n%v", err)
 	}
 }
+
+// TestUnknownKeysAndInvalidValuesInOneRun: a file with a misspelt key and
+// invalid values names them all in one error (it stopped at the unknown
+// key), and with the unknown key alone the file is still refused.
+func TestUnknownKeysAndInvalidValuesInOneRun(t *testing.T) {
+	p := write(t, "store: memory\nleese: 5m\nlog_level: loud\nretention: 1m\n")
+	_, err := Load(p)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		p + `:2: unknown key "leese" (did you mean "lease"?)`,
+		`log_level: "loud" is not one of debug, info, warn, error`,
+		"retention: 1m0s is shorter than 1h",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error\n%v\ndoes not say\n%s", err, want)
+		}
+	}
+	if _, err := Load(write(t, "store: memory\nleese: 5m\n")); err == nil || !strings.Contains(err.Error(), `unknown key "leese"`) {
+		t.Errorf("unknown key alone: %v", err)
+	}
+}

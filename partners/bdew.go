@@ -3,6 +3,7 @@ package partners
 import (
 	"bytes"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -62,8 +63,10 @@ func (a *AS4) applyProfile(f func(field, format string, args ...any) error) erro
 	default:
 		return f("as4.profile", "%q is not a known profile (bdew)", a.Profile)
 	}
+	var errs []error
+	bad := func(field, format string, args ...any) { errs = append(errs, f(field, format, args...)) }
 	if a.set["require_encryption"] && !a.RequireEncryption {
-		return f("as4.require_encryption", "the bdew profile requires encrypted messages; remove the field or set it to true")
+		bad("as4.require_encryption", "the bdew profile requires encrypted messages; remove the field or set it to true")
 	}
 	a.RequireEncryption = true
 	switch a.PartyType {
@@ -71,24 +74,24 @@ func (a *AS4) applyProfile(f func(field, format string, args ...any) error) erro
 		a.PartyType = PartyTypeGLN
 	case PartyTypeGLN, PartyTypeBDEW, PartyTypeDVGW:
 	default:
-		return f("as4.party_type", "%q is not a BDEW AS4 party id type (%s, %s or %s)", a.PartyType, PartyTypeGLN, PartyTypeBDEW, PartyTypeDVGW)
+		bad("as4.party_type", "%q is not a BDEW AS4 party id type (%s, %s or %s)", a.PartyType, PartyTypeGLN, PartyTypeBDEW, PartyTypeDVGW)
 	}
 	if len(a.TLSCertificates) == 0 {
-		return f("as4.tls_certificates", "the bdew profile requires mutual TLS; list the partner's TLS client certificate(s)")
+		bad("as4.tls_certificates", "the bdew profile requires mutual TLS; list the partner's TLS client certificate(s)")
 	}
 	if !marketPartnerID.MatchString(a.PartyID) {
-		return f("as4.party_id", "%q is not a 13-digit market partner id (GLN, BDEW or DVGW code)", a.PartyID)
+		bad("as4.party_id", "%q is not a 13-digit market partner id (GLN, BDEW or DVGW code)", a.PartyID)
 	}
 	if a.RetryWindow == 0 {
 		a.RetryWindow = Duration(BDEWRetryPeriod)
 	}
-	if a.set["dedup_window"] && a.DedupWindow.Std() < BDEWRetryPeriod {
-		return f("as4.dedup_window", "%s is shorter than the %s the BDEW AS4 profile's senders retry", a.DedupWindow.Std(), BDEWRetryPeriod)
+	switch {
+	case a.set["dedup_window"] && a.DedupWindow.Std() < BDEWRetryPeriod:
+		bad("as4.dedup_window", "%s is shorter than the %s the BDEW AS4 profile's senders retry", a.DedupWindow.Std(), BDEWRetryPeriod)
+	case a.DedupWindow.Std() < a.RetryWindow.Std() && a.set["dedup_window"]:
+		bad("as4.dedup_window", "%s is shorter than as4.retry_window %s", a.DedupWindow.Std(), a.RetryWindow.Std())
 	}
-	if a.DedupWindow.Std() < a.RetryWindow.Std() && a.set["dedup_window"] {
-		return f("as4.dedup_window", "%s is shorter than as4.retry_window %s", a.DedupWindow.Std(), a.RetryWindow.Std())
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // IsBDEW reports whether the partner's AS4 agreement follows the BDEW AS4 profile.

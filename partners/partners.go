@@ -31,7 +31,9 @@ type Duration time.Duration
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
+		// A TypeError lets the decoder go on, so that the file's other
+		// problems are reported with it.
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
 	}
 	*d = Duration(v)
 	return nil
@@ -245,8 +247,21 @@ func (d *Directory) RequirePartners() error {
 	return fmt.Errorf("partners: %w in %s (*.yaml or *.yml); allow_no_partners: true allows a gateway without partners", ErrNoPartnerFiles, dir)
 }
 
-// Load reads every *.yaml / *.yml file in dir.
+// Load reads every *.yaml / *.yml file in dir. Every problem of every file
+// is reported (joined), not only the first.
 func Load(dir string) (*Directory, error) {
+	d, err := LoadAll(dir)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// LoadAll is Load that also returns, with the error, the directory of the
+// partner files that are valid (nil only when dir cannot be read), so that
+// partners check can go on to their certificates and report every problem
+// in one run.
+func LoadAll(dir string) (*Directory, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("partners: %w", err)
@@ -265,100 +280,151 @@ func Load(dir string) (*Directory, error) {
 	sort.Strings(names)
 	for _, n := range names {
 		path := filepath.Join(dir, n)
-		p, err := LoadFile(path)
+		p, err := loadFile(path)
 		if err != nil {
 			errs = append(errs, err)
+			if p != nil {
+				// The certificate files of a broken partner file are
+				// read too, for their problems; nothing is kept.
+				if p.AS2 != nil {
+					errs = append(errs, d.loadAS2(path, p)...)
+				}
+				if p.AS4 != nil {
+					errs = append(errs, d.loadAS4(path, p)...)
+				}
+				d.forget(p)
+			}
 			continue
 		}
 		if prev, ok := ids[p.ID]; ok {
 			errs = append(errs, &FieldError{path, "id", fmt.Sprintf("%q is also the id of %s", p.ID, prev)})
 			continue
 		}
-		ids[p.ID] = path
+		var ferrs []error
 		if p.AS2 != nil {
-			k := p.AS2.ID + "\x00" + p.AS2.OurID
-			if prev, ok := d.byAS2[k]; ok {
-				errs = append(errs, &FieldError{path, "as2.as2_id", fmt.Sprintf("%q is also used by %s", p.AS2.ID, prev.File)})
-				continue
-			}
-			d.byAS2[k] = p
-			certs, err := d.loadCerts(path, "as2.certificates", p.AS2.Certificates, d.password(p.AS2.CertificatePasswordEnv, p.AS2.CertificatePasswordFile))
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			d.certs["as2\x00"+p.ID] = certs
-			if d.policies["as2\x00"+p.ID], err = d.loadTrust(path, "as2", &p.AS2.Trust, p.AS2.AllowWeakKeys); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			d.warnWeak(path, "as2", p.AS2.AllowWeakKeys, certs)
-			d.warnOptOuts(path, p)
-			if p.AS2.RetryWindow > p.AS2.DedupWindow {
-				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as2.dedup_window %s is shorter than as2.retry_window %s: a late retransmission would be processed as new",
-					path, p.AS2.DedupWindow.Std(), p.AS2.RetryWindow.Std()))
-			}
+			ferrs = append(ferrs, d.loadAS2(path, p)...)
 		}
 		if p.AS4 != nil {
-			k := p.AS4.PartyType + "\x00" + p.AS4.PartyID
-			if prev, ok := d.byAS4[k]; ok {
-				errs = append(errs, &FieldError{path, "as4.party_id", fmt.Sprintf("%q is also used by %s", p.AS4.PartyID, prev.File)})
-				continue
-			}
-			d.byAS4[k] = p
-			certs, err := d.loadCerts(path, "as4.certificates", p.AS4.Certificates, d.password(p.AS4.CertificatePasswordEnv, p.AS4.CertificatePasswordFile))
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if err := p.AS4.checkProfileCertificates(certs); err != nil {
-				errs = append(errs, &FieldError{path, "as4.certificates", err.Error()})
-				continue
-			}
-			d.certs["as4\x00"+p.ID] = certs
-			if d.policies["as4\x00"+p.ID], err = d.loadTrust(path, "as4", &p.AS4.Trust, p.AS4.AllowWeakKeys); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			d.warnWeak(path, "as4", p.AS4.AllowWeakKeys, certs)
-			if !p.AS4.RequireEncryption {
-				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as4.require_encryption: false accepts messages from party %q whose payloads are not encrypted (readable on the way unless TLS protects every hop)",
-					path, p.AS4.PartyID))
-			}
-			if len(p.AS4.TLSCertificates) > 0 {
-				tls, err := d.loadCerts(path, "as4.tls_certificates", p.AS4.TLSCertificates, d.password(p.AS4.CertificatePasswordEnv, p.AS4.CertificatePasswordFile))
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				d.certs["as4tls\x00"+p.ID] = tls
-			}
-			if p.AS4.RetryWindow > p.AS4.DedupWindow {
-				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as4.dedup_window %s is shorter than as4.retry_window %s: a late retransmission would be processed as new",
-					path, p.AS4.DedupWindow.Std(), p.AS4.RetryWindow.Std()))
-			}
+			ferrs = append(ferrs, d.loadAS4(path, p)...)
 		}
+		if len(ferrs) > 0 {
+			d.forget(p)
+			errs = append(errs, ferrs...)
+			continue
+		}
+		ids[p.ID] = path
 		d.Partners = append(d.Partners, p)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return d, nil
+	return d, errors.Join(errs...)
 }
 
+// loadAS2 registers p's AS2 agreement and reads its certificates; it
+// returns every problem.
+func (d *Directory) loadAS2(path string, p *Partner) []error {
+	k := p.AS2.ID + "\x00" + p.AS2.OurID
+	if prev, ok := d.byAS2[k]; ok {
+		return []error{&FieldError{path, "as2.as2_id", fmt.Sprintf("%q is also used by %s", p.AS2.ID, prev.File)}}
+	}
+	d.byAS2[k] = p
+	var errs []error
+	certs, err := d.loadCerts(path, "as2.certificates", p.AS2.Certificates, d.password(p.AS2.CertificatePasswordEnv, p.AS2.CertificatePasswordFile))
+	if err != nil {
+		errs = append(errs, err)
+	}
+	d.certs["as2\x00"+p.ID] = certs
+	if d.policies["as2\x00"+p.ID], err = d.loadTrust(path, "as2", &p.AS2.Trust, p.AS2.AllowWeakKeys); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	d.warnWeak(path, "as2", p.AS2.AllowWeakKeys, certs)
+	d.warnOptOuts(path, p)
+	if p.AS2.RetryWindow > p.AS2.DedupWindow {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as2.dedup_window %s is shorter than as2.retry_window %s: a late retransmission would be processed as new",
+			path, p.AS2.DedupWindow.Std(), p.AS2.RetryWindow.Std()))
+	}
+	return nil
+}
+
+// loadAS4 registers p's AS4 agreement and reads its certificates; it
+// returns every problem.
+func (d *Directory) loadAS4(path string, p *Partner) []error {
+	k := p.AS4.PartyType + "\x00" + p.AS4.PartyID
+	if prev, ok := d.byAS4[k]; ok {
+		return []error{&FieldError{path, "as4.party_id", fmt.Sprintf("%q is also used by %s", p.AS4.PartyID, prev.File)}}
+	}
+	d.byAS4[k] = p
+	var errs []error
+	pw := d.password(p.AS4.CertificatePasswordEnv, p.AS4.CertificatePasswordFile)
+	certs, err := d.loadCerts(path, "as4.certificates", p.AS4.Certificates, pw)
+	if err != nil {
+		errs = append(errs, err)
+	} else if err := p.AS4.checkProfileCertificates(certs); err != nil {
+		errs = append(errs, &FieldError{path, "as4.certificates", err.Error()})
+	}
+	d.certs["as4\x00"+p.ID] = certs
+	if d.policies["as4\x00"+p.ID], err = d.loadTrust(path, "as4", &p.AS4.Trust, p.AS4.AllowWeakKeys); err != nil {
+		errs = append(errs, err)
+	}
+	if len(p.AS4.TLSCertificates) > 0 {
+		tls, err := d.loadCerts(path, "as4.tls_certificates", p.AS4.TLSCertificates, pw)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		d.certs["as4tls\x00"+p.ID] = tls
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	d.warnWeak(path, "as4", p.AS4.AllowWeakKeys, certs)
+	if !p.AS4.RequireEncryption {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as4.require_encryption: false accepts messages from party %q whose payloads are not encrypted (readable on the way unless TLS protects every hop)",
+			path, p.AS4.PartyID))
+	}
+	if p.AS4.RetryWindow > p.AS4.DedupWindow {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as4.dedup_window %s is shorter than as4.retry_window %s: a late retransmission would be processed as new",
+			path, p.AS4.DedupWindow.Std(), p.AS4.RetryWindow.Std()))
+	}
+	return nil
+}
+
+// forget removes what loadAS2 and loadAS4 registered of a partner whose
+// file has problems.
+func (d *Directory) forget(p *Partner) {
+	for k, q := range d.byAS2 {
+		if q == p {
+			delete(d.byAS2, k)
+		}
+	}
+	for k, q := range d.byAS4 {
+		if q == p {
+			delete(d.byAS4, k)
+		}
+	}
+	for _, use := range []string{"as2", "as4", "as4tls"} {
+		delete(d.certs, use+"\x00"+p.ID)
+		delete(d.policies, use+"\x00"+p.ID)
+	}
+}
+
+// loadCerts reads the certificate files of field; every file that cannot
+// be read is reported.
 func (d *Directory) loadCerts(file, field string, paths []string, pw keyfile.Password) ([]*x509.Certificate, error) {
 	var out []*x509.Certificate
+	var errs []error
 	for i, p := range paths {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(d.Dir, p)
 		}
 		certs, err := keyfile.Certificates(p, pw)
 		if err != nil {
-			return nil, &FieldError{file, fmt.Sprintf("%s[%d]", field, i), err.Error()}
+			errs = append(errs, &FieldError{file, fmt.Sprintf("%s[%d]", field, i), err.Error()})
+			continue
 		}
 		out = append(out, certs...)
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // warnOptOuts records a warning for each security default of the AS2
@@ -416,22 +482,36 @@ func (d *Directory) CertificatePassword(p *Partner, use string) keyfile.Password
 
 // LoadFile reads and validates one partner file.
 func LoadFile(path string) (*Partner, error) {
+	p, err := loadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// loadFile is LoadFile that returns, with its problems, the partner as far
+// as the file could be decoded (nil when it is not YAML), so that Load can
+// report the problems of its certificate files too.
+func loadFile(path string) (*Partner, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("partners: %w", err)
 	}
-	var unknown []error
+	// Every problem of the file is reported: unknown keys, values of the
+	// wrong type, then what validate finds in the rest.
+	var errs []error
 	for _, u := range yamlkeys.Check(b, reflect.TypeFor[Partner](), "yaml") {
-		unknown = append(unknown, fmt.Errorf("%s:%d: %s", path, u.Line, u))
-	}
-	if len(unknown) > 0 {
-		return nil, errors.Join(unknown...)
+		errs = append(errs, fmt.Errorf("%s:%d: %s", path, u.Line, u))
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
+	dec.KnownFields(len(errs) == 0) // unknown keys are reported above
 	var p Partner
 	if err := dec.Decode(&p); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		errs = append(errs, fmt.Errorf("%s: %w", path, err))
+		var te *yaml.TypeError
+		if !errors.As(err, &te) { // not YAML: nothing more to check
+			return nil, errors.Join(errs...)
+		}
 	}
 	p.File = path
 	// The secure settings are the defaults: a key left out is true, so
@@ -446,56 +526,61 @@ func LoadFile(path string) (*Partner, error) {
 		p.AS4.RequireEncryption = p.AS4.RequireEncryption || !p.AS4.set["require_encryption"]
 	}
 	if err := p.validate(); err != nil {
-		return nil, err
+		errs = append(errs, err)
 	}
-	return &p, nil
+	return &p, errors.Join(errs...)
 }
 
 func (p *Partner) validate() error {
+	// Every problem of the file is reported, not only the first: an
+	// operator adding a partner fixes them in one round.
+	var errs []error
 	f := func(field, format string, a ...any) error {
 		return &FieldError{p.File, field, fmt.Sprintf(format, a...)}
 	}
+	bad := func(field, format string, a ...any) { errs = append(errs, f(field, format, a...)) }
 	if !idPattern.MatchString(p.ID) {
-		return f("id", "%q must be 1-64 of a-z 0-9 . _ - starting with a letter or digit", p.ID)
+		bad("id", "%q must be 1-64 of a-z 0-9 . _ - starting with a letter or digit", p.ID)
 	}
 	switch p.OnDrift {
 	case "":
 		p.OnDrift = "reject"
 	case "reject", "quarantine", "accept":
 	default:
-		return f("on_drift", "%q is not one of reject, quarantine, accept", p.OnDrift)
+		bad("on_drift", "%q is not one of reject, quarantine, accept", p.OnDrift)
 	}
 	if p.MaxBodyBytes < 0 {
-		return f("max_body_bytes", "%d must not be negative (0 or absent: limits.max_body_bytes)", p.MaxBodyBytes)
+		bad("max_body_bytes", "%d must not be negative (0 or absent: limits.max_body_bytes)", p.MaxBodyBytes)
 	}
 	if p.AS2 == nil && p.AS4 == nil {
-		return f("as2", "a partner needs an as2 or an as4 section")
+		bad("as2", "a partner needs an as2 or an as4 section")
 	}
 	if a := p.AS2; a != nil {
 		if err := checkAS2Name(a.ID); err != nil {
-			return f("as2.as2_id", "%v", err)
+			bad("as2.as2_id", "%v", err)
 		}
 		if a.OurID != "" {
 			if err := checkAS2Name(a.OurID); err != nil {
-				return f("as2.our_as2_id", "%v", err)
+				bad("as2.our_as2_id", "%v", err)
 			}
 		}
 		if err := a.Trust.validate("as2", f); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 		if len(a.Certificates) == 0 && a.RequireSignature && !a.CA() {
-			return f("as2.certificates", "at least one certificate is needed to verify the partner's signatures (or trust: ca; require_signature: false accepts unsigned messages)")
+			bad("as2.certificates", "at least one certificate is needed to verify the partner's signatures (or trust: ca; require_signature: false accepts unsigned messages)")
 		}
 		for i, d := range a.AllowedDigests {
 			d = NormalizeDigest(d)
 			if !knownDigests[d] {
-				return f(fmt.Sprintf("as2.allowed_digests[%d]", i), "%q is not one of md5, sha1, sha224, sha256, sha384, sha512", a.AllowedDigests[i])
+				bad(fmt.Sprintf("as2.allowed_digests[%d]", i), "%q is not one of md5, sha1, sha224, sha256, sha384, sha512", a.AllowedDigests[i])
+				continue
 			}
 			a.AllowedDigests[i] = d
 		}
 		for i, c := range a.AllowedCiphers {
 			if !knownCiphers[c] {
-				return f(fmt.Sprintf("as2.allowed_ciphers[%d]", i), "%q is not one of 3des, aes128-cbc, aes192-cbc, aes256-cbc, aes128-gcm, aes256-gcm", c)
+				bad(fmt.Sprintf("as2.allowed_ciphers[%d]", i), "%q is not one of 3des, aes128-cbc, aes192-cbc, aes256-cbc, aes128-gcm, aes256-gcm", c)
 			}
 		}
 		switch a.DuplicateDisposition {
@@ -503,14 +588,14 @@ func (p *Partner) validate() error {
 			a.DuplicateDisposition = "warning"
 		case "warning", "processed":
 		default:
-			return f("as2.duplicate_disposition", "%q is not one of warning, processed", a.DuplicateDisposition)
+			bad("as2.duplicate_disposition", "%q is not one of warning, processed", a.DuplicateDisposition)
 		}
 		switch a.MICCompressed {
 		case "":
 			a.MICCompressed = "rfc5402"
 		case "rfc5402", "content":
 		default:
-			return f("as2.mic_compressed", "%q is not one of rfc5402, content", a.MICCompressed)
+			bad("as2.mic_compressed", "%q is not one of rfc5402, content", a.MICCompressed)
 		}
 		if a.DedupWindow == 0 {
 			a.DedupWindow = Duration(DefaultAS2Window)
@@ -518,46 +603,48 @@ func (p *Partner) validate() error {
 		for i, raw := range a.AsyncMDNURLs {
 			pat, err := ParseURLPattern(raw)
 			if err != nil {
-				return f(fmt.Sprintf("as2.async_mdn_urls[%d]", i), "%v", err)
+				bad(fmt.Sprintf("as2.async_mdn_urls[%d]", i), "%v", err)
+				continue
 			}
 			a.asyncPatterns = append(a.asyncPatterns, pat)
 		}
 		if len(a.AsyncMDNPrivateNetworks) > 0 && len(a.AsyncMDNURLs) == 0 {
-			return f("as2.async_mdn_private_networks", "needs as2.async_mdn_urls: without a list, async MDNs go to public addresses only")
+			bad("as2.async_mdn_private_networks", "needs as2.async_mdn_urls: without a list, async MDNs go to public addresses only")
 		}
 		for i, raw := range a.AsyncMDNPrivateNetworks {
 			n, err := parsePrivateNetwork(raw)
 			if err != nil {
-				return f(fmt.Sprintf("as2.async_mdn_private_networks[%d]", i), "%v", err)
+				bad(fmt.Sprintf("as2.async_mdn_private_networks[%d]", i), "%v", err)
+				continue
 			}
 			a.privateNets = append(a.privateNets, n)
 		}
 	}
 	if a := p.AS4; a != nil {
 		if strings.TrimSpace(a.PartyID) == "" {
-			return f("as4.party_id", "required")
+			bad("as4.party_id", "required")
 		}
 		if err := a.Trust.validate("as4", f); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 		if len(a.Certificates) == 0 && !a.CA() {
-			return f("as4.certificates", "at least one signing certificate is required (or trust: ca)")
+			bad("as4.certificates", "at least one signing certificate is required (or trust: ca)")
 		}
 		if len(a.PModes) == 0 {
-			return f("as4.pmodes", "at least one pmode is required")
+			bad("as4.pmodes", "at least one pmode is required")
 		}
 		seen := map[string]bool{}
 		for i, pm := range a.PModes {
-			if pm.ID == "" {
-				return f(fmt.Sprintf("as4.pmodes[%d].id", i), "required")
-			}
-			if seen[pm.ID] {
-				return f(fmt.Sprintf("as4.pmodes[%d].id", i), "%q is used twice", pm.ID)
+			switch {
+			case pm.ID == "":
+				bad(fmt.Sprintf("as4.pmodes[%d].id", i), "required")
+			case seen[pm.ID]:
+				bad(fmt.Sprintf("as4.pmodes[%d].id", i), "%q is used twice", pm.ID)
 			}
 			seen[pm.ID] = true
 		}
 		if err := a.applyProfile(f); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 		if a.ClockSkew == 0 {
 			a.ClockSkew = Duration(5 * time.Minute)
@@ -566,7 +653,7 @@ func (p *Partner) validate() error {
 			a.DedupWindow = Duration(DefaultAS4Window)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // checkAS2Name applies RFC 4130 §6.2: 1-128 printable ASCII characters.

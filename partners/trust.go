@@ -2,6 +2,7 @@ package partners
 
 import (
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -52,12 +53,15 @@ var ekuNames = map[string]x509.ExtKeyUsage{
 func (t *Trust) CA() bool { return t.Model == "ca" }
 
 func (t *Trust) validate(section string, f func(field, format string, a ...any) error) error {
+	var errs []error
+	bad := func(field, format string, a ...any) { errs = append(errs, f(field, format, a...)) }
 	switch t.Model {
 	case "":
 		t.Model = "pinned"
 	case "pinned", "ca":
 	default:
-		return f(section+".trust", "%q is not one of pinned, ca", t.Model)
+		bad(section+".trust", "%q is not one of pinned, ca", t.Model)
+		return errors.Join(errs...)
 	}
 	if !t.CA() {
 		for _, c := range []struct {
@@ -67,26 +71,26 @@ func (t *Trust) validate(section string, f func(field, format string, a ...any) 
 			{"certificate_subject", t.CertificateSubject != ""}, {"extended_key_usage", len(t.ExtendedKeyUsage) > 0},
 			{"party_id_is_cn", t.PartyIDIsCN}, {"revocation", t.Revocation != nil}} {
 			if c.set {
-				return f(section+"."+c.field, "needs trust: ca")
+				bad(section+"."+c.field, "needs trust: ca")
 			}
 		}
-		return nil
+		return errors.Join(errs...)
 	}
 	if len(t.CACertificates) == 0 {
-		return f(section+".ca_certificates", "trust: ca needs at least one CA certificate")
+		bad(section+".ca_certificates", "trust: ca needs at least one CA certificate")
 	}
 	if p := t.CertificateSubject; p != "" && strings.Contains(p, "=") && !strings.HasPrefix(p, "SAN:") {
 		if _, err := trust.ParseSubjectPattern(p); err != nil {
-			return f(section+".certificate_subject", "%v", err)
+			bad(section+".certificate_subject", "%v", err)
 		}
 	}
 	for i, e := range t.ExtendedKeyUsage {
 		if _, ok := ekuNames[e]; !ok {
-			return f(fmt.Sprintf("%s.extended_key_usage[%d]", section, i), "%q is not one of any, serverAuth, clientAuth, emailProtection, codeSigning, timeStamping", e)
+			bad(fmt.Sprintf("%s.extended_key_usage[%d]", section, i), "%q is not one of any, serverAuth, clientAuth, emailProtection, codeSigning, timeStamping", e)
 		}
 	}
 	if section == "as2" && t.PartyIDIsCN {
-		return f("as2.party_id_is_cn", "is an as4 setting")
+		bad("as2.party_id_is_cn", "is an as4 setting")
 	}
 	if r := t.Revocation; r != nil {
 		switch r.Mode {
@@ -94,14 +98,14 @@ func (t *Trust) validate(section string, f func(field, format string, a ...any) 
 			r.Mode = trust.ModeOff
 		case trust.ModeOff, trust.ModeCRL, trust.ModeOCSP, trust.ModeBoth:
 		default:
-			return f(section+".revocation.mode", "%q is not one of off, crl, ocsp, both", r.Mode)
+			bad(section+".revocation.mode", "%q is not one of off, crl, ocsp, both", r.Mode)
 		}
 		switch r.Policy {
 		case "":
 			r.Policy = trust.PolicyHard
 		case trust.PolicyHard, trust.PolicySoft:
 		default:
-			return f(section+".revocation.policy", "%q is not one of hard, soft", r.Policy)
+			bad(section+".revocation.policy", "%q is not one of hard, soft", r.Policy)
 		}
 		urls := append([]string{}, r.CRLURLs...)
 		if r.OCSPResponder != "" {
@@ -109,11 +113,11 @@ func (t *Trust) validate(section string, f func(field, format string, a ...any) 
 		}
 		for _, raw := range urls {
 			if u, err := url.Parse(raw); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return f(section+".revocation", "%q is not an http(s) URL", raw)
+				bad(section+".revocation", "%q is not an http(s) URL", raw)
 			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // loadTrust reads the CA files of a trust: ca agreement into a policy;
@@ -123,12 +127,9 @@ func (d *Directory) loadTrust(file, section string, t *Trust, allowWeak bool) (*
 	if !t.CA() {
 		return nil, nil
 	}
-	roots, err := d.loadCerts(file, section+".ca_certificates", t.CACertificates, keyfile.Password{})
-	if err != nil {
-		return nil, err
-	}
-	inter, err := d.loadCerts(file, section+".intermediates", t.Intermediates, keyfile.Password{})
-	if err != nil {
+	roots, rerr := d.loadCerts(file, section+".ca_certificates", t.CACertificates, keyfile.Password{})
+	inter, ierr := d.loadCerts(file, section+".intermediates", t.Intermediates, keyfile.Password{})
+	if err := errors.Join(rerr, ierr); err != nil {
 		return nil, err
 	}
 	if t.CertificateSubject == "" && !t.PartyIDIsCN {

@@ -117,9 +117,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The demo configuration with every path of run data inside $tmp; relative
-# paths in the file resolve against the file's directory.
-cp -R testdata/demo "$tmp/demo"
+# The tests' copy of the demo (testdata/fixture: a partner an operator adds
+# to testdata/demo does not change the run) with every path of run data
+# inside $tmp; relative paths in the file resolve against the file's
+# directory.
+cp -R testdata/fixture "$tmp/demo"
 cat >"$tmp/demo/gateway.yaml" <<EOF
 listen: 127.0.0.1:0
 admin:

@@ -35,7 +35,7 @@ func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 // without it.
 func TestServeAS4ForwardedClientCertificate(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
+	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "fixture")
 	pem, _ := os.ReadFile(filepath.Join(demo, "partners", "demo-partner.pem"))
 	cfg := demoConfig(t)
 	cfg.Partners = demoPartners(t, func(y string) string {

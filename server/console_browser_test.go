@@ -63,7 +63,7 @@ func newConsoleFixtureYAML(t *testing.T, editYAML func([]byte) []byte, tune ...f
 	t.Helper()
 	cfg := demoConfig(t)
 	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
+	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "fixture")
 	pdir := t.TempDir()
 	yaml, err := os.ReadFile(filepath.Join(demo, "partners", "demo.yaml"))
 	if err != nil {

@@ -164,7 +164,7 @@ func TestConsoleRetryNowWakesOutbox(t *testing.T) {
 	}))
 	defer target.Close()
 	f := newConsoleFixtureYAML(t, func(y []byte) []byte {
-		return bytes.Replace(y, []byte(`async_mdn_urls: ["http://127.0.0.1:9090/mdn"]`), []byte(`async_mdn_urls: ["`+target.URL+`/mdn"]`), 1)
+		return bytes.Replace(y, []byte(`async_mdn_urls: ["http://127.0.0.1:8078/mdn"]`), []byte(`async_mdn_urls: ["`+target.URL+`/mdn"]`), 1)
 	})
 	ob := f.s.Backend.Outbox()
 	ctx := context.Background()

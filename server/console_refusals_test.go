@@ -27,7 +27,7 @@ import (
 func demoGatewayKeys(t *testing.T) (certPEM, keyPEM []byte) {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
+	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "fixture")
 	certPEM, err := os.ReadFile(filepath.Join(demo, "keys", "gateway.pem"))
 	if err != nil {
 		t.Fatal(err)

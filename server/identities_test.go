@@ -85,6 +85,8 @@ archive_dir: archive
 shutdown_timeout: 5s
 drain_period: 0s
 reload_on_change: false
+admin:
+  listen: 127.0.0.1:0
 `), 0o600)
 	cfg, err := config.Load(cfgFile)
 	if err != nil {

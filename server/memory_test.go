@@ -166,7 +166,7 @@ func as2Post(url, id, contentType string, body io.Reader, length int64) (int, st
 func demoAS4Client(t testing.TB) *client.Client {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
+	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "fixture")
 	certPEM, err := os.ReadFile(filepath.Join(demo, "partners", "demo-partner.pem"))
 	if err != nil {
 		t.Fatal(err)

@@ -156,7 +156,7 @@ func TestExampleModuleBuildsAgainstGateway(t *testing.T) {
 		t.Fatalf("go build of the example module (require %s, replace => %s): %v\n%s", mod, root, err, out)
 	}
 
-	run := exec.Command(bin, filepath.Join(root, "testdata", "demo", "gateway.yaml"))
+	run := exec.Command(bin, filepath.Join(root, "testdata", "fixture", "gateway.yaml"))
 	state := t.TempDir()
 	run.Env = append(os.Environ(), "GATEWAY_STORE=sqlite:"+filepath.Join(state, "gw.db"),
 		"GATEWAY_HANDLER_INBOX="+filepath.Join(state, "inbox"), "GATEWAY_AUDIT_FILE="+filepath.Join(state, "audit.jsonl"))

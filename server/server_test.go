@@ -20,7 +20,7 @@ import (
 func demoConfig(t *testing.T) *config.Config {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	cfg, err := config.Load(filepath.Join(filepath.Dir(file), "..", "testdata", "demo", "gateway.yaml"))
+	cfg, err := config.Load(filepath.Join(filepath.Dir(file), "..", "testdata", "fixture", "gateway.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,11 +112,11 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 }
 
 // demoAS2KeyPairs is the demo partner's key pair and the gateway's, from
-// testdata/demo, for tests that send AS2 as the demo partner.
+// testdata/fixture, for tests that send AS2 as the demo partner.
 func demoAS2KeyPairs(t testing.TB) (partner, gw cms.KeyPair) {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
+	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "fixture")
 	read := func(p string) []byte {
 		b, err := os.ReadFile(filepath.Join(demo, p))
 		if err != nil {

@@ -125,7 +125,7 @@ func TestStreamedAS4GiBMemoryBounded(t *testing.T) {
 func demoAS4Keys(t testing.TB) (xmlenc.KeyPair, []*x509.Certificate) {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo")
+	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "fixture")
 	kp, err := endpoint.LoadKeyPair(filepath.Join(demo, "partners", "demo-partner.pem"), filepath.Join(demo, "keys", "demo-partner.key"))
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func drainPayload(n *int64, sum *string) func(m *exchange.Message) error {
 func demoPartners(t testing.TB, edit func(yaml string) string) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "demo", "partners")
+	demo := filepath.Join(filepath.Dir(file), "..", "testdata", "fixture", "partners")
 	dir := t.TempDir()
 	for _, f := range []string{"demo.yaml", "demo-partner.pem"} {
 		b, err := os.ReadFile(filepath.Join(demo, f))

@@ -26,11 +26,11 @@ import (
 	"github.com/edigateway/gateway/server"
 )
 
-// demoDir is testdata/demo of the repository.
+// demoDir is the tests' fixture, testdata/fixture (a copy of the demo).
 func demoDir(t testing.TB) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "demo")
+	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "fixture")
 }
 
 // demoGateway is the gateway as `serve` builds it from the demo

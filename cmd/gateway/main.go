@@ -4,6 +4,7 @@
 //	gateway serve [-config FILE]             run the gateway
 //	gateway partners check [-config FILE]    validate the partner directory
 //	gateway partners list [-config FILE]     partners, ids, certificates, windows
+//	gateway partners profile [-partner ID]   what a partner needs from us
 //	gateway messages [-config FILE] ...      recent messages from the audit
 //	gateway version                          print the version
 package main
@@ -21,6 +22,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -63,6 +65,9 @@ func usage(w io.Writer) {
   gateway serve [-config FILE] ...         run the gateway (-h for flags)
   gateway partners check [-config FILE]    validate the partner directory
   gateway partners list [-config FILE]     partners: protocols, ids, certificates with expiry, windows
+  gateway partners profile [-config FILE] [-partner ID] [-json]
+                                           what a partner needs from us to set up their side: our ids,
+                                           URLs, certificates, accepted algorithms, MDN and receipt options
   gateway messages [-config FILE] [-partner ID] [-since 24h] [-decision D] [-limit 50]
                                            recent messages from the audit
   gateway version                          print the version
@@ -88,8 +93,11 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		if len(args) >= 2 && args[1] == "list" {
 			return partnersList(args[2:], stdout)
 		}
+		if len(args) >= 2 && args[1] == "profile" {
+			return partnersProfile(args[2:], stdout)
+		}
 		if len(args) < 2 || args[1] != "check" {
-			return fmt.Errorf("%w: partners takes: check, list", errUsage)
+			return fmt.Errorf("%w: partners takes: check, list, profile", errUsage)
 		}
 		return partnersCheck(args[2:], stdout)
 	case "messages":
@@ -266,11 +274,42 @@ flags:
 			}
 		}
 	}()
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := bindListener(cfg, "listen", cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		return err
 	}
-	return srv.Serve(ctx, ln)
+	admin, err := bindListener(cfg, "admin.listen", cfg.Admin.Listen)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	return srv.ServeListeners(ctx, ln, admin)
+}
+
+// bindListener listens on addr, the value of the setting key; a failure
+// says which setting holds the address and how to change it (the file, its
+// GATEWAY_* variable or serve's flag), since the usual cause is another
+// program on the port.
+func bindListener(cfg *config.Config, key, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		return ln, nil
+	}
+	var se *os.SyscallError
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &se):
+		err = se.Err // "address already in use", without "listen tcp …: bind:"
+	case errors.As(err, &oe) && oe.Err != nil:
+		err = oe.Err
+	}
+	file := "gateway.yaml"
+	if cfg.File != "" {
+		file = cfg.File
+	}
+	env := "GATEWAY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+	flagName := "-" + strings.ReplaceAll(key, ".", "-")
+	return nil, fmt.Errorf("%s %s: %w; set %s in %s (or %s), or run serve %s HOST:PORT", key, addr, err, key, file, env, flagName)
 }
 
 // makeAuditDir creates the directory of audit.file, as the SQLite store
@@ -341,11 +380,17 @@ func partnersCheck(args []string, stdout io.Writer) error {
 		keys, warnAhead = cfg.AllKeys(), cfg.CertWarning
 		*allowEmpty = *allowEmpty || cfg.PartnersOptional()
 	}
-	d, err := partners.Load(path)
-	if err != nil {
-		return err
+	// Every problem in one run: the partner files' (all of them, every
+	// field), then the certificates of the partners that loaded and our
+	// identity keys.
+	d, loadErr := partners.LoadAll(path)
+	if d == nil {
+		return loadErr
 	}
-	if !*allowEmpty {
+	var fileErrs []error
+	if loadErr != nil {
+		fileErrs = flatten(loadErr)
+	} else if !*allowEmpty {
 		if err := d.RequirePartners(); err != nil {
 			return err
 		}
@@ -368,9 +413,28 @@ func partnersCheck(args []string, stdout io.Writer) error {
 	for _, f := range findings {
 		fmt.Fprintf(stdout, "%s: %s\n", f.Severity, f)
 	}
-	fmt.Fprintf(stdout, "%d partners, %d warnings, %d errors\n", len(d.Partners), len(d.Warnings)+len(findings)-nerr, nerr)
-	if nerr > 0 {
+	for _, e := range fileErrs {
+		fmt.Fprintln(stdout, "error:", e)
+	}
+	fmt.Fprintf(stdout, "%d partners, %d warnings, %d errors\n", len(d.Partners), len(d.Warnings)+len(findings)-nerr, nerr+len(fileErrs))
+	switch {
+	case len(fileErrs) > 0:
+		return fmt.Errorf("%d problems in partner files and %d certificate errors (each on an error: line above)", len(fileErrs), nerr)
+	case nerr > 0:
 		return fmt.Errorf("%d certificate errors (expired certificates or identity keys that do not match their certificates)", nerr)
 	}
 	return nil
+}
+
+// flatten lists the errors an errors.Join tree holds, one per problem.
+func flatten(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, flatten(e)...)
+	}
+	return out
 }

@@ -11,7 +11,7 @@ import (
 
 func demoConfig(t *testing.T) string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "demo", "gateway.yaml")
+	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "fixture", "gateway.yaml")
 }
 
 func TestPartnersCheckDemo(t *testing.T) {
@@ -30,8 +30,8 @@ func TestPartnersCheckReportsFileAndField(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("id: bad\nas2:\n  as2_id: X\n  colour: red\n"), 0o600)
 	var out, errb bytes.Buffer
 	code := run([]string{"partners", "check", "-dir", dir}, &out, &errb)
-	if code != 1 || !strings.Contains(errb.String(), "bad.yaml") || !strings.Contains(errb.String(), "colour") {
-		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	if code != 1 || !strings.Contains(out.String(), "error: "+filepath.Join(dir, "bad.yaml")) || !strings.Contains(out.String(), "colour") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }
 

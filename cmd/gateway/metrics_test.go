@@ -26,7 +26,7 @@ type liveGateway struct {
 	srv            *server.Server
 	cfg            *config.Config
 	partner, admin string // base URLs
-	demo           string // testdata/demo
+	demo           string // testdata/fixture
 	stop           func()
 }
 

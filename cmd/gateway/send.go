@@ -70,7 +70,7 @@ func sendAS2(args []string, stdout, stderr io.Writer) error {
 	mdnMode := fs.String("mdn", "sync", "MDN: sync, async or none")
 	mdnUnsigned := fs.Bool("mdn-unsigned", false, "ask for an unsigned MDN")
 	asyncURL := fs.String("async-url", "", "Receipt-Delivery-Option for -mdn async")
-	asyncListen := fs.String("async-listen", "", "receive the async MDN on this address (e.g. 127.0.0.1:9090); -async-url defaults to it")
+	asyncListen := fs.String("async-listen", "", "receive the async MDN on this address (e.g. 127.0.0.1:8078); -async-url defaults to it")
 	wait := fs.Duration("wait", time.Minute, "how long -async-listen waits for the MDN")
 	contentType := fs.String("content-type", "", "payload Content-Type (default: from the file extension)")
 	filename := fs.String("filename", "", "Content-Disposition filename (default: the file's base name; \"-\" for none)")

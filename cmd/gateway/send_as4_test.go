@@ -29,7 +29,7 @@ import (
 // handler runs once and the second run gets the first receipt again.
 func TestSendAS4Demo(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
-	demo := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "demo")
+	demo := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "fixture")
 	var calls atomic.Int64
 	var got atomic.Value
 	url := startDemoAS4(t, func(m *exchange.Message) {

@@ -26,7 +26,7 @@ import (
 )
 
 // demoGateway runs the AS2 endpoint with the demo identity and partners
-// (testdata/demo) on a memory store, and writes a gateway YAML pointing at
+// (testdata/fixture) on a memory store, and writes a gateway YAML pointing at
 // it.
 type demoGateway struct {
 	url, config string
@@ -72,7 +72,7 @@ func startDemoGateway(t *testing.T) *demoGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The demo partner lists http://127.0.0.1:9090/mdn for async MDNs; the
+	// The demo partner lists http://127.0.0.1:8078/mdn for async MDNs; the
 	// tests' copy lists a free port instead.
 	tmp := t.TempDir()
 	pdir := filepath.Join(tmp, "partners")
@@ -87,7 +87,7 @@ func startDemoGateway(t *testing.T) *demoGateway {
 	}
 	mdnAddr := ln.Addr().String()
 	ln.Close()
-	yml = bytes.Replace(yml, []byte("http://127.0.0.1:9090/mdn"), []byte("http://"+mdnAddr+"/mdn"), 1)
+	yml = bytes.Replace(yml, []byte("http://127.0.0.1:8078/mdn"), []byte("http://"+mdnAddr+"/mdn"), 1)
 	if err := os.WriteFile(filepath.Join(pdir, "demo-partner.pem"), pem, 0o600); err != nil {
 		t.Fatal(err)
 	}
