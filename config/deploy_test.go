@@ -27,7 +27,7 @@ func TestProductionExampleLoads(t *testing.T) {
 			t.Errorf("%s = %s, not resolved against the file's directory", name, got)
 		}
 	}
-	if c.Listen != ":8443" || c.Admin.Listen != ":9443" || IsLoopback(c.Admin.Listen) || c.Admin.Token != "" {
+	if c.Listen != ":8443" || c.Admin.Listen != ":8079" || IsLoopback(c.Admin.Listen) || c.Admin.Token != "" {
 		t.Errorf("listeners: %q %q token %q", c.Listen, c.Admin.Listen, c.Admin.Token)
 	}
 	if !strings.HasPrefix(c.Store, "postgres://") || !strings.Contains(c.Store, "schema=gateway") || !strings.Contains(c.Store, "sslmode=verify-full") {
