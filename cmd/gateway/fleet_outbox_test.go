@@ -292,12 +292,15 @@ func TestFleetOutboxSIGTERMLetsMDNInFlightFinish(t *testing.T) {
 	f.send(t, a, 1)
 	f.recv.waitPosts(t, 1, 20*time.Second)
 	f.start(t, "b", "")
+	termAt := time.Now()
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	a.waitExit(t, 30*time.Second)
 	a.exitedCleanly(t)
 	posts := f.recv.snapshot()
+	t.Logf("gateway a exited %s after SIGTERM, %s after the partner answered the MDN POST in flight",
+		a.exitAt.Sub(termAt).Round(time.Millisecond), a.exitAt.Sub(posts[0].answered).Round(time.Millisecond))
 	if posts[0].answered.IsZero() || a.exitAt.Before(posts[0].answered) {
 		t.Errorf("gateway a exited at %s, before the partner answered its MDN POST (%s)",
 			a.exitAt.Format(time.StampMilli), posts[0].answered.Format(time.StampMilli))
@@ -334,6 +337,7 @@ func TestFleetOutboxStopHandsBackLeasedMDNs(t *testing.T) {
 		f.send(t, a, i)
 	}
 	f.recv.waitPosts(t, 1+outbox.DefaultConcurrency, 20*time.Second)
+	termAt := time.Now()
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -347,8 +351,11 @@ func TestFleetOutboxStopHandsBackLeasedMDNs(t *testing.T) {
 	f.waitDelivered(t, total, 15*time.Second)
 	posts := f.recv.snapshot()
 	for _, p := range posts[1+outbox.DefaultConcurrency:] {
-		if after := p.at.Sub(a.exitAt); after > config.DefaultOutboxLease/2 {
-			t.Errorf("a handed-back MDN was posted %s after gateway a stopped: it waited for the lease", after.Round(time.Millisecond))
+		after := p.at.Sub(termAt)
+		t.Logf("a handed-back MDN was posted by gateway b %s after SIGTERM to gateway a (a exited after %s)",
+			after.Round(time.Millisecond), a.exitAt.Sub(termAt).Round(time.Millisecond))
+		if after > config.DefaultOutboxLease/2 {
+			t.Errorf("a handed-back MDN was posted %s after gateway a was stopped: it waited for the lease", after.Round(time.Millisecond))
 		}
 	}
 	per := f.recv.perMDN()
