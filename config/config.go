@@ -89,6 +89,9 @@ type Config struct {
 	ReloadOnChange bool `mapstructure:"reload_on_change"`
 	// Peppol turns on the receiving Peppol access point (AS4).
 	Peppol Peppol `mapstructure:"peppol"`
+	// Outbox tunes the queue of replies the gateway posts itself (AS2
+	// asynchronous MDNs): its leases and their heartbeat (outbox.go).
+	Outbox Outbox `mapstructure:"outbox"`
 	// Identities are further local identities (AS2 names, ebMS parties),
 	// each with its own keys; Identity, when set, is the first.
 	Identities []Identity `mapstructure:"identities"`
@@ -745,6 +748,7 @@ func (c *Config) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("log_level: %q is not one of debug, info, warn, error", c.LogLevel))
 	}
+	errs = append(errs, c.Outbox.validate()...)
 	if err := c.Peppol.validate(); err != nil {
 		errs = append(errs, err)
 	}

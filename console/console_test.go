@@ -66,7 +66,7 @@ func newFixture(t *testing.T, token string) *fixture {
 		t.Fatal(err)
 	}
 	f.outbox.Lease(ctx, 1, time.Hour)
-	f.outbox.Retry(ctx, "d1", now.Add(time.Hour), "connection refused")
+	f.outbox.Retry(ctx, "d1", "", now.Add(time.Hour), "connection refused")
 	c, err := New(Source{
 		Audit: f.audit, Record: f.audit.Write, Ledger: f.store, Claims: f.store, Outbox: f.outbox, QuarantineDir: f.qdir,
 		Partners: func() (*partners.Directory, []certcheck.Cert, time.Duration) {

@@ -9,9 +9,11 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edigateway/gateway/audit"
@@ -27,6 +29,13 @@ const (
 	DefaultMaxAge       = 48 * time.Hour
 	DefaultBaseBackoff  = 30 * time.Second
 	DefaultMaxBackoff   = time.Hour
+	// DefaultLease is how long a leased delivery is held from other
+	// dispatchers between two heartbeats: a stopped or killed gateway's
+	// deliveries are free for the others within it.
+	DefaultLease = 30 * time.Second
+	// DefaultStopTimeout bounds how long attempts in flight may still run
+	// after Run's context ended.
+	DefaultStopTimeout = 30 * time.Second
 )
 
 // maxErrorBody bounds how much of a refusing server's answer is kept in
@@ -61,10 +70,20 @@ type Dispatcher struct {
 	// Concurrency how many are posted at once (default 4).
 	Batch       int
 	Concurrency int
-	// Lease holds leased deliveries from other dispatchers; default
-	// Timeout·⌈Batch/Concurrency⌉ + 30s so that a lease outlives the
-	// attempts of its whole batch.
-	Lease time.Duration
+	// Lease holds leased deliveries from other dispatchers (default 30s);
+	// Heartbeat (default Lease/3) renews the lease of every delivery this
+	// dispatcher holds while it holds it, so that a slow attempt keeps its
+	// delivery and a dead gateway's deliveries are free within Lease.
+	Lease     time.Duration
+	Heartbeat time.Duration
+	// StopTimeout (default 30s) is how long attempts in flight may still
+	// run once Run's context ended: a stop starts no new attempt, lets the
+	// ones in flight finish and record their outcome, and hands every
+	// other leased delivery back at once. An attempt whose request was
+	// sent but not answered within StopTimeout is recorded as failed and
+	// due at once, for another gateway to post again (the partner may get
+	// it twice); one not yet sent is handed back without counting.
+	StopTimeout time.Duration
 	// PollInterval is the pause between rounds when the queue had nothing
 	// due (default 5s); Notify ends a pause early.
 	PollInterval time.Duration
@@ -155,8 +174,10 @@ func Backoff(n int, base, max time.Duration) time.Duration {
 	return min(b, max)
 }
 
-// Run delivers until ctx is cancelled and then returns ctx's error. A
-// failing store is logged and tried again after PollInterval.
+// Run delivers until ctx is cancelled and then returns ctx's error, once
+// the attempts in flight finished (within StopTimeout) and every other
+// delivery it held was handed back. A failing store is logged and tried
+// again after PollInterval.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	d.init()
 	poll := orDefault(d.PollInterval, DefaultPollInterval)
@@ -183,36 +204,183 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 }
 
+// held is a leased delivery of one round: its token, and the cancel of its
+// attempt once it started.
+type held struct {
+	token  string
+	lost   bool               // the heartbeat found the lease taken over
+	cancel context.CancelFunc // the running attempt's; nil before it starts
+}
+
+// round is the deliveries one RunOnce holds, renewed by its heartbeat.
+type round struct {
+	mu   sync.Mutex
+	held map[string]*held
+}
+
+func (r *round) get(id string) *held {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.held[id]
+}
+
+func (r *round) drop(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.held, id)
+}
+
 // RunOnce leases one batch of due deliveries and attempts each. It returns
-// how many it attempted.
+// how many it leased. When ctx ends, it starts no further attempt, hands
+// back the deliveries not yet attempted, and lets the attempts in flight
+// run until StopTimeout.
 func (d *Dispatcher) RunOnce(ctx context.Context) (int, error) {
 	d.init()
-	timeout := orDefault(d.Timeout, DefaultTimeout)
+	if ctx.Err() != nil {
+		return 0, nil
+	}
 	size, conc := orDefault(d.Batch, DefaultBatch), orDefault(d.Concurrency, DefaultConcurrency)
-	// The batch is posted conc at a time: its last delivery may start only
-	// after (rounds-1) timeouts, and its lease must still hold then.
-	rounds := (size + conc - 1) / conc
-	lease := orDefault(d.Lease, time.Duration(rounds)*timeout+30*time.Second)
+	lease := orDefault(d.Lease, DefaultLease)
 	batch, err := d.Store.Lease(ctx, size, lease)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: lease: %w", err)
 	}
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	r := &round{held: make(map[string]*held, len(batch))}
+	for _, del := range batch {
+		r.held[del.ID] = &held{token: del.LeaseToken}
+	}
+	// Attempts run in their own context: a stop (ctx) lets them finish
+	// for StopTimeout before they are cancelled.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	roundDone := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Add(2)
+	go func() {
+		defer bg.Done()
+		select {
+		case <-roundDone:
+			return
+		case <-ctx.Done():
+		}
+		t := time.NewTimer(orDefault(d.StopTimeout, DefaultStopTimeout))
+		defer t.Stop()
+		select {
+		case <-roundDone:
+		case <-t.C:
+			d.log().Warn("outbox: stop timeout: cancelling attempts in flight")
+			cancelWork()
+		}
+	}()
+	go func() { defer bg.Done(); d.heartbeat(work, roundDone, r, lease) }()
+
 	sem := make(chan struct{}, conc)
 	var wg sync.WaitGroup
 	for _, del := range batch {
-		sem <- struct{}{}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			// Stopping: no new attempt; the delivery goes back at once.
+			d.release(work, del)
+			r.drop(del.ID)
+			continue
+		}
+		h := r.get(del.ID)
+		if h == nil {
+			<-sem
+			continue
+		}
+		actx, cancel := context.WithCancel(work)
+		r.mu.Lock()
+		lost := h.lost
+		h.cancel = cancel
+		r.mu.Unlock()
+		if lost {
+			cancel()
+			<-sem
+			r.drop(del.ID)
+			continue
+		}
 		wg.Add(1)
 		go func() {
-			defer func() { <-sem; wg.Done() }()
-			d.attempt(ctx, del)
+			defer func() { cancel(); r.drop(del.ID); <-sem; wg.Done() }()
+			d.attempt(actx, ctx, del)
 		}()
 	}
 	wg.Wait()
+	close(roundDone)
+	bg.Wait()
 	return len(batch), nil
 }
 
-// attempt posts one delivery and records the outcome.
-func (d *Dispatcher) attempt(ctx context.Context, del Delivery) {
+// heartbeat renews the lease of every delivery of r every Heartbeat until
+// done; a delivery whose lease was taken over has its attempt cancelled.
+func (d *Dispatcher) heartbeat(ctx context.Context, done <-chan struct{}, r *round, lease time.Duration) {
+	every := orDefault(d.Heartbeat, lease/3)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.mu.Lock()
+		ids := make(map[string]string, len(r.held))
+		for id, h := range r.held {
+			if !h.lost {
+				ids[id] = h.token
+			}
+		}
+		r.mu.Unlock()
+		for id, token := range ids {
+			rctx, cancel := context.WithTimeout(ctx, every)
+			err := d.Store.Renew(rctx, id, token, lease)
+			cancel()
+			if err == nil {
+				continue
+			}
+			if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
+				d.log().Warn("outbox: lease taken over by another worker; abandoning the attempt", "delivery", id, "err", err)
+				r.mu.Lock()
+				if h := r.held[id]; h != nil {
+					h.lost = true
+					if h.cancel != nil {
+						h.cancel()
+					}
+				}
+				r.mu.Unlock()
+				continue
+			}
+			if ctx.Err() == nil {
+				d.log().Error("outbox: lease not renewed; another worker may take the delivery over", "delivery", id, "err", err)
+			}
+		}
+	}
+}
+
+// release hands a delivery back without an attempt.
+func (d *Dispatcher) release(ctx context.Context, del Delivery) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := d.Store.Release(rctx, del.ID, del.LeaseToken); err != nil {
+		d.log().Warn("outbox: lease not handed back; it runs out", "delivery", del.ID, "err", err)
+		return
+	}
+	d.log().Info("outbox: stopping; delivery handed back", "partner", del.Partner, "message_id", del.MessageID, "delivery", del.ID)
+}
+
+// attempt posts one delivery and records the outcome. ctx ends the attempt
+// (the stop timeout, or the lease taken over); stop is the dispatcher's own
+// context, ended when the gateway stops.
+func (d *Dispatcher) attempt(ctx, stop context.Context, del Delivery) {
 	attempt := del.Attempts + 1
 	lg := d.log().With("partner", del.Partner, "message_id", del.MessageID, "delivery", del.ID,
 		"attempt", attempt, "url", redactURL(del.URL))
@@ -220,23 +388,44 @@ func (d *Dispatcher) attempt(ctx context.Context, del Delivery) {
 	var permit Permit
 	var status int
 	var perr error
+	var sent atomic.Bool
 	if d.Authorize != nil {
-		if permit, perr = d.Authorize(ctx, del); perr != nil {
+		if permit, perr = d.Authorize(ctx, del); perr != nil && ctx.Err() == nil {
 			perr = &RefusedError{Reason: perr.Error()}
 		}
 	}
 	if perr == nil {
-		status, perr = d.post(withPermit(ctx, permit), del)
-	}
-	if ctx.Err() != nil && perr != nil {
-		// Shutting down: the attempt did not really happen; the lease runs
-		// out and the delivery is picked up after the restart.
-		lg.Info("outbox: attempt interrupted by shutdown", "err", perr)
-		return
+		trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { sent.Store(true) }}
+		status, perr = d.post(httptrace.WithClientTrace(withPermit(ctx, permit), trace), del)
 	}
 	// The outcome must be recorded even when ctx ends now.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	if ctx.Err() != nil && perr != nil {
+		if stop.Err() == nil {
+			// The heartbeat found the lease taken over: the new holder
+			// records the delivery.
+			lg.Warn("outbox: attempt abandoned; another worker holds the delivery now", "err", perr)
+			return
+		}
+		if !sent.Load() {
+			// Stopping before the request went out: the attempt did not
+			// happen; the delivery goes back for another gateway.
+			lg.Info("outbox: attempt interrupted by shutdown before it was sent", "err", perr)
+			d.release(rctx, del)
+			return
+		}
+		// Sent, but no answer before the stop timeout: the partner may
+		// have it. The attempt counts and the delivery is due at once
+		// for another gateway (which may post it a second time).
+		perr = fmt.Errorf("no answer before the gateway stopped (the partner may have received it): %w", perr)
+		if err := d.Store.Retry(rctx, del.ID, del.LeaseToken, d.now(), perr.Error()); err != nil {
+			lg.Error("outbox: interrupted attempt not recorded", "err", err)
+			return
+		}
+		lg.Warn("outbox: attempt interrupted by shutdown after it was sent; due again at once", "err", perr)
+		return
+	}
 	var refused *RefusedError
 	if errors.As(perr, &refused) {
 		d.refuse(rctx, lg, del, refused)
@@ -244,7 +433,7 @@ func (d *Dispatcher) attempt(ctx context.Context, del Delivery) {
 	}
 	elapsed := d.now().Sub(start)
 	if perr == nil {
-		if err := d.Store.Delivered(rctx, del.ID); err != nil {
+		if err := d.Store.Delivered(rctx, del.ID, del.LeaseToken); err != nil {
 			lg.Error("outbox: delivered but not recorded; it may be sent again", "status", status, "err", err)
 			return
 		}
@@ -256,7 +445,7 @@ func (d *Dispatcher) attempt(ctx context.Context, del Delivery) {
 	maxAttempts := orDefault(d.MaxAttempts, DefaultMaxAttempts)
 	maxAge := orDefault(d.MaxAge, DefaultMaxAge)
 	if attempt >= maxAttempts || (!del.Created.IsZero() && age >= maxAge) {
-		if err := d.Store.GiveUp(rctx, del.ID, msg); err != nil {
+		if err := d.Store.GiveUp(rctx, del.ID, del.LeaseToken, msg); err != nil {
 			lg.Error("outbox: give-up not recorded", "err", err)
 			return
 		}
@@ -265,7 +454,7 @@ func (d *Dispatcher) attempt(ctx context.Context, del Delivery) {
 	}
 	delay := d.backoff(attempt)
 	next := d.now().Add(delay)
-	if err := d.Store.Retry(rctx, del.ID, next, msg); err != nil {
+	if err := d.Store.Retry(rctx, del.ID, del.LeaseToken, next, msg); err != nil {
 		lg.Error("outbox: retry not recorded", "err", err)
 		return
 	}
@@ -277,7 +466,7 @@ func (d *Dispatcher) attempt(ctx context.Context, del Delivery) {
 // it for 48 hours would only repeat it.
 func (d *Dispatcher) refuse(ctx context.Context, lg *slog.Logger, del Delivery, r *RefusedError) {
 	msg := r.Error()
-	if err := d.Store.GiveUp(ctx, del.ID, msg); err != nil {
+	if err := d.Store.GiveUp(ctx, del.ID, del.LeaseToken, msg); err != nil {
 		lg.Error("outbox: refusal not recorded", "reason", r.Reason, "err", err)
 		return
 	}

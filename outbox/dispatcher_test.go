@@ -217,7 +217,8 @@ func TestDispatcherRunNotifyAndShutdown(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(block)
-	disp := &Dispatcher{Store: st, PollInterval: time.Hour, Log: slog.New(slog.DiscardHandler), Authorize: allowLoopback}
+	disp := &Dispatcher{Store: st, PollInterval: time.Hour, Log: slog.New(slog.DiscardHandler), Authorize: allowLoopback,
+		StopTimeout: 300 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- disp.Run(ctx) }()
@@ -238,7 +239,9 @@ func TestDispatcherRunNotifyAndShutdown(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 
-	// A shutdown during an attempt leaves the delivery pending, unattempted.
+	// A stop while an attempt waits for its answer longer than
+	// StopTimeout: the request was sent, so the attempt counts and the
+	// delivery is due again at once, for another gateway.
 	h := delivery("h")
 	h.URL = srv.URL + "/hang"
 	st.Enqueue(context.Background(), h)
@@ -254,7 +257,11 @@ func TestDispatcherRunNotifyAndShutdown(t *testing.T) {
 		t.Fatal("Run did not stop")
 	}
 	got, s, _ := st.Get(context.Background(), "h")
-	if s != Pending || got.Attempts != 0 {
+	if s != Pending || got.Attempts != 1 || !strings.Contains(got.LastError, "no answer before the gateway stopped") ||
+		got.NextAttempt.After(time.Now()) {
 		t.Fatalf("interrupted delivery: %s %+v", s, got)
+	}
+	if again, _ := st.Lease(context.Background(), 10, time.Minute); len(again) != 1 {
+		t.Fatalf("the interrupted delivery is not due at once for another gateway: %v", again)
 	}
 }

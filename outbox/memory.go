@@ -21,6 +21,7 @@ type memoryRow struct {
 	d           Delivery
 	state       State
 	leasedUntil time.Time
+	token       string // the lease's fencing token; "" when not leased
 }
 
 // MemoryOption tunes NewMemory.
@@ -91,9 +92,13 @@ func (m *Memory) Lease(ctx context.Context, limit int, lease time.Duration) ([]D
 		due = due[:limit]
 	}
 	out := make([]Delivery, 0, len(due))
+	token := NewLeaseToken()
 	for _, r := range due {
 		r.leasedUntil = now.Add(lease)
-		out = append(out, clone(r.d))
+		r.token = token
+		d := clone(r.d)
+		d.LeaseToken = token
+		out = append(out, d)
 	}
 	return out, nil
 }
@@ -110,48 +115,85 @@ func (m *Memory) pending(id string) (*memoryRow, error) {
 	return r, nil
 }
 
-// Delivered marks a delivery done.
-func (m *Memory) Delivered(ctx context.Context, id string) error {
+// held returns the row of a pending delivery leased under token (an empty
+// token: any pending delivery, for operators).
+func (m *Memory) held(id, token string, fenced bool) (*memoryRow, error) {
+	r, err := m.pending(id)
+	if err != nil {
+		return nil, err
+	}
+	if (fenced || token != "") && (token == "" || r.token != token) {
+		return nil, fmt.Errorf("outbox: delivery %s: %w", id, ErrLeaseLost)
+	}
+	return r, nil
+}
+
+// Renew extends the lease held under token to lease from now.
+func (m *Memory) Renew(ctx context.Context, id, token string, lease time.Duration) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r, err := m.pending(id)
+	r, err := m.held(id, token, true)
+	if err != nil {
+		return err
+	}
+	r.leasedUntil = m.now().Add(lease)
+	return nil
+}
+
+// Release hands the delivery leased under token back, due at once.
+func (m *Memory) Release(ctx context.Context, id, token string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, err := m.held(id, token, true)
+	if err != nil {
+		return err
+	}
+	r.leasedUntil, r.token = time.Time{}, ""
+	return nil
+}
+
+// Delivered marks a delivery done.
+func (m *Memory) Delivered(ctx context.Context, id, token string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, err := m.held(id, token, false)
 	if err != nil {
 		return err
 	}
 	r.state = Delivered
 	r.d.Attempts++
 	r.d.LastError = ""
-	r.leasedUntil = time.Time{}
+	r.leasedUntil, r.token = time.Time{}, ""
 	return nil
 }
 
 // Retry records a failed attempt and schedules the next one at next.
-func (m *Memory) Retry(ctx context.Context, id string, next time.Time, lastErr string) error {
+func (m *Memory) Retry(ctx context.Context, id, token string, next time.Time, lastErr string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r, err := m.pending(id)
+	r, err := m.held(id, token, false)
 	if err != nil {
 		return err
 	}
 	r.d.Attempts++
 	r.d.NextAttempt = next
 	r.d.LastError = lastErr
-	r.leasedUntil = time.Time{}
+	r.leasedUntil, r.token = time.Time{}, ""
 	return nil
 }
 
 // GiveUp records the final failed attempt.
-func (m *Memory) GiveUp(ctx context.Context, id string, lastErr string) error {
+func (m *Memory) GiveUp(ctx context.Context, id, token string, lastErr string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r, err := m.pending(id)
+	r, err := m.held(id, token, false)
 	if err != nil {
 		return err
 	}
 	r.state = GaveUp
 	r.d.Attempts++
 	r.d.LastError = lastErr
-	r.leasedUntil = time.Time{}
+	r.leasedUntil, r.token = time.Time{}, ""
 	return nil
 }
 

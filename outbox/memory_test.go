@@ -67,10 +67,10 @@ func TestMemoryLifecycle(t *testing.T) {
 	}
 
 	next := clk.Now().Add(30 * time.Second)
-	if err := m.Retry(ctx, "a", next, "HTTP 500"); err != nil {
+	if err := m.Retry(ctx, "a", "", next, "HTTP 500"); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Delivered(ctx, "b"); err != nil {
+	if err := m.Delivered(ctx, "b", ""); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := m.Lease(ctx, 10, time.Minute); len(got) != 0 {
@@ -81,7 +81,7 @@ func TestMemoryLifecycle(t *testing.T) {
 	if len(got) != 1 || got[0].ID != "a" || got[0].Attempts != 1 || got[0].LastError != "HTTP 500" {
 		t.Fatalf("retry: %+v", got)
 	}
-	if err := m.GiveUp(ctx, "a", "HTTP 404"); err != nil {
+	if err := m.GiveUp(ctx, "a", "", "HTTP 404"); err != nil {
 		t.Fatal(err)
 	}
 	d, st, err := m.Get(ctx, "a")
@@ -95,10 +95,10 @@ func TestMemoryLifecycle(t *testing.T) {
 	if _, _, err := m.Get(ctx, "nope"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("get unknown: %v", err)
 	}
-	if err := m.Delivered(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+	if err := m.Delivered(ctx, "nope", ""); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("delivered unknown: %v", err)
 	}
-	if err := m.Retry(ctx, "b", next, "x"); err == nil {
+	if err := m.Retry(ctx, "b", "", next, "x"); err == nil {
 		t.Fatal("retry of a delivered delivery accepted")
 	}
 	if l := m.List(); len(l) != 2 || l[0].ID != "a" || l[0].State != GaveUp || l[1].State != Delivered {

@@ -6,6 +6,8 @@ package outbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"sort"
@@ -25,6 +27,12 @@ type Delivery struct {
 	NextAttempt time.Time
 	LastError   string
 	Created     time.Time
+	// LeaseToken names the lease Lease handed the delivery out under: the
+	// fencing token that Renew, Release, Delivered, Retry and GiveUp must
+	// present. A worker whose lease ran out and was taken over by another
+	// holds a token that no longer matches, and its outcome is refused
+	// (ErrLeaseLost) instead of overwriting the new holder's.
+	LeaseToken string
 }
 
 // State of a delivery.
@@ -40,19 +48,38 @@ const (
 // ErrNotFound is returned by Get for an unknown id.
 var ErrNotFound = errors.New("outbox: no such delivery")
 
+// ErrLeaseLost is returned by Renew, Release, Delivered, Retry and GiveUp
+// when the token presented is not the delivery's current lease: its lease
+// ran out and another worker (or gateway) leased it again, or it was
+// released.
+var ErrLeaseLost = errors.New("outbox: lease lost to another worker")
+
 // Store persists deliveries. Implementations share the dedup store's database.
 type Store interface {
 	// Enqueue adds a pending delivery due now. ID must be unique.
 	Enqueue(ctx context.Context, d Delivery) error
-	// Lease hands out up to limit pending deliveries that are due, each held
-	// for the lease duration so that another worker (or gateway) skips it.
+	// Lease hands out up to limit pending deliveries that are due and not
+	// leased, each held for the lease duration so that another worker (or
+	// gateway) skips it, under a fresh LeaseToken.
 	Lease(ctx context.Context, limit int, lease time.Duration) ([]Delivery, error)
-	// Delivered marks a leased delivery done.
-	Delivered(ctx context.Context, id string) error
-	// Retry records a failed attempt and schedules the next one.
-	Retry(ctx context.Context, id string, next time.Time, lastErr string) error
+	// Renew extends the lease of a delivery to lease from now (the
+	// worker's heartbeat), as long as token is still its lease — also when
+	// the lease ran out but nobody took the delivery over; ErrLeaseLost
+	// otherwise.
+	Renew(ctx context.Context, id, token string, lease time.Duration) error
+	// Release hands a leased delivery back without an attempt (a stopping
+	// worker): it is due again at once for any worker, its attempts and
+	// last error unchanged. ErrLeaseLost when token is not its lease.
+	Release(ctx context.Context, id, token string) error
+	// Delivered marks a leased delivery done. Delivered, Retry and GiveUp
+	// are fenced: token must be the delivery's lease (ErrLeaseLost
+	// otherwise); an empty token skips the check (operators, not workers).
+	Delivered(ctx context.Context, id, token string) error
+	// Retry records a failed attempt and schedules the next one; the lease
+	// is released.
+	Retry(ctx context.Context, id, token string, next time.Time, lastErr string) error
 	// GiveUp records the final failed attempt.
-	GiveUp(ctx context.Context, id string, lastErr string) error
+	GiveUp(ctx context.Context, id, token string, lastErr string) error
 	// Get returns a delivery and its state (for tests and operators).
 	Get(ctx context.Context, id string) (Delivery, State, error)
 }
@@ -85,4 +112,12 @@ type Operator interface {
 	// error stay); ErrNotFound for an unknown id, an error for one that is
 	// no longer pending. A delivery leased by a worker stays leased.
 	RetryNow(ctx context.Context, id string) error
+}
+
+// NewLeaseToken returns a fresh random lease token (stores call it in
+// Lease).
+func NewLeaseToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }

@@ -299,7 +299,7 @@ func testOutboxGauges(t *testing.T, s *Server) {
 			t.Fatal(err)
 		}
 	}
-	if err := ob.Delivered(context.Background(), "d1"); err != nil {
+	if err := ob.Delivered(context.Background(), "d1", ""); err != nil {
 		t.Fatal(err)
 	}
 	if d, a := outboxGauges(t, s); d != 1 || a < 2*3600-60 || a > 2*3600+60 {

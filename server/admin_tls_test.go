@@ -123,7 +123,7 @@ func TestConsoleOverMutualTLS(t *testing.T) {
 	if _, err := ob.Lease(ctx, 1, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := ob.Retry(ctx, "d1", time.Now().Add(time.Hour), "connection refused"); err != nil {
+	if err := ob.Retry(ctx, "d1", "", time.Now().Add(time.Hour), "connection refused"); err != nil {
 		t.Fatal(err)
 	}
 	_, admin := serveBoth(t, s)

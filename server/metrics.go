@@ -202,24 +202,24 @@ type countedOutbox struct {
 	m *metrics.Metrics
 }
 
-func (o countedOutbox) Delivered(ctx context.Context, id string) error {
-	err := o.Store.Delivered(ctx, id)
+func (o countedOutbox) Delivered(ctx context.Context, id, token string) error {
+	err := o.Store.Delivered(ctx, id, token)
 	if err == nil {
 		o.m.OutboxAttempt("delivered")
 	}
 	return err
 }
 
-func (o countedOutbox) Retry(ctx context.Context, id string, next time.Time, lastErr string) error {
-	err := o.Store.Retry(ctx, id, next, lastErr)
+func (o countedOutbox) Retry(ctx context.Context, id, token string, next time.Time, lastErr string) error {
+	err := o.Store.Retry(ctx, id, token, next, lastErr)
 	if err == nil {
 		o.m.OutboxAttempt("retry")
 	}
 	return err
 }
 
-func (o countedOutbox) GiveUp(ctx context.Context, id string, lastErr string) error {
-	err := o.Store.GiveUp(ctx, id, lastErr)
+func (o countedOutbox) GiveUp(ctx context.Context, id, token string, lastErr string) error {
+	err := o.Store.GiveUp(ctx, id, token, lastErr)
 	if err == nil {
 		o.m.OutboxAttempt("gave_up")
 	}

@@ -34,7 +34,11 @@ func (s *Server) mountProtocols(dir *partners.Directory) error {
 	ob := countedOutbox{Store: s.Backend.Outbox(), m: s.Metrics}
 	// Every attempt re-checks the URL against the partner's current
 	// agreement and the addresses it connects to (issue 8 item 4).
+	// Leases are short and renewed while a delivery is held; a stop lets
+	// the attempts in flight finish within shutdown_timeout and hands
+	// every other leased delivery back at once (issue 26).
 	d := &outbox.Dispatcher{Store: ob, Log: s.Log, UserAgent: "gateway/" + Version, Audit: s.Pipeline.Audit,
+		Lease: cfg.Outbox.Lease, Heartbeat: cfg.Outbox.HeartbeatInterval(), StopTimeout: cfg.ShutdownTimeout,
 		Authorize: func(ctx context.Context, del outbox.Delivery) (outbox.Permit, error) {
 			return as2.AsyncMDNAuthorizer(s.Directory())(ctx, del)
 		}}

@@ -380,19 +380,47 @@ func (o leaseIgnoresDuration) Lease(ctx context.Context, limit int, _ time.Durat
 // retryIgnoresNext schedules every retry at once.
 type retryIgnoresNext struct{ outbox.Store }
 
-func (o retryIgnoresNext) Retry(ctx context.Context, id string, _ time.Time, lastErr string) error {
-	return o.Store.Retry(ctx, id, time.Now().Add(-time.Second), lastErr)
+func (o retryIgnoresNext) Retry(ctx context.Context, id, token string, _ time.Time, lastErr string) error {
+	return o.Store.Retry(ctx, id, token, time.Now().Add(-time.Second), lastErr)
 }
 
 // deliveredNoop reports success without marking the delivery: the MDN is
 // posted again and again.
 type deliveredNoop struct{ outbox.Store }
 
-func (deliveredNoop) Delivered(context.Context, string) error { return nil }
+func (deliveredNoop) Delivered(context.Context, string, string) error { return nil }
 
 // giveUpRetries turns a give-up into another retry.
 type giveUpRetries struct{ outbox.Store }
 
-func (o giveUpRetries) GiveUp(ctx context.Context, id string, lastErr string) error {
-	return o.Store.Retry(ctx, id, time.Now(), lastErr)
+func (o giveUpRetries) GiveUp(ctx context.Context, id, token string, lastErr string) error {
+	return o.Store.Retry(ctx, id, token, time.Now(), lastErr)
+}
+
+// renewNoop reports a renewal without extending the lease: a slow attempt
+// loses its delivery to another worker.
+type renewNoop struct{ outbox.Store }
+
+func (renewNoop) Renew(context.Context, string, string, time.Duration) error { return nil }
+
+// releaseNoop keeps the lease of a released delivery: a stopped gateway's
+// deliveries wait for the lease to run out.
+type releaseNoop struct{ outbox.Store }
+
+func (releaseNoop) Release(context.Context, string, string) error { return nil }
+
+// unfenced records any worker's outcome, whatever lease it holds (Renew
+// and Release are checked).
+type unfenced struct{ outbox.Store }
+
+func (o unfenced) Delivered(ctx context.Context, id, _ string) error {
+	return o.Store.Delivered(ctx, id, "")
+}
+
+func (o unfenced) Retry(ctx context.Context, id, _ string, next time.Time, lastErr string) error {
+	return o.Store.Retry(ctx, id, "", next, lastErr)
+}
+
+func (o unfenced) GiveUp(ctx context.Context, id, _ string, lastErr string) error {
+	return o.Store.GiveUp(ctx, id, "", lastErr)
 }

@@ -41,6 +41,7 @@ var outboxLeaves = []string{
 	"give-up/final",
 	"get/unknown", "get/copies",
 	"operator/retry-now",
+	"lease/tokens", "renew/extends", "renew/expired-not-taken", "release/hands-back", "fencing/stale-token",
 }
 
 func exerciseLedger(t *testing.T, build func(opts dedup.Options) dedup.Ledger) *results {
@@ -212,6 +213,12 @@ func TestOutboxKitCatchesBrokenOutboxes(t *testing.T) {
 			[]string{"give-up/final"}},
 		{"retry-now-noop", func() outbox.Store { return retryNowNoop{outbox.NewMemory()} },
 			[]string{"operator/retry-now"}},
+		{"renew-noop", func() outbox.Store { return renewNoop{mem()} },
+			[]string{"renew/extends", "renew/expired-not-taken", "lease/tokens"}},
+		{"release-noop", func() outbox.Store { return releaseNoop{mem()} },
+			[]string{"release/hands-back"}},
+		{"unfenced", func() outbox.Store { return unfenced{mem()} },
+			[]string{"fencing/stale-token"}},
 	}
 	assertCaught(t, cases, func(b build) *results { return exerciseOutbox(t, b) }, outboxLeaves, "enqueue/round-trip")
 }

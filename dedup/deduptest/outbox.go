@@ -47,6 +47,14 @@ func ExerciseOutbox(t *testing.T, newOutbox NewOutbox) {
 //	                          Delivered/Retry/GiveUp fail
 //	retry/schedules           Retry: attempts + 1, LastError, not due before next, due after, still pending
 //	retry/clears-lease        a retry due at once is leased again at once (the lease is released)
+//	lease/tokens              every leased delivery carries a LeaseToken; another Lease hands out another
+//	renew/extends             Renew with the lease's token holds the delivery past its first lease
+//	renew/expired-not-taken   a lease that ran out but nobody took over may still be renewed
+//	release/hands-back        Release: leased again at once, attempts and last error unchanged; a stale
+//	                          token's Release fails with ErrLeaseLost and changes nothing
+//	fencing/stale-token       after a lease ran out and another worker leased the delivery, the first
+//	                          worker's Renew, Release, Delivered, Retry and GiveUp fail with ErrLeaseLost and
+//	                          change nothing; the new holder's Delivered succeeds
 //	give-up/final             GiveUp: state gave-up, attempts + 1, LastError, never leased again
 //	get/unknown               Get, Delivered, Retry and GiveUp of an unknown id fail with ErrNotFound
 //	get/copies                changing a returned delivery's body or header changes nothing stored
@@ -64,6 +72,17 @@ func ExerciseOutboxT(t T, newOutbox NewOutbox) {
 		t.Run("limit-order", k.limitOrder)
 		t.Run("concurrent", k.concurrentLease)
 		t.Run("hides-leased", tm.hidesLeased)
+		t.Run("tokens", k.leaseTokens)
+	})
+	t.Run("renew", func(t T) {
+		t.Run("extends", tm.renewExtends)
+		t.Run("expired-not-taken", k.renewExpiredNotTaken)
+	})
+	t.Run("release", func(t T) {
+		t.Run("hands-back", k.releaseHandsBack)
+	})
+	t.Run("fencing", func(t T) {
+		t.Run("stale-token", k.fencingStaleToken)
 	})
 	t.Run("delivered", func(t T) {
 		t.Run("done", k.delivered)
@@ -304,6 +323,11 @@ type timed struct {
 	hideFirst, hideSecond []outbox.Delivery
 	hideErr               error
 
+	renew                  outbox.Store
+	renewD                 outbox.Delivery
+	renewFirst, renewEarly []outbox.Delivery
+	renewErr               error
+
 	retry                  outbox.Store
 	retryD                 outbox.Delivery
 	next                   time.Time
@@ -324,6 +348,15 @@ func (k outboxKit) startTimed(t T) *timed {
 		tm.hideSecond, tm.hideErr = tm.hide.Lease(c, 10, OutboxLease)
 	}
 
+	tm.renew, tm.renewD = k.outbox(t), NewDelivery(t)
+	tm.renewErr = tm.renew.Enqueue(c, tm.renewD)
+	if tm.renewErr == nil {
+		tm.renewFirst, tm.renewErr = tm.renew.Lease(c, 10, OutboxLease)
+	}
+	if tm.renewErr == nil && len(tm.renewFirst) == 1 {
+		tm.renewErr = tm.renew.Renew(c, tm.renewD.ID, tm.renewFirst[0].LeaseToken, time.Hour)
+	}
+
 	tm.retry, tm.retryD = k.outbox(t), NewDelivery(t)
 	tm.retryErr = tm.retry.Enqueue(c, tm.retryD)
 	tm.next = time.Now().Add(OutboxLease)
@@ -331,7 +364,7 @@ func (k outboxKit) startTimed(t T) *timed {
 		tm.retryFirst, tm.retryErr = tm.retry.Lease(c, 10, time.Hour)
 	}
 	if tm.retryErr == nil && len(tm.retryFirst) == 1 {
-		tm.retryErr = tm.retry.Retry(c, tm.retryD.ID, tm.next, "HTTP 500: busy")
+		tm.retryErr = tm.retry.Retry(c, tm.retryD.ID, tm.retryFirst[0].LeaseToken, tm.next, "HTTP 500: busy")
 	}
 	if tm.retryErr == nil {
 		tm.retryEarly, tm.retryErr = tm.retry.Lease(c, 10, time.Hour)
@@ -443,20 +476,21 @@ func (k outboxKit) delivered(t T) {
 	o, c := k.outbox(t), ctx(t)
 	d := NewDelivery(t)
 	enqueue(t, c, o, d)
-	lease(t, c, o, 10, time.Minute)
-	mustOK(t, o.Retry(c, d.ID, time.Now().Add(-time.Second), "HTTP 503"), "Retry")
-	if got := lease(t, c, o, 10, time.Minute); len(got) != 1 {
-		t.Fatalf("Lease of the retry: %v", ids(got))
+	first := lease(t, c, o, 10, time.Minute)
+	mustOK(t, o.Retry(c, d.ID, token(t, first, d.ID), time.Now().Add(-time.Second), "HTTP 503"), "Retry")
+	got2 := lease(t, c, o, 10, time.Minute)
+	if len(got2) != 1 {
+		t.Fatalf("Lease of the retry: %v", ids(got2))
 	}
-	mustOK(t, o.Delivered(c, d.ID), "Delivered")
+	mustOK(t, o.Delivered(c, d.ID, got2[0].LeaseToken), "Delivered")
 	got := mustState(t, c, o, d.ID, outbox.Delivered, 2, "", "after Delivered")
 	sameDelivery(t, got, d, "delivered delivery")
 	if got := lease(t, c, o, 10, time.Minute); len(got) != 0 {
 		t.Errorf("Lease after Delivered returned %v", ids(got))
 	}
-	mustFail(t, o.Delivered(c, d.ID), "second Delivered")
-	mustFail(t, o.Retry(c, d.ID, time.Now(), "x"), "Retry after Delivered")
-	mustFail(t, o.GiveUp(c, d.ID, "x"), "GiveUp after Delivered")
+	mustFail(t, o.Delivered(c, d.ID, got2[0].LeaseToken), "second Delivered")
+	mustFail(t, o.Retry(c, d.ID, "", time.Now(), "x"), "Retry after Delivered")
+	mustFail(t, o.GiveUp(c, d.ID, "", "x"), "GiveUp after Delivered")
 	mustState(t, c, o, d.ID, outbox.Delivered, 2, "", "after the refused calls")
 }
 
@@ -474,10 +508,11 @@ func (k outboxKit) retryClearsLease(t T) {
 	o, c := k.outbox(t), ctx(t)
 	d := NewDelivery(t)
 	enqueue(t, c, o, d)
-	if got := lease(t, c, o, 10, time.Hour); len(got) != 1 {
-		t.Fatalf("Lease: %v", ids(got))
+	first := lease(t, c, o, 10, time.Hour)
+	if len(first) != 1 {
+		t.Fatalf("Lease: %v", ids(first))
 	}
-	mustOK(t, o.Retry(c, d.ID, time.Now().Add(-time.Second), "connection refused"), "Retry due at once")
+	mustOK(t, o.Retry(c, d.ID, first[0].LeaseToken, time.Now().Add(-time.Second), "connection refused"), "Retry due at once")
 	got := lease(t, c, o, 10, time.Hour)
 	if len(got) != 1 || got[0].ID != d.ID {
 		t.Fatalf("Lease after a Retry due at once returned %v, want [%s]: Retry must release the lease", ids(got), d.ID)
@@ -488,17 +523,17 @@ func (k outboxKit) giveUp(t T) {
 	o, c := k.outbox(t), ctx(t)
 	d := NewDelivery(t)
 	enqueue(t, c, o, d)
-	lease(t, c, o, 10, time.Minute)
-	mustOK(t, o.Retry(c, d.ID, time.Now().Add(-time.Second), "HTTP 500"), "Retry")
-	lease(t, c, o, 10, time.Minute)
-	mustOK(t, o.GiveUp(c, d.ID, "HTTP 404: no such endpoint"), "GiveUp")
+	first := lease(t, c, o, 10, time.Minute)
+	mustOK(t, o.Retry(c, d.ID, token(t, first, d.ID), time.Now().Add(-time.Second), "HTTP 500"), "Retry")
+	second := lease(t, c, o, 10, time.Minute)
+	mustOK(t, o.GiveUp(c, d.ID, token(t, second, d.ID), "HTTP 404: no such endpoint"), "GiveUp")
 	mustState(t, c, o, d.ID, outbox.GaveUp, 2, "HTTP 404: no such endpoint", "after GiveUp")
 	if got := lease(t, c, o, 10, time.Minute); len(got) != 0 {
 		t.Errorf("Lease after GiveUp returned %v", ids(got))
 	}
-	mustFail(t, o.Delivered(c, d.ID), "Delivered after GiveUp")
-	mustFail(t, o.Retry(c, d.ID, time.Now(), "x"), "Retry after GiveUp")
-	mustFail(t, o.GiveUp(c, d.ID, "x"), "second GiveUp")
+	mustFail(t, o.Delivered(c, d.ID, ""), "Delivered after GiveUp")
+	mustFail(t, o.Retry(c, d.ID, "", time.Now(), "x"), "Retry after GiveUp")
+	mustFail(t, o.GiveUp(c, d.ID, token(t, second, d.ID), "x"), "second GiveUp")
 	mustState(t, c, o, d.ID, outbox.GaveUp, 2, "HTTP 404: no such endpoint", "after the refused calls")
 }
 
@@ -508,9 +543,11 @@ func (k outboxKit) unknown(t T) {
 	id := randomHex(t, 8)
 	for name, err := range map[string]error{
 		"Get":       func() error { _, _, err := o.Get(c, id); return err }(),
-		"Delivered": o.Delivered(c, id),
-		"Retry":     o.Retry(c, id, time.Now(), "x"),
-		"GiveUp":    o.GiveUp(c, id, "x"),
+		"Delivered": o.Delivered(c, id, ""),
+		"Retry":     o.Retry(c, id, "", time.Now(), "x"),
+		"GiveUp":    o.GiveUp(c, id, "", "x"),
+		"Renew":     o.Renew(c, id, "t", time.Minute),
+		"Release":   o.Release(c, id, "t"),
 	} {
 		if !errors.Is(err, outbox.ErrNotFound) {
 			t.Errorf("%s of an unknown id: %v, want ErrNotFound", name, err)
@@ -552,11 +589,12 @@ func (k outboxKit) retryNow(t T) {
 	d, other := NewDelivery(t), NewDelivery(t)
 	enqueue(t, c, o, d)
 	enqueue(t, c, o, other)
-	if got := lease(t, c, o, 10, time.Hour); len(got) != 2 {
-		t.Fatalf("Lease returned %v", ids(got))
+	both := lease(t, c, o, 10, time.Hour)
+	if len(both) != 2 {
+		t.Fatalf("Lease returned %v", ids(both))
 	}
-	mustOK(t, o.Retry(c, d.ID, time.Now().Add(time.Hour), "HTTP 502"), "Retry")
-	mustOK(t, o.Delivered(c, other.ID), "Delivered")
+	mustOK(t, o.Retry(c, d.ID, token(t, both, d.ID), time.Now().Add(time.Hour), "HTTP 502"), "Retry")
+	mustOK(t, o.Delivered(c, other.ID, token(t, both, other.ID)), "Delivered")
 	pending, err := op.ListPending(c, 10)
 	mustOK(t, err, "ListPending")
 	if len(pending) != 1 || pending[0].ID != d.ID || pending[0].Attempts != 1 {
@@ -579,4 +617,126 @@ func (k outboxKit) retryNow(t T) {
 	if err := op.RetryNow(c, "no-such-delivery"); !errors.Is(err, outbox.ErrNotFound) {
 		t.Errorf("RetryNow(unknown) = %v, want ErrNotFound", err)
 	}
+}
+
+// token is the LeaseToken of the delivery id among leased.
+func token(t T, leased []outbox.Delivery, id string) string {
+	t.Helper()
+	for _, d := range leased {
+		if d.ID == id {
+			return d.LeaseToken
+		}
+	}
+	t.Fatalf("delivery %s was not leased (leased %v)", id, ids(leased))
+	return ""
+}
+
+// mustLost wants ErrLeaseLost.
+func mustLost(t T, err error, what string) {
+	t.Helper()
+	if !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Errorf("%s: %v, want ErrLeaseLost", what, err)
+	}
+}
+
+func (k outboxKit) leaseTokens(t T) {
+	o, c := k.outbox(t), ctx(t)
+	a, b := NewDelivery(t), NewDelivery(t)
+	enqueue(t, c, o, a)
+	first := lease(t, c, o, 10, time.Hour)
+	enqueue(t, c, o, b)
+	second := lease(t, c, o, 10, time.Hour)
+	if len(first) != 1 || len(second) != 1 {
+		t.Fatalf("Leases returned %v and %v", ids(first), ids(second))
+	}
+	if first[0].LeaseToken == "" || second[0].LeaseToken == "" {
+		t.Fatalf("leased deliveries without a LeaseToken: %q, %q", first[0].LeaseToken, second[0].LeaseToken)
+	}
+	if first[0].LeaseToken == second[0].LeaseToken {
+		t.Errorf("two Leases handed out the same token %q", first[0].LeaseToken)
+	}
+	mustLost(t, o.Renew(c, a.ID, second[0].LeaseToken, time.Hour), "Renew with another lease's token")
+	mustLost(t, o.Renew(c, a.ID, "", time.Hour), "Renew without a token")
+	mustLost(t, o.Release(c, a.ID, ""), "Release without a token")
+}
+
+func (tm *timed) renewExtends(t T) {
+	c := tm.c
+	mustOK(t, tm.renewErr, "set-up (Lease, then Renew for an hour)")
+	if len(tm.renewFirst) != 1 {
+		t.Fatalf("first Lease returned %v", ids(tm.renewFirst))
+	}
+	tm.wait()
+	if got := lease(t, c, tm.renew, 10, time.Minute); len(got) != 0 {
+		t.Fatalf("Lease after the first lease ran out returned %v: Renew did not extend it", ids(got))
+	}
+	mustState(t, c, tm.renew, tm.renewD.ID, outbox.Pending, 0, "", "renewed delivery")
+	mustOK(t, tm.renew.Delivered(c, tm.renewD.ID, tm.renewFirst[0].LeaseToken), "Delivered by the renewing worker")
+}
+
+// expire leases d for a millisecond and waits until that ran out.
+func expire(t T, c context.Context, o outbox.Store, id string) string {
+	t.Helper()
+	got := lease(t, c, o, 10, time.Millisecond)
+	tok := token(t, got, id)
+	time.Sleep(20 * time.Millisecond)
+	return tok
+}
+
+func (k outboxKit) renewExpiredNotTaken(t T) {
+	o, c := k.outbox(t), ctx(t)
+	d := NewDelivery(t)
+	enqueue(t, c, o, d)
+	tok := expire(t, c, o, d.ID)
+	mustOK(t, o.Renew(c, d.ID, tok, time.Hour), "Renew of a lease that ran out, not taken over")
+	if got := lease(t, c, o, 10, time.Minute); len(got) != 0 {
+		t.Errorf("Lease after the renewal returned %v", ids(got))
+	}
+}
+
+func (k outboxKit) releaseHandsBack(t T) {
+	o, c := k.outbox(t), ctx(t)
+	d := NewDelivery(t)
+	enqueue(t, c, o, d)
+	first := lease(t, c, o, 10, time.Hour)
+	mustOK(t, o.Retry(c, d.ID, token(t, first, d.ID), time.Now().Add(-time.Second), "HTTP 503"), "Retry")
+	second := lease(t, c, o, 10, time.Hour)
+	tok := token(t, second, d.ID)
+	mustOK(t, o.Release(c, d.ID, tok), "Release")
+	third := lease(t, c, o, 10, time.Hour)
+	if len(third) != 1 || third[0].ID != d.ID {
+		t.Fatalf("Lease after Release returned %v, want [%s] at once", ids(third), d.ID)
+	}
+	if third[0].Attempts != 1 || third[0].LastError != "HTTP 503" {
+		t.Errorf("after Release: attempts %d, last error %q; want 1 and %q (a release is no attempt)",
+			third[0].Attempts, third[0].LastError, "HTTP 503")
+	}
+	mustLost(t, o.Release(c, d.ID, tok), "Release with the released lease's token")
+	if got := lease(t, c, o, 10, time.Hour); len(got) != 0 {
+		t.Errorf("Lease after a stale Release returned %v: it released the new holder's lease", ids(got))
+	}
+}
+
+func (k outboxKit) fencingStaleToken(t T) {
+	o, c := k.outbox(t), ctx(t)
+	d := NewDelivery(t)
+	enqueue(t, c, o, d)
+	stale := expire(t, c, o, d.ID)
+	taken := lease(t, c, o, 10, time.Hour)
+	fresh := token(t, taken, d.ID)
+	if fresh == stale {
+		t.Fatalf("the takeover got the stale token %q", stale)
+	}
+	mustLost(t, o.Renew(c, d.ID, stale, time.Hour), "stale Renew")
+	mustLost(t, o.Release(c, d.ID, stale), "stale Release")
+	mustLost(t, o.Delivered(c, d.ID, stale), "stale Delivered")
+	mustLost(t, o.Retry(c, d.ID, stale, time.Now().Add(-time.Second), "stale"), "stale Retry")
+	mustLost(t, o.GiveUp(c, d.ID, stale, "stale"), "stale GiveUp")
+	mustState(t, c, o, d.ID, outbox.Pending, 0, "", "after the stale worker's calls")
+	if got := lease(t, c, o, 10, time.Hour); len(got) != 0 {
+		t.Errorf("Lease while the new holder holds it returned %v", ids(got))
+	}
+	mustOK(t, o.Renew(c, d.ID, fresh, time.Hour), "the new holder's Renew")
+	mustOK(t, o.Delivered(c, d.ID, fresh), "the new holder's Delivered")
+	mustState(t, c, o, d.ID, outbox.Delivered, 1, "", "after the new holder's Delivered")
 }

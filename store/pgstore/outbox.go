@@ -28,7 +28,7 @@ const outboxColumns = `id, partner, message_id, url, header, body, attempts, nex
 
 type outboxQueries struct {
 	enqueue, lease, delivered, retry, giveUp, get, pending string
-	listPending, retryNow                                  string
+	listPending, retryNow, renew, release                  string
 }
 
 func buildOutboxQueries(schema string) outboxQueries {
@@ -47,18 +47,25 @@ VALUES ($1, $2, $3, $4, $5::jsonb, $6, 'pending', 0, now(), coalesce($7::timesta
 	WHERE state = 'pending' AND next_attempt <= now() AND (leased_until IS NULL OR leased_until <= now())
 	ORDER BY next_attempt, id LIMIT $1
 	FOR UPDATE SKIP LOCKED)
-UPDATE ` + t + ` AS o SET leased_until = now() + $2::bigint * interval '1 microsecond', updated = now()
+UPDATE ` + t + ` AS o SET leased_until = now() + $2::bigint * interval '1 microsecond', lease_token = $3,
+	updated = now()
 FROM due WHERE o.id = due.id
 RETURNING ` + prefixed("o.", outboxColumns),
+		// The outcomes are fenced: $2 is the lease token the worker holds
+		// (empty: an operator, unchecked).
 		delivered: `UPDATE ` + t + ` SET state = 'delivered', attempts = attempts + 1, last_error = '',
-	leased_until = NULL, updated = now()
-WHERE id = $1 AND state = 'pending'`,
-		retry: `UPDATE ` + t + ` SET attempts = attempts + 1, next_attempt = $2, last_error = $3,
-	leased_until = NULL, updated = now()
-WHERE id = $1 AND state = 'pending'`,
-		giveUp: `UPDATE ` + t + ` SET state = 'gave-up', attempts = attempts + 1, last_error = $2,
-	leased_until = NULL, updated = now()
-WHERE id = $1 AND state = 'pending'`,
+	leased_until = NULL, lease_token = '', updated = now()
+WHERE id = $1 AND state = 'pending' AND ($2 = '' OR lease_token = $2)`,
+		retry: `UPDATE ` + t + ` SET attempts = attempts + 1, next_attempt = $3, last_error = $4,
+	leased_until = NULL, lease_token = '', updated = now()
+WHERE id = $1 AND state = 'pending' AND ($2 = '' OR lease_token = $2)`,
+		giveUp: `UPDATE ` + t + ` SET state = 'gave-up', attempts = attempts + 1, last_error = $3,
+	leased_until = NULL, lease_token = '', updated = now()
+WHERE id = $1 AND state = 'pending' AND ($2 = '' OR lease_token = $2)`,
+		renew: `UPDATE ` + t + ` SET leased_until = now() + $3::bigint * interval '1 microsecond', updated = now()
+WHERE id = $1 AND state = 'pending' AND $2 <> '' AND lease_token = $2`,
+		release: `UPDATE ` + t + ` SET leased_until = NULL, lease_token = '', updated = now()
+WHERE id = $1 AND state = 'pending' AND $2 <> '' AND lease_token = $2`,
 		get:         `SELECT ` + outboxColumns + ` FROM ` + t + ` WHERE id = $1`,
 		pending:     `SELECT count(*), min(created) FROM ` + t + ` WHERE state = 'pending'`,
 		listPending: `SELECT ` + outboxColumns + ` FROM ` + t + ` WHERE state = 'pending' ORDER BY next_attempt, id LIMIT $1`,
@@ -115,7 +122,8 @@ func (o *Outbox) Lease(ctx context.Context, limit int, lease time.Duration) ([]o
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := o.pool.Query(ctx, o.q.lease, limit, ceilUS(lease))
+	token := outbox.NewLeaseToken()
+	rows, err := o.pool.Query(ctx, o.q.lease, limit, ceilUS(lease), token)
 	if err != nil {
 		return nil, wrap("outbox lease", err)
 	}
@@ -123,28 +131,42 @@ func (o *Outbox) Lease(ctx context.Context, limit int, lease time.Duration) ([]o
 	if err != nil {
 		return nil, wrap("outbox lease", err)
 	}
+	for i := range out {
+		out[i].LeaseToken = token
+	}
 	// RETURNING has no order of its own.
 	outbox.SortDue(out)
 	return out, nil
 }
 
+// Renew implements outbox.Store: the lease runs on the database clock.
+func (o *Outbox) Renew(ctx context.Context, id, token string, lease time.Duration) error {
+	return o.finish(ctx, "renew", id, o.q.renew, id, token, ceilUS(lease))
+}
+
+// Release implements outbox.Store.
+func (o *Outbox) Release(ctx context.Context, id, token string) error {
+	return o.finish(ctx, "release", id, o.q.release, id, token)
+}
+
 // Delivered implements outbox.Store.
-func (o *Outbox) Delivered(ctx context.Context, id string) error {
-	return o.finish(ctx, "delivered", id, o.q.delivered, id)
+func (o *Outbox) Delivered(ctx context.Context, id, token string) error {
+	return o.finish(ctx, "delivered", id, o.q.delivered, id, token)
 }
 
 // Retry implements outbox.Store.
-func (o *Outbox) Retry(ctx context.Context, id string, next time.Time, lastErr string) error {
-	return o.finish(ctx, "retry", id, o.q.retry, id, next, lastErr)
+func (o *Outbox) Retry(ctx context.Context, id, token string, next time.Time, lastErr string) error {
+	return o.finish(ctx, "retry", id, o.q.retry, id, token, next, lastErr)
 }
 
 // GiveUp implements outbox.Store.
-func (o *Outbox) GiveUp(ctx context.Context, id string, lastErr string) error {
-	return o.finish(ctx, "give up", id, o.q.giveUp, id, lastErr)
+func (o *Outbox) GiveUp(ctx context.Context, id, token string, lastErr string) error {
+	return o.finish(ctx, "give up", id, o.q.giveUp, id, token, lastErr)
 }
 
 // finish runs an update of a pending delivery; when it changes nothing, the
-// delivery is unknown (ErrNotFound) or no longer pending.
+// delivery is unknown (ErrNotFound), no longer pending, or leased under
+// another token (ErrLeaseLost).
 func (o *Outbox) finish(ctx context.Context, op, id, query string, args ...any) error {
 	tag, err := o.pool.Exec(ctx, query, args...)
 	if err != nil {
@@ -156,6 +178,9 @@ func (o *Outbox) finish(ctx context.Context, op, id, query string, args ...any) 
 	_, st, err := o.Get(ctx, id)
 	if err != nil {
 		return err
+	}
+	if st == outbox.Pending {
+		return fmt.Errorf("pgstore: outbox %s: delivery %s: %w", op, id, outbox.ErrLeaseLost)
 	}
 	return fmt.Errorf("pgstore: outbox %s: delivery %s is %s, not pending", op, id, st)
 }

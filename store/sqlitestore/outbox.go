@@ -31,24 +31,33 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ` + nowMS + `, coalesce(?7, ` + no
 
 	// outboxLeaseSQL is one statement: SQLite runs it under its write lock,
 	// so two workers (or processes) never lease the same delivery.
-	outboxLeaseSQL = `UPDATE outbox_deliveries SET leased_until = ` + nowMS + ` + ?2, updated = ` + nowMS + `
+	outboxLeaseSQL = `UPDATE outbox_deliveries SET leased_until = ` + nowMS + ` + ?2, lease_token = ?3,
+	updated = ` + nowMS + `
 WHERE id IN (
 	SELECT id FROM outbox_deliveries
 	WHERE state = 'pending' AND next_attempt <= ` + nowMS + ` AND leased_until <= ` + nowMS + `
 	ORDER BY next_attempt, id LIMIT ?1)
 RETURNING ` + outboxColumns
 
+	// The outcomes are fenced: ?2 is the lease token the worker holds
+	// (empty: an operator, unchecked).
 	outboxDeliveredSQL = `UPDATE outbox_deliveries SET state = 'delivered', attempts = attempts + 1, last_error = '',
-	leased_until = 0, updated = ` + nowMS + `
-WHERE id = ?1 AND state = 'pending'`
+	leased_until = 0, lease_token = '', updated = ` + nowMS + `
+WHERE id = ?1 AND state = 'pending' AND (?2 = '' OR lease_token = ?2)`
 
-	outboxRetrySQL = `UPDATE outbox_deliveries SET attempts = attempts + 1, next_attempt = ?2, last_error = ?3,
-	leased_until = 0, updated = ` + nowMS + `
-WHERE id = ?1 AND state = 'pending'`
+	outboxRetrySQL = `UPDATE outbox_deliveries SET attempts = attempts + 1, next_attempt = ?3, last_error = ?4,
+	leased_until = 0, lease_token = '', updated = ` + nowMS + `
+WHERE id = ?1 AND state = 'pending' AND (?2 = '' OR lease_token = ?2)`
 
-	outboxGiveUpSQL = `UPDATE outbox_deliveries SET state = 'gave-up', attempts = attempts + 1, last_error = ?2,
-	leased_until = 0, updated = ` + nowMS + `
-WHERE id = ?1 AND state = 'pending'`
+	outboxGiveUpSQL = `UPDATE outbox_deliveries SET state = 'gave-up', attempts = attempts + 1, last_error = ?3,
+	leased_until = 0, lease_token = '', updated = ` + nowMS + `
+WHERE id = ?1 AND state = 'pending' AND (?2 = '' OR lease_token = ?2)`
+
+	outboxRenewSQL = `UPDATE outbox_deliveries SET leased_until = ` + nowMS + ` + ?3, updated = ` + nowMS + `
+WHERE id = ?1 AND state = 'pending' AND ?2 <> '' AND lease_token = ?2`
+
+	outboxReleaseSQL = `UPDATE outbox_deliveries SET leased_until = 0, lease_token = '', updated = ` + nowMS + `
+WHERE id = ?1 AND state = 'pending' AND ?2 <> '' AND lease_token = ?2`
 )
 
 // Outbox is the durable outbox.Store in the store's database. Enqueue makes a
@@ -102,7 +111,8 @@ func (o *Outbox) Lease(ctx context.Context, limit int, lease time.Duration) ([]o
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := o.db.QueryContext(ctx, outboxLeaseSQL, limit, ceilMS(lease))
+	token := outbox.NewLeaseToken()
+	rows, err := o.db.QueryContext(ctx, outboxLeaseSQL, limit, ceilMS(lease), token)
 	if err != nil {
 		return nil, wrap("outbox lease", err)
 	}
@@ -110,28 +120,42 @@ func (o *Outbox) Lease(ctx context.Context, limit int, lease time.Duration) ([]o
 	if err != nil {
 		return nil, wrap("outbox lease", err)
 	}
+	for i := range out {
+		out[i].LeaseToken = token
+	}
 	// RETURNING has no order of its own.
 	outbox.SortDue(out)
 	return out, nil
 }
 
+// Renew implements outbox.Store: the lease runs on SQLite's clock.
+func (o *Outbox) Renew(ctx context.Context, id, token string, lease time.Duration) error {
+	return o.finish(ctx, "renew", id, outboxRenewSQL, id, token, ceilMS(lease))
+}
+
+// Release implements outbox.Store.
+func (o *Outbox) Release(ctx context.Context, id, token string) error {
+	return o.finish(ctx, "release", id, outboxReleaseSQL, id, token)
+}
+
 // Delivered implements outbox.Store.
-func (o *Outbox) Delivered(ctx context.Context, id string) error {
-	return o.finish(ctx, "delivered", id, outboxDeliveredSQL, id)
+func (o *Outbox) Delivered(ctx context.Context, id, token string) error {
+	return o.finish(ctx, "delivered", id, outboxDeliveredSQL, id, token)
 }
 
 // Retry implements outbox.Store.
-func (o *Outbox) Retry(ctx context.Context, id string, next time.Time, lastErr string) error {
-	return o.finish(ctx, "retry", id, outboxRetrySQL, id, next.UnixMilli(), lastErr)
+func (o *Outbox) Retry(ctx context.Context, id, token string, next time.Time, lastErr string) error {
+	return o.finish(ctx, "retry", id, outboxRetrySQL, id, token, next.UnixMilli(), lastErr)
 }
 
 // GiveUp implements outbox.Store.
-func (o *Outbox) GiveUp(ctx context.Context, id string, lastErr string) error {
-	return o.finish(ctx, "give up", id, outboxGiveUpSQL, id, lastErr)
+func (o *Outbox) GiveUp(ctx context.Context, id, token string, lastErr string) error {
+	return o.finish(ctx, "give up", id, outboxGiveUpSQL, id, token, lastErr)
 }
 
 // finish runs an update of a pending delivery; when it changes nothing, the
-// delivery is unknown (ErrNotFound) or no longer pending.
+// delivery is unknown (ErrNotFound), no longer pending, or leased under
+// another token (ErrLeaseLost).
 func (o *Outbox) finish(ctx context.Context, op, id, query string, args ...any) error {
 	res, err := o.db.ExecContext(ctx, query, args...)
 	if err != nil {
@@ -147,6 +171,9 @@ func (o *Outbox) finish(ctx context.Context, op, id, query string, args ...any) 
 	_, st, err := o.Get(ctx, id)
 	if err != nil {
 		return err
+	}
+	if st == outbox.Pending {
+		return fmt.Errorf("sqlitestore: outbox %s: delivery %s: %w", op, id, outbox.ErrLeaseLost)
 	}
 	return fmt.Errorf("sqlitestore: outbox %s: delivery %s is %s, not pending", op, id, st)
 }
