@@ -124,9 +124,9 @@ func newOutboxFleet(t *testing.T, delay func(n int) time.Duration) *outboxFleet 
 	}
 	pem, _ := os.ReadFile(demoPath(t, "partners/demo-partner.pem"))
 	yml, _ := os.ReadFile(demoPath(t, "partners/demo.yaml"))
-	yml = bytes.Replace(yml, []byte("http://127.0.0.1:9090/mdn"), []byte(mdnURL), 1)
+	yml = bytes.Replace(yml, []byte("http://127.0.0.1:8078/mdn"), []byte(mdnURL), 1)
 	if !bytes.Contains(yml, []byte(mdnURL)) {
-		t.Fatal("the demo partner no longer lists http://127.0.0.1:9090/mdn in as2.async_mdn_urls")
+		t.Fatal("the demo partner no longer lists http://127.0.0.1:8078/mdn in as2.async_mdn_urls")
 	}
 	if err := os.WriteFile(filepath.Join(f.partners, "demo-partner.pem"), pem, 0o600); err != nil {
 		t.Fatal(err)
