@@ -120,7 +120,10 @@ func TestSlowHandlerKeepsClaimAndLeaksNothing(t *testing.T) {
 		}
 		// Short exchanges beside it start and end their own keepers.
 		wg.Add(1)
-		go func() { defer wg.Done(); p.Process(context.Background(), proto.inbound("acme", "other@acme"+time.Now().String(), "x")) }()
+		go func() {
+			defer wg.Done()
+			p.Process(context.Background(), proto.inbound("acme", "other@acme"+time.Now().String(), "x"))
+		}()
 		time.Sleep(200 * time.Millisecond)
 	}
 	wg.Wait()
