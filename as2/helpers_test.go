@@ -226,6 +226,8 @@ type envOptions struct {
 	// in the server and cmd tests; GATEWAY_TEST_STREAM_THRESHOLD=-1 runs
 	// this suite on it).
 	streamThreshold int64
+	// lease is the store's and the pipeline's lease (default a minute).
+	lease time.Duration
 }
 
 type syncBuffer struct {
@@ -283,13 +285,16 @@ func newEnv(t testing.TB, o envOptions) *env {
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h := &countingInbox{dir: inbox.Dir{Root: filepath.Join(root, "inbox")}, runs: map[string]int{}, got: map[string][][]byte{}}
-	pl := &exchange.Pipeline{Handler: h, Log: log, Lease: time.Minute, Quarantine: filepath.Join(root, "quarantine")}
+	if o.lease == 0 {
+		o.lease = time.Minute
+	}
+	pl := &exchange.Pipeline{Handler: h, Log: log, Lease: o.lease, Quarantine: filepath.Join(root, "quarantine")}
 	var st *sqlitestore.Store
 	var ob outbox.Store
 	if o.memory {
 		log = slog.New(slog.DiscardHandler)
 		pl.Log = log
-		mem := dedup.NewMemoryStore(dedup.Options{Lease: time.Minute})
+		mem := dedup.NewMemoryStore(dedup.Options{Lease: o.lease})
 		pl.Store = mem
 		if o.ledger {
 			pl.Ledger = mem
@@ -298,7 +303,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		ob = outbox.NewMemory()
 	} else {
 		var err error
-		st, err = sqlitestore.Open(context.Background(), filepath.Join(root, "gateway.db"), dedup.Options{Lease: time.Minute})
+		st, err = sqlitestore.Open(context.Background(), filepath.Join(root, "gateway.db"), dedup.Options{Lease: o.lease})
 		if err != nil {
 			t.Fatal(err)
 		}

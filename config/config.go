@@ -37,8 +37,13 @@ type Config struct {
 	// Store is memory:, sqlite:PATH or postgres://….
 	Store string `mapstructure:"store"`
 	// Lease is how long a claim holds a message before another delivery may
-	// take it over; the handler must finish within it.
+	// take it over, unless its holder renews it: a live gateway renews the
+	// claims of every exchange it runs each LeaseHeartbeat, so the lease
+	// only says how soon a dead gateway's messages are processed elsewhere.
 	Lease time.Duration `mapstructure:"lease"`
+	// LeaseHeartbeat is how often the claims of a running exchange are
+	// renewed (0: a third of the lease).
+	LeaseHeartbeat time.Duration `mapstructure:"lease_heartbeat"`
 	// InFlightRetryAfter is the Retry-After sent to a delivery whose message
 	// another delivery is processing: "auto" (an estimate from recent
 	// handler times) or a duration; never more than the lease left.
@@ -391,7 +396,8 @@ var defaults = map[string]any{
 	"tls.cert":                       "",
 	"tls.key":                        "",
 	"store":                          "sqlite:var/gateway.db",
-	"lease":                          5 * time.Minute,
+	"lease":                          30 * time.Second,
+	"lease_heartbeat":                time.Duration(0),
 	"in_flight_retry_after":          "auto",
 	"retention":                      90 * 24 * time.Hour,
 	"purge_interval":                 time.Hour,
@@ -644,6 +650,9 @@ func (c *Config) validate() error {
 	if c.Lease < time.Second {
 		errs = append(errs, fmt.Errorf("lease: %s is shorter than 1s", c.Lease))
 	}
+	if hb := c.LeaseHeartbeat; hb != 0 && (hb < 100*time.Millisecond || hb > c.Lease/2) {
+		errs = append(errs, fmt.Errorf("lease_heartbeat: %s is not between 100ms and half the lease (%s), so that a renewal that fails is retried before the lease runs out (0: a third of the lease)", hb, c.Lease/2))
+	}
 	if _, err := c.InFlightRetryAfterFixed(); err != nil {
 		errs = append(errs, err)
 	}
@@ -661,7 +670,7 @@ func (c *Config) validate() error {
 		if c.legacyHandler {
 			errs = append(errs, errors.New("handler and handlers are both set: move the handler into handlers (a last entry without match)"))
 		}
-		errs = append(errs, validateRoutes(c.Handlers, c.Lease)...)
+		errs = append(errs, validateRoutes(c.Handlers, c.Limits.WriteTimeout)...)
 	}
 	errs = append(errs, checkKeys("identity.keys", c.Identity.Keys)...)
 	as2IDs, parties := map[string]bool{}, map[string]bool{}
@@ -796,7 +805,12 @@ func (a *Admin) validate() []error {
 
 var routeName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 
-func validateRoutes(routes []Route, lease time.Duration) []error {
+// validateRoutes checks the handler routes. A handler's timeout must be
+// below limits.write_timeout (writeTimeout; any positive value when that is
+// 0): the partner's reply is written after the handler finished, within
+// that time of the request. The lease no longer bounds it: the claim is
+// renewed while the handler runs.
+func validateRoutes(routes []Route, writeTimeout time.Duration) []error {
 	var errs []error
 	seen := map[string]int{}
 	catchAll := -1
@@ -863,8 +877,8 @@ func validateRoutes(routes []Route, lease time.Duration) []error {
 					bad("http.url: holds a password; put the credential in the environment variable named by http.auth_header_env")
 				}
 			}
-			if h.Timeout < 0 || h.Timeout >= lease {
-				bad("http.timeout: %s is not between 0 and the lease (%s), within which the handler must finish", h.Timeout, lease)
+			if h.Timeout < 0 || writeTimeout > 0 && h.Timeout >= writeTimeout {
+				bad("http.timeout: %s is not between 0 and limits.write_timeout (%s), within which the partner's reply is written after the handler", h.Timeout, writeTimeout)
 			}
 			if (h.CertFile == "") != (h.KeyFile == "") {
 				bad("http.cert_file and http.key_file must be set together")
@@ -883,8 +897,8 @@ func validateRoutes(routes []Route, lease time.Duration) []error {
 			if len(e.Command) == 0 || e.Command[0] == "" {
 				bad("exec.command: required (the program and its arguments as a list; no shell)")
 			}
-			if e.Timeout < 0 || e.Timeout >= lease {
-				bad("exec.timeout: %s is not between 0 and the lease (%s), within which the handler must finish", e.Timeout, lease)
+			if e.Timeout < 0 || writeTimeout > 0 && e.Timeout >= writeTimeout {
+				bad("exec.timeout: %s is not between 0 and limits.write_timeout (%s), within which the partner's reply is written after the handler", e.Timeout, writeTimeout)
 			}
 			if e.MaxOutputBytes < 0 {
 				bad("exec.max_output_bytes: negative")

@@ -98,8 +98,10 @@ func TestHandlersConfigErrors(t *testing.T) {
 		{"handlers:\n  - name: a\n    match: {protocol: as2, service: x}\n    type: dir\n    dir: {inbox: in}\n" + last, "AS4 values"},
 		{"handlers:\n  - name: a\n    match: {content_type: edifact}\n    type: dir\n    dir: {inbox: in}\n" + last, "not a media type pattern"},
 		{"handler:\n  inbox: in\nhandlers:\n" + last, "handler and handlers are both set"},
-		{"lease: 1m\nhandlers:\n  - name: a\n    type: http\n    http: {url: \"https://erp/in\", timeout: 1m}\n", "http.timeout: 1m0s is not between 0 and the lease (1m0s)"},
-		{"lease: 1m\nhandlers:\n  - name: a\n    type: exec\n    exec: {command: [x], timeout: 2m}\n", "exec.timeout: 2m0s is not between 0 and the lease"},
+		{"limits: {write_timeout: 1m}\nhandlers:\n  - name: a\n    type: http\n    http: {url: \"https://erp/in\", timeout: 1m}\n", "http.timeout: 1m0s is not between 0 and limits.write_timeout (1m0s)"},
+		{"limits: {write_timeout: 1m}\nhandlers:\n  - name: a\n    type: exec\n    exec: {command: [x], timeout: 2m}\n", "exec.timeout: 2m0s is not between 0 and limits.write_timeout"},
+		{"lease_heartbeat: 20s\n", "lease_heartbeat: 20s is not between 100ms and half the lease (15s)"},
+		{"lease_heartbeat: 10ms\n", "lease_heartbeat: 10ms is not between 100ms"},
 		{"handlers:\n  - name: a\n    type: exec\n    exec: {command: [x], env: [GATEWAY_STORE]}\n", "exec.env: GATEWAY_STORE: GATEWAY_ names"},
 		{"handlers:\n  - name: a\n    type: exec\n    exec: {command: [x], env: [\"A=B\"]}\n", `exec.env: "A=B" is not`},
 	} {
@@ -114,5 +116,22 @@ func TestHandlersConfigErrors(t *testing.T) {
 	t.Setenv("GATEWAY_HANDLER_INBOX", "/srv/inbox")
 	if _, err := Load(write(t, "handlers:\n"+last)); err == nil || !strings.Contains(err.Error(), "both set") {
 		t.Errorf("GATEWAY_HANDLER_INBOX with handlers: %v", err)
+	}
+}
+
+// TestHandlerTimeoutBeyondLease: a handler may run longer than the lease
+// (the claim is renewed while it runs); its timeout is bounded by
+// limits.write_timeout instead.
+func TestHandlerTimeoutBeyondLease(t *testing.T) {
+	c, err := Load(write(t, "lease: 3s\nhandlers:\n  - name: a\n    type: exec\n    exec: {command: [x], timeout: 10s}\n"))
+	if err != nil {
+		t.Fatalf("exec.timeout 10s under lease 3s: %v", err)
+	}
+	if c.Lease != 3*time.Second || c.LeaseHeartbeat != 0 {
+		t.Errorf("lease %v, lease_heartbeat %v", c.Lease, c.LeaseHeartbeat)
+	}
+	c, err = Load(write(t, "handlers:\n  - name: a\n    type: http\n    http: {url: \"https://erp/in\"}\n"))
+	if err != nil || c.Lease != 30*time.Second {
+		t.Fatalf("default lease: %v %v, want 30s", c, err)
 	}
 }

@@ -250,3 +250,39 @@ func (s *MemoryStore) ClaimRecord(ctx context.Context, key Key) (ClaimRecord, er
 	return ClaimRecord{Key: key, State: r.state.String(), PayloadSHA256: r.payload, FirstSeen: r.firstSeen,
 		Reply: append([]byte(nil), r.reply...)}, nil
 }
+
+// RenewClaims implements Renewer: every claim still held by its token gets
+// the lease from now, under one lock.
+func (s *MemoryStore) RenewClaims(ctx context.Context, claims []HeldClaim) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("dedup: renew: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	until := s.now().Add(s.lease)
+	lost := 0
+	for _, c := range claims {
+		var row *claimRow
+		if c.Interchange {
+			if r, ok := s.ledger[c.Key]; ok {
+				row = &r.claimRow
+			}
+		} else if r, ok := s.rows[c.Key]; ok {
+			row = &r.claimRow
+		}
+		if row == nil || !row.heldBy(c.Token) {
+			lost++
+			continue
+		}
+		row.leaseUntil = until
+	}
+	if lost > 0 {
+		return fmt.Errorf("dedup: renew: %d of %d claims no longer held: %w", lost, len(claims), ErrStaleClaim)
+	}
+	return nil
+}
+
+var _ Renewer = (*MemoryStore)(nil)

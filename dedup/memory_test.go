@@ -216,3 +216,10 @@ func TestNewToken(t *testing.T) {
 		seen[tok] = true
 	}
 }
+
+func TestMemoryStoreRenew(t *testing.T) {
+	t.Parallel()
+	deduptest.ExerciseRenew(t, func(t testing.TB, opts dedup.Options) dedup.Store {
+		return dedup.NewMemoryStore(opts)
+	})
+}

@@ -110,12 +110,39 @@ type Store interface {
 // Options are the settings every store takes.
 type Options struct {
 	// Lease is how long a claim holds a key before another delivery may take
-	// it over. Default 5 minutes.
+	// it over, unless its holder renews it (Renewer). Default 30 seconds.
 	Lease time.Duration
 }
 
-// DefaultLease is used when Options.Lease is zero.
-const DefaultLease = 5 * time.Minute
+// DefaultLease is used when Options.Lease is zero. It is short because a
+// live holder renews its claims while it works (Renewer): the lease only
+// says how soon a dead holder's claims are free again.
+const DefaultLease = 30 * time.Second
+
+// HeldClaim is one claim a delivery holds: a transport key of the Store, or
+// (Interchange set) a business interchange of the Ledger kept by the same
+// store.
+type HeldClaim struct {
+	Interchange bool
+	Key         Key
+	Token       Token
+}
+
+// Renewer is implemented by stores whose claims their holder can keep while
+// it works, however long that takes: a heartbeat renews them well before
+// their lease runs out, so that the lease can be short and a dead holder's
+// claims are free again soon.
+type Renewer interface {
+	// RenewClaims sets the lease of every claim in claims (transport keys
+	// and ledger interchanges together, in one statement or transaction) to
+	// the store's lease from now, each only if its token still holds it: the
+	// compare-and-set of Accept, so a holder whose lease ran out may renew
+	// as long as nobody took the key over. It returns an error wrapping
+	// ErrStaleClaim when any claim is no longer held (taken over after its
+	// lease, accepted or abandoned); the others are renewed all the same.
+	// Errors reaching the store wrap ErrUnavailable.
+	RenewClaims(ctx context.Context, claims []HeldClaim) error
+}
 
 // WithDefaults fills zero settings.
 func (o Options) WithDefaults() Options {

@@ -197,6 +197,7 @@ func (p *Pipeline) RetryAbandons(ctx context.Context) error {
 // abandonInterchange releases an interchange claim; a failure other than a
 // stale claim is kept for retry.
 func (p *Pipeline) abandonInterchange(ctx context.Context, key dedup.Key, token dedup.Token, lg *slog.Logger) {
+	keeperFrom(ctx).stop()
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := p.Ledger.AbandonInterchange(actx, key, token); err != nil {

@@ -173,6 +173,7 @@ func (p *Pipeline) acceptAtomic(ctx context.Context, m *Message, token dedup.Tok
 	if a == nil {
 		return p.accept(ctx, m, token, held, reply, rec, lg, decision)
 	}
+	keeperFrom(ctx).stop() // the accept decides: no renewal may race it
 	stored, err := EncodeReply(reply)
 	if err != nil {
 		for _, h := range held {

@@ -141,12 +141,13 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 				lg.Warn("interchange reference reused after its dedup window; processed as new", "reference", pic.ic.Reference, "standard", pic.ic.Standard)
 			}
 			held = append(held, heldInterchange{pic.ic.Key, d.Token})
+			keeperFrom(ctx).hold(pic.ic.Key, d.Token)
 			p.auditBestEffortTo(ctx, decided, r, audit.StepDecision, decision, "", nil)
 		case dedup.InFlight:
 			release()
 			p.Stats.InFlight.Add(1)
 			p.auditBestEffort(ctx, r, audit.StepDecision, "in-flight-interchange", "", nil)
-			reply := retryLater(p.inFlightRetryAfter(d.RetryAfter), "interchange in flight")
+			reply := retryLater(p.inFlightRetryAfter(d.RetryAfter, p.heldFor(d)), "interchange in flight")
 			return nil, nil, &reply
 		case dedup.Duplicate:
 			if d.PayloadSHA256 != "" && d.PayloadSHA256 != pic.hash {
@@ -162,10 +163,11 @@ func (p *Pipeline) claimInterchanges(ctx context.Context, in Inbound, ics []payl
 							reply := p.unavailable(ctx, r, err)
 							return nil, nil, &reply
 						}
-						reply := retryLater(p.inFlightRetryAfter(d2.RetryAfter), "interchange in flight")
+						reply := retryLater(p.inFlightRetryAfter(d2.RetryAfter, p.heldFor(d2)), "interchange in flight")
 						return nil, nil, &reply
 					}
 					held = append(held, heldInterchange{pic.ic.Key, d2.Token})
+					keeperFrom(ctx).hold(pic.ic.Key, d2.Token)
 					continue
 				}
 				release()

@@ -153,9 +153,16 @@ type Pipeline struct {
 	Audit      audit.Sink
 	Handler    Handler
 	Log        *slog.Logger
-	// Lease is the store's lease; the handler's context ends a margin before
-	// it, so that a slow handler cannot outlive its claim.
-	Lease time.Duration
+	// Lease is the store's lease (dedup.DefaultLease when zero). While an
+	// exchange runs, its claims are renewed every LeaseHeartbeat (a third of
+	// the lease when zero) if the store is a dedup.Renewer, so the handler
+	// may run longer than the lease; when a renewal finds a claim taken over,
+	// the exchange's context ends (ErrClaimLost).
+	Lease          time.Duration
+	LeaseHeartbeat time.Duration
+	// HandlerTimeout, when positive, bounds a Handler's run (a route's own
+	// timeout may end it sooner).
+	HandlerTimeout time.Duration
 	// UnavailableRetryAfter is sent with 503 when the store cannot be reached.
 	UnavailableRetryAfter time.Duration
 	Now                   func() time.Time
@@ -271,7 +278,7 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 	switch d.Outcome {
 	case dedup.InFlight:
 		p.Stats.InFlight.Add(1)
-		ra := p.inFlightRetryAfter(d.RetryAfter)
+		ra := p.inFlightRetryAfter(d.RetryAfter, p.heldFor(d))
 		reply := retryLater(ra, "in-flight")
 		p.auditBestEffort(ctx, rec, audit.StepDecision, "in-flight", "", nil)
 		p.auditBestEffort(ctx, rec, audit.StepReply, "", reply.Disposition, nil)
@@ -281,6 +288,9 @@ func (p *Pipeline) Process(ctx context.Context, in Inbound) Reply {
 		return p.duplicate(ctx, in, ics, d, hash, rec, lg)
 	case dedup.Claimed:
 		p.Stats.Claimed.Add(1)
+		var stop func()
+		ctx, stop = p.keepClaims(ctx, m.TransportKey, d.Token, lg)
+		defer stop()
 		if err := p.auditTo(ctx, decisionSink, rec, audit.StepDecision, claimDecision(d), "", nil); err != nil {
 			p.abandon(ctx, m, d.Token, lg)
 			return p.unavailable(ctx, rec, err)
@@ -306,8 +316,10 @@ func (p *Pipeline) duplicate(ctx context.Context, in Inbound, ics []payloadInter
 				return p.unavailable(ctx, rec, err)
 			}
 			if d2.Outcome != dedup.Claimed {
-				return retryLater(p.inFlightRetryAfter(d2.RetryAfter), "in-flight")
+				return retryLater(p.inFlightRetryAfter(d2.RetryAfter, p.heldFor(d2)), "in-flight")
 			}
+			ctx, stop := p.keepClaims(ctx, m.TransportKey, d2.Token, lg)
+			defer stop()
 			return p.claimed(ctx, in, ics, nil, d2.Token, rec, lg)
 		}
 		// The message drifted as a whole: all of its payloads are kept.
@@ -372,6 +384,13 @@ func (p *Pipeline) claimed(ctx context.Context, in Inbound, ics []payloadInterch
 	started := time.Now()
 	herr := p.runHandler(ctx, m)
 	p.HandlerTimes.Observe(time.Since(started))
+	if herr != nil && errors.Is(context.Cause(ctx), ErrClaimLost) {
+		// Another delivery holds the message now: it is processed there.
+		lg.Error("handler stopped: the claim was lost while it ran; no reply but 503", "decision", "claim-lost", "err", herr)
+		releaseInterchanges()
+		p.abandon(ctx, m, token, lg)
+		return p.unavailable(ctx, rec, context.Cause(ctx))
+	}
 	if herr != nil {
 		p.Stats.HandlerErrors.Add(1)
 		rec.Incident = NewIncident()
@@ -425,6 +444,7 @@ func (p *Pipeline) claimed(ctx context.Context, in Inbound, ics []payloadInterch
 // accept then fails, the partner's retransmission finds the interchange
 // accepted and gets a duplicate reply instead of a second handler run.
 func (p *Pipeline) accept(ctx context.Context, m *Message, token dedup.Token, held []heldInterchange, reply Reply, rec audit.Record, lg *slog.Logger, decision string) Reply {
+	keeperFrom(ctx).stop() // the accept decides: no renewal may race it
 	var ierr error
 	for _, h := range held {
 		// The handler processed every held interchange: each is accepted
@@ -474,16 +494,14 @@ func (p *Pipeline) accepted(ctx context.Context, sink audit.Sink, reply Reply, r
 	return reply
 }
 
-// runHandler calls the handler with a deadline inside the lease and turns a
-// panic into an error.
+// runHandler calls the handler and turns a panic into an error. Its ctx
+// ends after HandlerTimeout, when the partner hangs up, or when the
+// exchange's claims are lost (ErrClaimLost); not at the lease, which the
+// heartbeat renews while it runs.
 func (p *Pipeline) runHandler(ctx context.Context, m *Message) (err error) {
-	if p.Lease > 0 {
-		margin := p.Lease / 10
-		if margin > 30*time.Second {
-			margin = 30 * time.Second
-		}
+	if p.HandlerTimeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.Lease-margin)
+		ctx, cancel = context.WithTimeout(ctx, p.HandlerTimeout)
 		defer cancel()
 	}
 	defer func() {
@@ -500,6 +518,7 @@ func (p *Pipeline) runHandler(ctx context.Context, m *Message) (err error) {
 }
 
 func (p *Pipeline) abandon(ctx context.Context, m *Message, token dedup.Token, lg *slog.Logger) {
+	keeperFrom(ctx).stop()
 	// The request may have been cancelled; the release must still happen.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

@@ -2,6 +2,8 @@ package exchange
 
 import (
 	"slices"
+
+	"github.com/edigateway/gateway/dedup"
 	"sync"
 	"time"
 )
@@ -47,23 +49,33 @@ func (h *HandlerTimes) P95() time.Duration {
 }
 
 // inFlightRetryAfter is the Retry-After for a delivery whose key another
-// delivery holds with leaseLeft to run. With InFlightRetryAfter set it is
-// that value; otherwise (auto) the 95th percentile of recent handler runs,
-// or as long as the holder has already run when it is slower than that (so
-// a stuck holder is retried with growing gaps). Either way it is clamped to
-// [1s, leaseLeft]: after the lease the key can be taken over anyway.
-func (p *Pipeline) inFlightRetryAfter(leaseLeft time.Duration) time.Duration {
+// delivery has held for heldFor and holds with leaseLeft to run. With
+// InFlightRetryAfter set it is that value; otherwise (auto) the 95th
+// percentile of recent handler runs, or as long as the holder has already
+// run when it is slower than that (so a stuck holder is retried with
+// growing gaps). Either way it is clamped to [1s, leaseLeft]: after the
+// lease the key can be taken over if the holder did not renew it, and a
+// holder that renews it is asked about again by then.
+func (p *Pipeline) inFlightRetryAfter(leaseLeft, heldFor time.Duration) time.Duration {
 	est := p.InFlightRetryAfter
 	if est <= 0 {
-		est = p.HandlerTimes.P95()
-		if p.Lease > 0 && leaseLeft > 0 && leaseLeft <= p.Lease {
-			if ran := p.Lease - leaseLeft; ran > est {
-				est = ran
-			}
-		}
+		est = max(p.HandlerTimes.P95(), heldFor)
 	}
 	if leaseLeft > 0 && est > leaseLeft {
 		est = leaseLeft
 	}
 	return max(est, time.Second)
+}
+
+// heldFor is how long the holder of an in-flight claim has held it: since
+// its FirstSeen (the claim's time, on the store's clock), or, without one,
+// what its lease left says of a claim never renewed.
+func (p *Pipeline) heldFor(d dedup.Decision) time.Duration {
+	if !d.FirstSeen.IsZero() {
+		return max(p.now().Sub(d.FirstSeen), 0)
+	}
+	if p.Lease > 0 && d.RetryAfter > 0 && d.RetryAfter <= p.Lease {
+		return p.Lease - d.RetryAfter
+	}
+	return 0
 }

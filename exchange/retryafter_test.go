@@ -40,13 +40,21 @@ func TestInFlightRetryAfterRules(t *testing.T) {
 		{"configured value", &Pipeline{Lease: time.Minute, InFlightRetryAfter: 10 * time.Second}, time.Minute, 10 * time.Second},
 		{"configured value beyond the lease left", &Pipeline{Lease: time.Minute, InFlightRetryAfter: 10 * time.Second}, 4 * time.Second, 4 * time.Second},
 	} {
-		if got := tc.p.inFlightRetryAfter(tc.leaseLeft); got != tc.want {
+		if got := tc.p.inFlightRetryAfter(tc.leaseLeft, tc.p.Lease-tc.leaseLeft); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 	slow := &Pipeline{Lease: time.Minute}
 	slow.HandlerTimes.Observe(10 * time.Minute)
-	if got := slow.inFlightRetryAfter(20 * time.Second); got != 20*time.Second {
+	if got := slow.inFlightRetryAfter(20*time.Second, 40*time.Second); got != 20*time.Second {
 		t.Errorf("handler times beyond the lease: %v, want the lease left (20s)", got)
+	}
+	// A holder that renewed its claim has held it longer than the lease:
+	// the estimate follows how long it ran, never beyond the lease left.
+	if got := fast().inFlightRetryAfter(50*time.Second, 3*time.Minute); got != 50*time.Second {
+		t.Errorf("renewed holder that ran 3m: %v, want the lease left (50s)", got)
+	}
+	if got := fast().inFlightRetryAfter(58*time.Second, 7*time.Second); got != 7*time.Second {
+		t.Errorf("renewed holder that ran 7s: %v, want 7s", got)
 	}
 }

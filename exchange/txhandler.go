@@ -71,6 +71,7 @@ func (p *Pipeline) CheckTxHandler() error {
 func (p *Pipeline) claimedTx(ctx context.Context, in Inbound, token dedup.Token, held []heldInterchange,
 	release func(), rec audit.Record, lg *slog.Logger) Reply {
 	m := in.Message
+	keeperFrom(ctx).stop() // from here the accept transaction holds the claim
 	acc, ok := p.Store.(dedup.TxAcceptor)
 	if !ok {
 		release()

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -154,6 +156,17 @@ func timeStore(be dedup.Store, m *metrics.Metrics) dedup.Store {
 		return timedTxStore{t}
 	}
 	return t
+}
+
+// RenewClaims passes the renewal of an exchange's claims on (the gateway's
+// backends all renew), observed as op "renew".
+func (s timedStore) RenewClaims(ctx context.Context, claims []dedup.HeldClaim) error {
+	r, ok := s.Store.(dedup.Renewer)
+	if !ok {
+		return fmt.Errorf("server: store %T cannot renew claims: %w", s.Store, errors.ErrUnsupported)
+	}
+	defer s.observe("renew", time.Now())
+	return r.RenewClaims(ctx, claims)
 }
 
 // timedTxStore is a timedStore over a store with a transactional accept.

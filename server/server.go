@@ -156,7 +156,9 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 		txHandler = s.fault.wrapTxHandler(txHandler)
 	}
 	s.Pipeline = &exchange.Pipeline{Store: timeStore(be, s.Metrics), Audit: sink, Handler: handler, Log: log, Lease: cfg.Lease, Quarantine: cfg.QuarantineDir,
-		TxHandler: txHandler, AuditParts: parts}
+		TxHandler: txHandler, AuditParts: parts, LeaseHeartbeat: cfg.LeaseHeartbeat,
+		// The reply is written after the handler, within the write timeout.
+		HandlerTimeout: cfg.Limits.WriteTimeout}
 	s.Pipeline.InFlightRetryAfter, _ = cfg.InFlightRetryAfterFixed() // validated by config.Load
 	s.background = append(s.background, s.Pipeline.RetryAbandons)
 	if err := s.Pipeline.CheckTxHandler(); err != nil {

@@ -111,6 +111,7 @@ type Store struct {
 	lease  time.Duration
 	q      queries
 	lq     ledgerQueries
+	renew  string
 	audit  *AuditSink
 	outbox *Outbox
 
@@ -152,7 +153,7 @@ func Open(ctx context.Context, dsn string, opts dedup.Options, options ...Option
 		return nil, wrap("open", err)
 	}
 	s := &Store{pool: pool, schema: cfg.schema, lease: opts.WithDefaults().Lease, q: buildQueries(cfg.schema),
-		lq: buildLedgerQueries(cfg.schema)}
+		lq: buildLedgerQueries(cfg.schema), renew: renewQuery(cfg.schema)}
 	s.audit = newAuditSink(pool, cfg.schema)
 	s.outbox = &Outbox{pool: pool, q: buildOutboxQueries(cfg.schema)}
 	for _, m := range []struct {

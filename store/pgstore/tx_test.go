@@ -23,3 +23,11 @@ func TestAtomicContract(t *testing.T) {
 		return open(t, dsn, schema, opts)
 	})
 }
+
+func TestRenewContract(t *testing.T) {
+	t.Parallel()
+	deduptest.ExerciseRenew(t, func(t testing.TB, opts dedup.Options) dedup.Store {
+		dsn, schema := pgtest.Schema(t)
+		return open(t, dsn, schema, opts)
+	})
+}

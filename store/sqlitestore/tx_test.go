@@ -21,3 +21,10 @@ func TestAtomicContract(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "dedup.db"), opts)
 	})
 }
+
+func TestRenewContract(t *testing.T) {
+	t.Parallel()
+	deduptest.ExerciseRenew(t, func(t testing.TB, opts dedup.Options) dedup.Store {
+		return open(t, filepath.Join(t.TempDir(), "dedup.db"), opts)
+	})
+}
