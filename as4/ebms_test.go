@@ -13,10 +13,10 @@ import (
 func messagingOf(t *testing.T, soap string) (*Envelope, *etree.Element) {
 	t.Helper()
 	env, err := ReadMessage("application/soap+xml", strings.NewReader(soap), Limits{})
-	defer env.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer env.Close()
 	el, err := env.Messaging()
 	if err != nil {
 		t.Fatal(err)
@@ -237,10 +237,10 @@ func TestResolvePayloads(t *testing.T) {
 			m.partInfo, m.body = c.partInfo, c.body
 			ct, raw := multipartMessage("rb", m.envelope(), c.parts...)
 			env, err := ReadMessage(ct, strings.NewReader(string(raw)), Limits{})
-			defer env.Close()
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer env.Close()
 			el, _ := env.Messaging()
 			msg, err := ParseMessaging(el)
 			if err != nil {

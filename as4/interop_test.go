@@ -42,10 +42,10 @@ func splitHTTP(t testing.TB, raw []byte) (contentType string, body []byte) {
 func TestReadHolodeckMessage(t *testing.T) {
 	raw := interop.Read(t, "as4/as4-encrypted-signed-issuerserial.as4")
 	env, err := ReadMessage(holodeckContentType, bytes.NewReader(raw), Limits{})
-	defer env.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer env.Close()
 	if env.SOAPVersion != SOAP12 {
 		t.Errorf("SOAP version %s", env.SOAPVersion)
 	}
@@ -181,10 +181,10 @@ func TestReadPhase4Receipts(t *testing.T) {
 				}
 			}
 			env, err := ReadMessage(ct, bytes.NewReader(body), Limits{})
-			defer env.Close()
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer env.Close()
 			if len(env.Attachments) != 0 || env.SOAPVersion != SOAP12 {
 				t.Fatalf("attachments %d, version %s", len(env.Attachments), env.SOAPVersion)
 			}

@@ -34,10 +34,10 @@ func TestReadMessageGenerated(t *testing.T) {
 		testPart{cid: "payload-3@sender.example", contentType: "text/plain", cte: "quoted-printable", body: []byte(qp)},
 	)
 	env, err := ReadMessage(ct, bytes.NewReader(body), Limits{MaxParts: 4})
-	defer env.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer env.Close()
 	if len(env.Attachments) != 3 {
 		t.Fatalf("%d attachments", len(env.Attachments))
 	}
@@ -79,10 +79,10 @@ func TestReadMessageGenerated(t *testing.T) {
 	body2 := "--b2\r\nContent-Type: application/octet-stream\r\nContent-ID: <att@x>\r\n\r\nATT\r\n" +
 		"--b2\r\nContent-Type: application/soap+xml\r\nContent-ID: <root@x>\r\n\r\n" + envelopeXML(m.userMessageXML(), "") + "\r\n--b2--"
 	env2, err := ReadMessage(ct2, strings.NewReader(body2), Limits{})
-	defer env2.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer env2.Close()
 	if env2.Root.ContentID != "root@x" || len(env2.Attachments) != 1 || string(partBytes(t, &env2.Attachments[0])) != "ATT" {
 		t.Errorf("root %q, attachments %+v", env2.Root.ContentID, env2.Attachments)
 	}
@@ -90,9 +90,12 @@ func TestReadMessageGenerated(t *testing.T) {
 	ct3 := `multipart/related; boundary=b3`
 	body3 := "--b3\r\nContent-Type: application/soap+xml\r\n\r\n" + envelopeXML(m.userMessageXML(), "") + "\r\n--b3--\r\n"
 	env3, err := ReadMessage(ct3, strings.NewReader(body3), Limits{})
-	defer env3.Close()
-	if err != nil || len(env3.Attachments) != 0 {
+	if err != nil {
 		t.Fatalf("first-part root: %v", err)
+	}
+	defer env3.Close()
+	if len(env3.Attachments) != 0 {
+		t.Fatalf("first-part root: %d attachments", len(env3.Attachments))
 	}
 }
 
@@ -102,10 +105,10 @@ func TestReadBareSOAP(t *testing.T) {
 		`<Timestamp>2024-01-01T00:00:00</Timestamp><MessageId>m@x</MessageId></MessageInfo><PullRequest mpc="urn:mpc:a"/>` +
 		`</SignalMessage></Messaging></S:Header><S:Body/></S:Envelope>`
 	env, err := ReadMessage("text/xml; charset=utf-8", strings.NewReader(soap11), Limits{})
-	defer env.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer env.Close()
 	if env.SOAPVersion != SOAP11 || env.Root.ContentID != "" || env.Root.ContentType() != "text/xml; charset=utf-8" {
 		t.Errorf("version %s, root %+v", env.SOAPVersion, env.Root.Header)
 	}
@@ -180,8 +183,8 @@ func TestReadMessageRejects(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			env, err := ReadMessage(c.contentType, strings.NewReader(c.body), c.limits)
-			defer env.Close()
 			if err == nil {
+				env.Close()
 				t.Fatalf("accepted: %+v", env)
 			}
 			if got := CodeOf(err); got != c.code {
@@ -208,10 +211,10 @@ func TestEnvelopeMessagingHeader(t *testing.T) {
 		"other namespace": strings.Replace(m.envelope(), `xmlns:eb="`+NSEbMS+`"`, `xmlns:eb="urn:evil"`, 1),
 	} {
 		env, err := ReadMessage("application/soap+xml", strings.NewReader(soap), Limits{})
-		defer env.Close()
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+		defer env.Close()
 		if _, err := env.Messaging(); CodeOf(err) != CodeInvalidHeader {
 			t.Errorf("%s: %v, want EBMS:0009", name, err)
 		}

@@ -212,9 +212,14 @@ func unwrapKey(key crypto.Decrypter, ktri keyTransRecipientInfo, keyLen int) (kt
 	alg := ktri.KeyEncryptionAlgorithm
 	switch {
 	case alg.Algorithm.Equal(oidRSAEncryption):
+		// RSAES-PKCS1-v1_5 key transport (rsaEncryption) is what most AS2
+		// partners send: RFC 5751 (S/MIME 3.2) lists it as the key
+		// transport every agent must support and many AS2 products offer
+		// nothing else, so refusing it would refuse those partners.
 		// Implicit rejection: on bad padding the decrypter returns a random
 		// key of the right length instead of an error, so the failure
 		// surfaces only as a content decryption failure (no padding oracle).
+		//lint:ignore SA1019 RSAES-PKCS1-v1_5 key transport is required for AS2 interop (RFC 5751, RFC 5652); decrypted with implicit rejection
 		cek, err = key.Decrypt(rand.Reader, ktri.EncryptedKey, &rsa.PKCS1v15DecryptOptions{SessionKeyLen: keyLen})
 		if err != nil {
 			return "", "", nil, fmt.Errorf("%w: key transport: %v", ErrDecrypt, err)
@@ -476,6 +481,11 @@ func keyTransRecipient(cert *x509.Certificate, key []byte, oaep bool) (asn1.RawV
 		ktri.KeyEncryptionAlgorithm = pkix.AlgorithmIdentifier{Algorithm: oidRSAESOAEP, Parameters: asn1.RawValue{FullBytes: params}}
 		ktri.EncryptedKey = ek
 	} else {
+		// RSAES-PKCS1-v1_5 (rsaEncryption, RFC 5652) unless the caller asks
+		// for RSAES-OAEP: RFC 5751's mandatory key transport, the one every
+		// AS2 product decrypts (the gateway sends AS2 only as a test and
+		// onboarding sender, gateway send; -oaep selects OAEP).
+		//lint:ignore SA1019 RSAES-PKCS1-v1_5 key transport is what every AS2 partner decrypts (RFC 5751 interop); OAEP is the caller's choice
 		ek, err := rsa.EncryptPKCS1v15(rand.Reader, pub, key)
 		if err != nil {
 			return asn1.RawValue{}, err

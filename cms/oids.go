@@ -13,40 +13,39 @@ import (
 )
 
 var (
-	oidData                 = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 7, 1}
-	oidSignedData           = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 7, 2}
-	oidEnvelopedData        = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 7, 3}
-	oidCompressedData       = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 16, 1, 9}
-	oidAuthEnvelopedData    = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 16, 1, 23}
-	oidAttrContentType      = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 3}
-	oidAttrMessageDigest    = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 4}
-	oidAttrSigningTime      = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 5}
-	oidZlibCompress         = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 16, 3, 8}
-	oidRSAEncryption        = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 1}
-	oidRSAESOAEP            = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 7}
-	oidMGF1                 = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 8}
-	oidPSpecified           = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 9}
-	oidRSASSAPSS            = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 10}
-	oidMD5WithRSA           = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 4}
-	oidSHA1WithRSA          = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 5}
-	oidSHA256WithRSA        = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 11}
-	oidSHA384WithRSA        = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 12}
-	oidSHA512WithRSA        = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 13}
-	oidSHA224WithRSA        = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 14}
-	oidDigestMD5            = asn1.ObjectIdentifier{1, 2, 840, 113549, 2, 5}
-	oidDigestSHA1           = asn1.ObjectIdentifier{1, 3, 14, 3, 2, 26}
-	oidDigestSHA256         = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 1}
-	oidDigestSHA384         = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 2}
-	oidDigestSHA512         = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 3}
-	oidDigestSHA224         = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 4}
-	oidCipherDESEDE3CBC     = asn1.ObjectIdentifier{1, 2, 840, 113549, 3, 7}
-	oidCipherAES128CBC      = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 1, 2}
-	oidCipherAES192CBC      = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 1, 22}
-	oidCipherAES256CBC      = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 1, 42}
-	oidCipherAES128GCM      = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 1, 6}
-	oidCipherAES192GCM      = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 1, 26}
-	oidCipherAES256GCM      = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 1, 46}
-	oidSubjectKeyIdentifier = asn1.ObjectIdentifier{2, 5, 29, 14}
+	oidData              = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 7, 1}
+	oidSignedData        = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 7, 2}
+	oidEnvelopedData     = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 7, 3}
+	oidCompressedData    = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 16, 1, 9}
+	oidAuthEnvelopedData = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 16, 1, 23}
+	oidAttrContentType   = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 3}
+	oidAttrMessageDigest = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 4}
+	oidAttrSigningTime   = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 5}
+	oidZlibCompress      = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 16, 3, 8}
+	oidRSAEncryption     = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 1}
+	oidRSAESOAEP         = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 7}
+	oidMGF1              = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 8}
+	oidPSpecified        = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 9}
+	oidRSASSAPSS         = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 10}
+	oidMD5WithRSA        = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 4}
+	oidSHA1WithRSA       = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 5}
+	oidSHA256WithRSA     = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 11}
+	oidSHA384WithRSA     = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 12}
+	oidSHA512WithRSA     = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 13}
+	oidSHA224WithRSA     = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 14}
+	oidDigestMD5         = asn1.ObjectIdentifier{1, 2, 840, 113549, 2, 5}
+	oidDigestSHA1        = asn1.ObjectIdentifier{1, 3, 14, 3, 2, 26}
+	oidDigestSHA256      = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 1}
+	oidDigestSHA384      = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 2}
+	oidDigestSHA512      = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 3}
+	oidDigestSHA224      = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 4}
+	oidCipherDESEDE3CBC  = asn1.ObjectIdentifier{1, 2, 840, 113549, 3, 7}
+	oidCipherAES128CBC   = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 1, 2}
+	oidCipherAES192CBC   = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 1, 22}
+	oidCipherAES256CBC   = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 1, 42}
+	oidCipherAES128GCM   = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 1, 6}
+	oidCipherAES192GCM   = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 1, 26}
+	oidCipherAES256GCM   = asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 1, 46}
 )
 
 // Digest algorithm names used throughout the package (Signer.DigestAlg,
@@ -77,6 +76,12 @@ const (
 	KeyTransportRSAOAEP = "rsa-oaep" // RSAES-OAEP
 )
 
+// digestAlg is a digest algorithm of SignedData and of the AS2 MIC. SHA-1
+// is listed deliberately: RFC 4130 AS2 partners sign and ask for MICs with
+// sha1, and refusing to parse it would refuse them outright (MD5 is
+// recognised only so that it can be refused by name). Whether a partner
+// may use one is its as2.allowed_digests policy (package partners), not
+// this table.
 type digestAlg struct {
 	name string
 	hash crypto.Hash
@@ -138,15 +143,11 @@ func digestByOID(oid asn1.ObjectIdentifier) (digestAlg, bool) {
 	return digestAlg{}, false
 }
 
-func digestByHash(h crypto.Hash) (digestAlg, bool) {
-	for _, d := range digestAlgs {
-		if d.hash == h {
-			return d, true
-		}
-	}
-	return digestAlg{}, false
-}
-
+// contentCipher is a content-encryption algorithm of EnvelopedData or
+// AuthEnvelopedData. 3DES (des-ede3-cbc) is among them deliberately: RFC
+// 5751 made it the cipher every S/MIME agent must decrypt and many AS2
+// partners still send it; whether a partner may use it is its
+// as2.allowed_ciphers policy (package partners), not this table.
 type contentCipher struct {
 	name    string
 	oid     asn1.ObjectIdentifier

@@ -1,7 +1,3 @@
-// Package exchange is the receive pipeline shared by every protocol: claim
-// the transport key, run the handler, audit, accept, reply. Protocol
-// packages parse and verify a request into a Message and give the pipeline
-// the protocol's replies; the pipeline owns every dedup decision.
 package exchange
 
 import (

@@ -44,10 +44,6 @@ func TestSpoolBytesWithoutCopies(t *testing.T) {
 	}
 }
 
-// int64Alloc is what reading a spooled payload may allocate: its size once
-// for a file, nothing for memory.
-func int64Alloc(n int) uint64 { return uint64(n) }
-
 // TestSpoolStoreWithoutGrowingBuffer: Store keeps a stream up to the
 // threshold in memory and spills a longer one to a file, reading in fixed
 // pieces (no doubling buffer: a stream just over the threshold allocates

@@ -193,7 +193,7 @@ func TestConsoleShowsRefusals(t *testing.T) {
 
 	// Detail pages: the AS2 refusal by its key, the AS4 unknown-party
 	// refusal (no key) by its incident.
-	code, page = get(t, f.admin+"/console/messages?partner=urn:stranger:as4", consoleToken)
+	_, page = get(t, f.admin+"/console/messages?partner=urn:stranger:as4", consoleToken)
 	m := incidentLink.FindStringSubmatch(page)
 	if m == nil {
 		t.Fatalf("no detail link for the AS4 refusal from an unknown party: %.3000s", page)
@@ -204,7 +204,7 @@ func TestConsoleShowsRefusals(t *testing.T) {
 			t.Errorf("AS4 refusal detail: %d, lacks %q: %.3000s", code, want, page)
 		}
 	}
-	code, page = get(t, f.admin+"/console/messages?partner=STRANGER-AS2", consoleToken)
+	_, page = get(t, f.admin+"/console/messages?partner=STRANGER-AS2", consoleToken)
 	k := regexp.MustCompile(`href="/console/message\?key=([0-9a-f]{64})"`).FindStringSubmatch(page)
 	if k == nil {
 		t.Fatalf("no detail link for the AS2 refusal from an unknown partner")

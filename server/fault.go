@@ -17,10 +17,9 @@ import (
 	"github.com/edigateway/gateway/exchange"
 )
 
-// faultInjection says that this build reads GATEWAY_FAULT_*: only a build
-// with the gatewayfault tag (the crash tests build the gateway so); the
-// production build has fault_off.go instead and no fault code at all.
-const faultInjection = true
+// This build reads GATEWAY_FAULT_*: only a build with the gatewayfault tag
+// (the crash tests build the gateway so); the production build has
+// fault_off.go instead and no fault code at all.
 
 // Fault injection for crash tests, by environment variable, in a build
 // with the gatewayfault tag only:

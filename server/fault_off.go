@@ -8,12 +8,10 @@ import (
 	"github.com/edigateway/gateway/exchange"
 )
 
-// faultInjection is false in the production build: GATEWAY_FAULT_* are not
-// read, and the fault code (fault.go) is not compiled in. The crash tests
-// build the gateway with -tags gatewayfault.
-const faultInjection = false
-
-// faultKill is empty here: every wrap returns what it is given.
+// faultKill is empty in the production build, and every wrap returns what
+// it is given: GATEWAY_FAULT_* are not read and the fault code (fault.go)
+// is not compiled in. The crash tests build the gateway with -tags
+// gatewayfault.
 type faultKill struct{}
 
 func (s *Server) injectFaults(handler exchange.Handler) (exchange.Handler, error) {

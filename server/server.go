@@ -1,6 +1,3 @@
-// Package server wires the gateway together: configuration, store, partner
-// directory, business handler, the exchange pipeline and the protocols'
-// HTTP endpoints. It is the only package that knows every layer.
 package server
 
 import (

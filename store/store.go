@@ -72,10 +72,7 @@ func Open(ctx context.Context, storeURL string, opts dedup.Options) (Backend, er
 		}
 		return &Memory{MemoryStore: dedup.NewMemoryStore(opts), Queue: outbox.NewMemory(), Audit: &audit.Memory{}}, nil
 	case "sqlite":
-		path := rest
-		if strings.HasPrefix(path, "//") {
-			path = path[2:]
-		}
+		path := strings.TrimPrefix(rest, "//")
 		if path == "" {
 			return nil, fmt.Errorf("store: sqlite: needs a file path: %w", ErrUnsupportedURL)
 		}

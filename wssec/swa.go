@@ -211,10 +211,9 @@ func crlf(b []byte) []byte {
 // crlfWriter normalises bare LF and bare CR to CRLF as it writes; a CR at
 // the end of one write waits for the next (flush ends the stream).
 type crlfWriter struct {
-	w    io.Writer
-	cr   bool // the last byte written was a CR
-	out  []byte
-	werr error
+	w   io.Writer
+	cr  bool // the last byte written was a CR
+	out []byte
 }
 
 func (c *crlfWriter) Write(b []byte) (int, error) {

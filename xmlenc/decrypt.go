@@ -177,7 +177,6 @@ type encKey struct {
 	inlineFor *etree.Element // EncryptedData whose KeyInfo holds this key inline
 	used      UsedKey
 	cek       []byte
-	targets   []*etree.Element
 }
 
 // plan is the outcome of decrypting one EncryptedData, applied only after

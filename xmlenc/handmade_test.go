@@ -46,12 +46,6 @@ func cbcSeal(t testing.TB, key, pt []byte) []byte {
 	return out
 }
 
-type handEK struct {
-	method string // inner XML of EncryptionMethod
-	alg    string
-	cv     []byte
-}
-
 func oaep(t testing.TB, kp KeyPair, cek []byte, h, mgf crypto.Hash, label []byte) []byte {
 	t.Helper()
 	ct, err := rsa.EncryptOAEPWithOptions(rand.Reader, kp.Cert.PublicKey.(*rsa.PublicKey), cek, &rsa.OAEPOptions{Hash: h, MGFHash: mgf, Label: label})

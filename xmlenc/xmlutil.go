@@ -64,15 +64,6 @@ func attrNS(e *etree.Element, ns, name string) string {
 	return ""
 }
 
-// elementID returns the identifier of e: an unqualified Id attribute or a
-// wsu:Id attribute.
-func elementID(e *etree.Element) string {
-	if v := attr(e, "Id"); v != "" {
-		return v
-	}
-	return attrNS(e, NSWSU, "Id")
-}
-
 // decodeBase64 decodes XML base64Binary text, which may contain whitespace.
 func decodeBase64(s string) ([]byte, error) {
 	s = strings.Map(func(r rune) rune {

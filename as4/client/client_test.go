@@ -168,10 +168,10 @@ func TestBuildRefusesIncompleteInput(t *testing.T) {
 	// The built message reads back as an AS4 message with the properties
 	// the sender declared, signed over Messaging, Body and the attachment.
 	env, err := as4.ReadMessage(out.ContentType, bytes.NewReader(out.Body), as4.Limits{})
-	defer env.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer env.Close()
 	mel, err := env.Messaging()
 	if err != nil {
 		t.Fatal(err)

@@ -350,8 +350,7 @@ func (s *syncBuffer) String() string {
 // cannot be answered as the profile asks: HTTP 500 (the sender retries), no
 // delivery.
 func TestBDEWWithoutBrainpoolSigningKey(t *testing.T) {
-	var s *bdewSetup
-	s = newBDEWWith(t, "", func(c *endpoint.Config) {
+	s := newBDEWWith(t, "", func(c *endpoint.Config) {
 		c.Keys = []xmlenc.KeyPair{c.Keys[0], c.Keys[2]} // RSA and the brainpool encryption key only
 	})
 	_, resp, err := s.client.Send(context.Background(), s.url, s.message("nokey@9900000000002"))

@@ -559,7 +559,5 @@ func wsuID(el *etree.Element) string {
 	return v
 }
 
-func strip(s string) string { return strings.TrimSpace(s) }
-
 // incidentRE matches an incident reference (exchange.NewIncident).
 var incidentRE = regexp.MustCompile(`GW-[0-9A-HJKMNP-TV-Z]{6}`)

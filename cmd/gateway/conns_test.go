@@ -74,7 +74,7 @@ func idleAttack(t *testing.T, addr string, n int) []*attackConn {
 				a.answered.Store(true)
 				resp.Body.Close()
 				// Idle: never another request; wait for the gateway to close.
-				_, err = r.ReadByte()
+				_, _ = r.ReadByte()
 			}
 			a.closed.Store(true)
 		}()

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,12 +44,11 @@ var faultBin struct {
 	err       error
 }
 
-// goTool is the go command of the toolchain running the tests.
+// goTool is the go command of the toolchain running the tests: go test
+// puts its own GOROOT/bin first in the test's PATH.
 func goTool() string {
-	if g := filepath.Join(runtime.GOROOT(), "bin", "go"); runtime.GOROOT() != "" {
-		if _, err := os.Stat(g); err == nil {
-			return g
-		}
+	if g, err := exec.LookPath("go"); err == nil {
+		return g
 	}
 	return "go"
 }

@@ -14,9 +14,8 @@ import (
 )
 
 var (
-	oidECPublicKey     = asn1.ObjectIdentifier{1, 2, 840, 10045, 2, 1}
-	oidBrainpoolP256   = asn1.ObjectIdentifier{1, 3, 36, 3, 3, 2, 8, 1, 1, 7}
-	oidECDSAWithSHA256 = asn1.ObjectIdentifier{1, 2, 840, 10045, 4, 3, 2}
+	oidECPublicKey   = asn1.ObjectIdentifier{1, 2, 840, 10045, 2, 1}
+	oidBrainpoolP256 = asn1.ObjectIdentifier{1, 3, 36, 3, 3, 2, 8, 1, 1, 7}
 )
 
 type algID struct {

@@ -73,7 +73,6 @@ type Listener struct {
 	perAddr  map[netip.Addr]int
 	peak     int
 	pressure bool
-	closed   bool
 
 	refused, evicted atomic.Int64
 	wake             chan struct{}
