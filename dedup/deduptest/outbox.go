@@ -323,10 +323,10 @@ type timed struct {
 	hideFirst, hideSecond []outbox.Delivery
 	hideErr               error
 
-	renew                  outbox.Store
-	renewD                 outbox.Delivery
-	renewFirst, renewEarly []outbox.Delivery
-	renewErr               error
+	renew      outbox.Store
+	renewD     outbox.Delivery
+	renewFirst []outbox.Delivery
+	renewErr   error
 
 	retry                  outbox.Store
 	retryD                 outbox.Delivery
