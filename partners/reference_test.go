@@ -1,88 +1,26 @@
 package partners
 
 import (
-	"os"
 	"reflect"
-	"strings"
 	"testing"
-	"time"
+
+	"github.com/edigateway/gateway/internal/docscheck"
 )
-
-// referenceKeys lists the gateway.yaml keys of t's fields, by their
-// mapstructure tags, recursively: a nested block's keys are dotted
-// (admin.tls.cert), a list of blocks is name[] followed by its fields
-// (handlers[].http.url). Fields tagged "-" are not keys.
-func referenceKeys(t reflect.Type, prefix string, tag string) []string {
-	var keys []string
-	for f := range t.Fields() {
-		if !f.IsExported() {
-			continue
-		}
-		name, opts, _ := strings.Cut(f.Tag.Get(tag), ",")
-		if name == "-" {
-			continue
-		}
-		ft := f.Type
-		for ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		if opts == "inline" || opts == "squash" || (name == "" && f.Anonymous) {
-			keys = append(keys, referenceKeys(ft, prefix, tag)...)
-			continue
-		}
-		if name == "" {
-			name = strings.ToLower(f.Name)
-		}
-		key := name
-		if prefix != "" {
-			key = prefix + "." + name
-		}
-		switch {
-		case ft.Kind() == reflect.Struct && ft != reflect.TypeFor[time.Duration]():
-			keys = append(keys, referenceKeys(ft, key, tag)...)
-		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
-			keys = append(keys, key+"[]")
-			keys = append(keys, referenceKeys(ft.Elem(), key+"[]", tag)...)
-		default:
-			keys = append(keys, key)
-		}
-	}
-	return keys
-}
-
-// docSection returns the part of the markdown file from the line
-// "## heading" to the next level-2 heading.
-func docSection(t *testing.T, file, heading string) string {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatalf("the configuration reference: %v", err)
-	}
-	doc := string(b)
-	start := strings.Index(doc, "\n## "+heading+"\n")
-	if start < 0 {
-		t.Fatalf("%s has no section %q", file, "## "+heading)
-	}
-	section := doc[start+1:]
-	if end := strings.Index(section[3:], "\n## "); end >= 0 {
-		section = section[:end+3]
-	}
-	return section
-}
 
 // TestConfigurationReferenceNamesEveryPartnerField fails, naming the
 // field, when a partner-file field (a yaml field of Partner, at any depth,
 // the trust fields of as2 and as4 included) is not written, in backquotes,
 // in the "Partner file fields" section of docs/configuration.md.
 func TestConfigurationReferenceNamesEveryPartnerField(t *testing.T) {
-	section := docSection(t, "../docs/configuration.md", "Partner file fields")
-	keys := referenceKeys(reflect.TypeFor[Partner](), "", "yaml")
+	keys := docscheck.ReferenceKeys(reflect.TypeFor[Partner](), "yaml")
 	if len(keys) < 50 {
 		t.Fatalf("found only %d fields in Partner: the walk is broken", len(keys))
 	}
-	for _, k := range keys {
-		if !strings.Contains(section, "`"+k+"`") {
-			t.Errorf("partner-file field %s is missing from docs/configuration.md (section \"Partner file fields\"): add a row with its type, default and meaning", k)
-		}
+	missing, err := docscheck.MissingFromSection("../docs/configuration.md", "Partner file fields", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range missing {
+		t.Errorf("partner-file field %s is missing from docs/configuration.md (section \"Partner file fields\"): add a row with its type, default and meaning", k)
 	}
 }

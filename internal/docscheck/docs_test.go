@@ -1,7 +1,3 @@
-// Package docscheck holds the tests that keep the README and docs/ usable:
-// the README stays a front door of about one page, every relative link in
-// it and in docs/ reaches an existing file and heading, and every page of
-// docs/ is reachable from the README.
 package docscheck
 
 import (
