@@ -99,21 +99,7 @@ func TestIdleConnectionsDoNotStarveTheGateway(t *testing.T) {
 	dir := t.TempDir()
 	addr, adminAddr := freePort(t), freePort(t)
 	cfg := filepath.Join(dir, "gateway.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`listen: %s
-store: sqlite:gw.db
-partners: %s
-reload_on_change: false
-identity:
-  as2_id: GATEWAY
-  party_id: urn:demo:gateway
-  party_type: urn:oasis:names:tc:ebcore:partyid-type:unregistered
-  keys:
-    - cert: %s
-      key: %s
-handler:
-  inbox: inbox
-shutdown_timeout: 2s
-`, addr, filepath.Join(demo, "partners"), filepath.Join(demo, "keys", "gateway.pem"), filepath.Join(demo, "keys", "gateway.key"))), 0o600)
+	os.WriteFile(cfg, gatewayYAML(t, addr, "sqlite:gw.db", "", "reload_on_change: false\nhandler:\n  inbox: inbox\nshutdown_timeout: 2s\n"), 0o600)
 	gw := startGateway(t, cfg, addr, "GATEWAY_TEST_NOFILE=256", "GATEWAY_ADMIN_LISTEN="+adminAddr)
 	logs := func() string {
 		files, _ := filepath.Glob(filepath.Join(dir, "serve-*.log"))

@@ -91,20 +91,10 @@ fi
 echo "$$ 0" >> "`+dir+`/runs"
 `), 0o700)
 			cfg := filepath.Join(dir, "gateway.yaml")
-			os.WriteFile(cfg, []byte(fmt.Sprintf(`listen: %s
-admin:
+			os.WriteFile(cfg, gatewayYAML(t, addr, "sqlite:gw.db", "", fmt.Sprintf(`admin:
   listen: 127.0.0.1:0
-store: sqlite:gw.db
 lease: 6s
 spool_dir: spool
-partners: %s
-identity:
-  as2_id: GATEWAY
-  party_id: urn:demo:gateway
-  party_type: urn:oasis:names:tc:ebcore:partyid-type:unregistered
-  keys:
-    - cert: %s
-      key: %s
 handlers:
   - name: erp
     type: exec
@@ -112,7 +102,7 @@ handlers:
       command: [%s]
       timeout: 5s
 shutdown_timeout: 1s
-`, addr, filepath.Join(demo, "partners"), filepath.Join(demo, "keys", "gateway.pem"), filepath.Join(demo, "keys", "gateway.key"), handler)), 0o600)
+`, handler)), 0o600)
 			runs := func() [][2]int {
 				b, _ := os.ReadFile(filepath.Join(dir, "runs"))
 				var out [][2]int

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,25 +18,8 @@ import (
 // and AS4) with a dir handler in dir and returns its path.
 func faultTestConfig(t *testing.T, dir, addr string) string {
 	t.Helper()
-	demo := filepath.Dir(demoConfig(t))
 	cfg := filepath.Join(dir, "gateway.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`listen: %s
-admin:
-  listen: 127.0.0.1:0
-store: sqlite:gw.db
-lease: 2s
-partners: %s
-identity:
-  as2_id: GATEWAY
-  party_id: urn:demo:gateway
-  party_type: urn:oasis:names:tc:ebcore:partyid-type:unregistered
-  keys:
-    - cert: %s
-      key: %s
-handler:
-  inbox: inbox
-shutdown_timeout: 1s
-`, addr, filepath.Join(demo, "partners"), filepath.Join(demo, "keys", "gateway.pem"), filepath.Join(demo, "keys", "gateway.key"))), 0o600); err != nil {
+	if err := os.WriteFile(cfg, gatewayYAML(t, addr, "sqlite:gw.db", "", "admin:\n  listen: 127.0.0.1:0\nlease: 2s\nhandler:\n  inbox: inbox\nshutdown_timeout: 1s\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return cfg

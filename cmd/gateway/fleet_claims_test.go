@@ -40,26 +40,11 @@ func claimsFleetHandler(dir string, sleep time.Duration) string {
 // partner and keys, extra (lease settings) and handler (a handlers block).
 func startClaimsNode(t *testing.T, storeURL, extra, handler string) *claimsNode {
 	t.Helper()
-	demo := filepath.Dir(demoConfig(t))
 	dir := t.TempDir()
 	addr := freePort(t)
 	cfg := filepath.Join(dir, "gateway.yaml")
-	body := fmt.Sprintf(`listen: %s
-admin:
-  listen: 127.0.0.1:0
-store: %s
-partners: %s
-identity:
-  as2_id: GATEWAY
-  party_id: urn:demo:gateway
-  party_type: urn:oasis:names:tc:ebcore:partyid-type:unregistered
-  keys:
-    - cert: %s
-      key: %s
-shutdown_timeout: 1s
-%s%s`, addr, storeURL, filepath.Join(demo, "partners"), filepath.Join(demo, "keys", "gateway.pem"),
-		filepath.Join(demo, "keys", "gateway.key"), extra, handler)
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+	body := gatewayYAML(t, addr, storeURL, "", "admin:\n  listen: 127.0.0.1:0\nshutdown_timeout: 1s\n"+extra+handler)
+	if err := os.WriteFile(cfg, body, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return &claimsNode{addr: addr, cmd: startGateway(t, cfg, addr)}

@@ -318,22 +318,7 @@ func TestFleetRollingRestartUnderLoad(t *testing.T) {
 		}
 		b := &fleetDrainBackend{name: fmt.Sprintf("node%d", i+1), partner: freePort(t), admin: freePort(t)}
 		cfg := filepath.Join(dir, "gateway.yaml")
-		if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`listen: %s
-store: %s
-partners: %s
-identity:
-  as2_id: GATEWAY
-  party_id: urn:demo:gateway
-  party_type: urn:oasis:names:tc:ebcore:partyid-type:unregistered
-  keys:
-    - cert: %s
-      key: %s
-handler:
-  type: table
-shutdown_timeout: 10s
-reload_on_change: false
-`, b.partner, storeURL, filepath.Join(demo, "partners"), filepath.Join(demo, "keys", "gateway.pem"),
-			filepath.Join(demo, "keys", "gateway.key"))), 0o600); err != nil {
+		if err := os.WriteFile(cfg, gatewayYAML(t, b.partner, storeURL, "", "handler:\n  type: table\nshutdown_timeout: 10s\nreload_on_change: false\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		nodes = append(nodes, &fleetDrainNode{backend: b, cfg: cfg})
@@ -523,23 +508,10 @@ reload_on_change: false
 // reloads on SIGHUP while draining, and a second SIGTERM ends the drain at
 // once: the process exits 0 long before its drain period is over.
 func TestSecondSIGTERMEndsTheDrain(t *testing.T) {
-	demo := filepath.Dir(demoConfig(t))
 	dir := t.TempDir()
 	addr, admin := freePort(t), freePort(t)
 	cfg := filepath.Join(dir, "gateway.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`listen: %s
-store: sqlite:gw.db
-partners: %s
-identity:
-  as2_id: GATEWAY
-  keys:
-    - cert: %s
-      key: %s
-handler:
-  inbox: inbox
-shutdown_timeout: 2s
-reload_on_change: false
-`, addr, filepath.Join(demo, "partners"), filepath.Join(demo, "keys", "gateway.pem"), filepath.Join(demo, "keys", "gateway.key"))), 0o600)
+	os.WriteFile(cfg, gatewayYAML(t, addr, "sqlite:gw.db", "", "handler:\n  inbox: inbox\nshutdown_timeout: 2s\nreload_on_change: false\n"), 0o600)
 	n := &fleetDrainNode{backend: &fleetDrainBackend{name: "gateway", partner: addr, admin: admin}, cfg: cfg}
 	n.cmd = startGatewayBinary(t, os.Args[0], cfg, addr, "GATEWAY_ADMIN_LISTEN="+admin, "GATEWAY_DRAIN_PERIOD=60s")
 	logs := func() string {

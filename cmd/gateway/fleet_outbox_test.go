@@ -162,18 +162,7 @@ func (f *outboxFleet) start(t *testing.T, name, extra string) *outboxNode {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(dir, "gateway.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`listen: %s
-store: %s
-partners: %s
-identity:
-  as2_id: GATEWAY
-  keys:
-    - cert: %s
-      key: %s
-handler:
-  type: table
-shutdown_timeout: 10s
-%s`, n.addr, f.storeURL, f.partners, demoPath(t, "keys/gateway.pem"), demoPath(t, "keys/gateway.key"), extra)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, gatewayYAML(t, n.addr, f.storeURL, f.partners, "handler:\n  type: table\nshutdown_timeout: 10s\n"+extra), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	n.cmd = startGateway(t, cfg, n.addr)

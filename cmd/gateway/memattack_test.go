@@ -71,20 +71,7 @@ func attackGatewayAdmin(t *testing.T, budget int64) (addr, admin string, cmd *ex
 		limitsYAML = fmt.Sprintf("limits:\n  memory_budget: %d\n", budget)
 	}
 	cfg := filepath.Join(dir, "gateway.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`listen: %s
-store: sqlite:gw.db
-partners: %s
-identity:
-  as2_id: GATEWAY
-  party_id: urn:demo:gateway
-  party_type: urn:oasis:names:tc:ebcore:partyid-type:unregistered
-  keys:
-    - cert: %s
-      key: %s
-handler:
-  inbox: inbox
-shutdown_timeout: 1s
-%s`, addr, parts, filepath.Join(demo, "keys", "gateway.pem"), filepath.Join(demo, "keys", "gateway.key"), limitsYAML)), 0o600)
+	os.WriteFile(cfg, gatewayYAML(t, addr, "sqlite:gw.db", parts, "handler:\n  inbox: inbox\nshutdown_timeout: 1s\n"+limitsYAML), 0o600)
 	return addr, admin, startGateway(t, cfg, addr, "GATEWAY_ADMIN_LISTEN="+admin)
 }
 
