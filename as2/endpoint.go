@@ -28,15 +28,15 @@ import (
 	"time"
 
 	"github.com/edigateway/gateway/audit"
-	"github.com/edigateway/gateway/cms"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
-	"github.com/edigateway/gateway/limits"
+	"github.com/edigateway/gateway/internal/cms"
+	"github.com/edigateway/gateway/internal/limits"
+	"github.com/edigateway/gateway/internal/smime"
+	"github.com/edigateway/gateway/internal/trust"
 	"github.com/edigateway/gateway/mdn"
 	"github.com/edigateway/gateway/outbox"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/smime"
-	"github.com/edigateway/gateway/trust"
 )
 
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is zero.

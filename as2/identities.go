@@ -3,7 +3,7 @@ package as2
 import (
 	"fmt"
 
-	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/cms"
 )
 
 // Identity is one more AS2 name of ours with its own key pairs (config

@@ -12,7 +12,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"github.com/edigateway/gateway/limits"
+	"github.com/edigateway/gateway/internal/limits"
 )
 
 // Payload is a PartInfo resolved to the message content it names.

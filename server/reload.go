@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/edigateway/gateway/certcheck"
 	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/certs"
 	"github.com/edigateway/gateway/partners"
 )
 
@@ -32,7 +32,7 @@ type Snapshot struct {
 	CertWarning time.Duration
 	// Certificates are every partner certificate and identity certificate,
 	// for expiry reporting (metrics).
-	Certificates []certcheck.Cert
+	Certificates []certs.Cert
 	// Loaded is when the snapshot was built.
 	Loaded time.Time
 

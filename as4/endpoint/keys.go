@@ -10,7 +10,7 @@ import (
 	"os"
 
 	"github.com/edigateway/gateway/internal/brainpool"
-	"github.com/edigateway/gateway/xmlenc"
+	"github.com/edigateway/gateway/internal/xmlenc"
 )
 
 // LoadKeyPair reads one of our certificate/key pairs: the first CERTIFICATE
