@@ -59,7 +59,7 @@ type Config struct {
 	OurID string
 	// Keys are our key pairs: all are tried for decryption (rollover);
 	// Keys[0] signs MDNs. Without keys, signed MDNs are sent unsigned.
-	Keys []cms.KeyPair
+	Keys []KeyPair
 	// Identities are our further AS2 names, each with its own keys (see
 	// Identity); OurID and Keys are the first.
 	Identities []Identity

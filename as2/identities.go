@@ -12,7 +12,7 @@ import (
 // first for decryption. Config.OurID and Config.Keys are the first identity.
 type Identity struct {
 	ID   string
-	Keys []cms.KeyPair
+	Keys []KeyPair
 }
 
 func checkIdentities(cfg Config) error {

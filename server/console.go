@@ -90,7 +90,7 @@ const releaseKeyTag = "gateway/console-release/v1"
 //
 // The release is audited (StepOperator, decision "released", with the
 // actor), then the files move to <quarantine_dir>/.released/<partner>/.
-func (s *Server) ReleaseQuarantined(ctx context.Context, it console.QuarantineItem, actor string) (console.ReleaseResult, error) {
+func (s *Server) ReleaseQuarantined(ctx context.Context, it QuarantineItem, actor string) (ReleaseResult, error) {
 	s.admin.releaseMu.Lock()
 	defer s.admin.releaseMu.Unlock()
 	var res console.ReleaseResult

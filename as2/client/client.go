@@ -67,7 +67,7 @@ type Client struct {
 	Cipher         string
 	OAEP           bool
 	// Compression selects compress-then-sign or sign-then-compress.
-	Compression smime.Compression
+	Compression Compression
 	// TransferEncoding of the payload part: "binary" (default) or "base64".
 	TransferEncoding string
 

@@ -122,10 +122,10 @@ type Encryption struct {
 	Recipient *x509.Certificate
 	// KeyReference is how the EncryptedKey names the recipient certificate
 	// (default X509IssuerSerial).
-	KeyReference xmlenc.KeyReference
+	KeyReference KeyReference
 	// Options select the algorithms (zero: rsa-oaep-mgf1p with SHA-256, or
 	// X25519/HKDF/kw-aes128; AES-128-GCM). Rand is taken from the Client.
-	Options xmlenc.EncryptOptions
+	Options EncryptOptions
 }
 
 // Message is a user message to send.

@@ -148,7 +148,7 @@ type Config struct {
 	// eDelivery AS4 2.0) and brainpoolP256r1 ECDH-ES (BDEW); a certificate
 	// without the extension allows both); list old and new keys during a
 	// rollover.
-	Keys []xmlenc.KeyPair
+	Keys []KeyPair
 	// Pipeline runs verified messages: dedup, handler, audit, reply.
 	Pipeline *exchange.Pipeline
 	// PartyID and PartyType are our own eb:To identity. A partner P-Mode

@@ -17,7 +17,7 @@ import (
 // first identity.
 type Identity struct {
 	PartyID, PartyType string
-	Keys               []xmlenc.KeyPair
+	Keys               []KeyPair
 }
 
 // ownIdentity is an identity with its checked signing key.
