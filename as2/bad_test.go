@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edigateway/gateway/as2client"
-	"github.com/edigateway/gateway/cms"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/cms"
 	"github.com/edigateway/gateway/mdn"
 )
 

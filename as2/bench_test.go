@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 )
 
 // BenchmarkEndpointSignedEncrypted10KB posts 10 KB signed (sha256) and

@@ -10,9 +10,9 @@ import (
 
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/internal/testpki"
+	"github.com/edigateway/gateway/internal/trust"
+	"github.com/edigateway/gateway/internal/trust/trusttest"
 	"github.com/edigateway/gateway/mdn"
-	"github.com/edigateway/gateway/trust"
-	"github.com/edigateway/gateway/trust/trusttest"
 )
 
 // trust: ca partners: the signer chains to the partner's CA (intermediate

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/exchange"
 	"github.com/edigateway/gateway/mdn"
 )

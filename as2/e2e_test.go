@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
+	"github.com/edigateway/gateway/internal/smime"
 	"github.com/edigateway/gateway/mdn"
-	"github.com/edigateway/gateway/smime"
 )
 
 // TestSenderMatrix sends every combination of signing, encryption,

@@ -28,15 +28,15 @@ import (
 	"time"
 
 	"github.com/edigateway/gateway/audit"
-	"github.com/edigateway/gateway/cms"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
-	"github.com/edigateway/gateway/limits"
+	"github.com/edigateway/gateway/internal/cms"
+	"github.com/edigateway/gateway/internal/limits"
+	"github.com/edigateway/gateway/internal/smime"
+	"github.com/edigateway/gateway/internal/trust"
 	"github.com/edigateway/gateway/mdn"
 	"github.com/edigateway/gateway/outbox"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/smime"
-	"github.com/edigateway/gateway/trust"
 )
 
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is zero.
@@ -59,7 +59,7 @@ type Config struct {
 	OurID string
 	// Keys are our key pairs: all are tried for decryption (rollover);
 	// Keys[0] signs MDNs. Without keys, signed MDNs are sent unsigned.
-	Keys []cms.KeyPair
+	Keys []KeyPair
 	// Identities are our further AS2 names, each with its own keys (see
 	// Identity); OurID and Keys are the first.
 	Identities []Identity

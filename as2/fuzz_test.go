@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
+	"github.com/edigateway/gateway/internal/smime"
 	"github.com/edigateway/gateway/mdn"
-	"github.com/edigateway/gateway/smime"
 )
 
 // FuzzParseHeaders feeds arbitrary AS2 header values to ParseHeaders and

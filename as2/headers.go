@@ -7,7 +7,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/cms"
 )
 
 // ErrBadRequest is wrapped by header errors that make a request no AS2

@@ -3,7 +3,7 @@ package as2
 import (
 	"fmt"
 
-	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/cms"
 )
 
 // Identity is one more AS2 name of ours with its own key pairs (config
@@ -12,7 +12,7 @@ import (
 // first for decryption. Config.OurID and Config.Keys are the first identity.
 type Identity struct {
 	ID   string
-	Keys []cms.KeyPair
+	Keys []KeyPair
 }
 
 func checkIdentities(cfg Config) error {

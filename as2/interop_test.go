@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/cms"
 	"github.com/edigateway/gateway/internal/interop"
 	"github.com/edigateway/gateway/mdn"
 )

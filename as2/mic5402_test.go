@@ -3,10 +3,10 @@ package as2
 import (
 	"testing"
 
-	"github.com/edigateway/gateway/as2client"
-	"github.com/edigateway/gateway/cms"
+	as2client "github.com/edigateway/gateway/as2/client"
+	"github.com/edigateway/gateway/internal/cms"
+	"github.com/edigateway/gateway/internal/smime"
 	"github.com/edigateway/gateway/mdn"
-	"github.com/edigateway/gateway/smime"
 )
 
 // A compressed, unsigned, unencrypted message gets the RFC 5402 §4 MIC (over

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/mdn"
 )
 

@@ -6,11 +6,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/cms"
+	"github.com/edigateway/gateway/internal/smime"
+	"github.com/edigateway/gateway/internal/trust"
 	"github.com/edigateway/gateway/mdn"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/smime"
-	"github.com/edigateway/gateway/trust"
 )
 
 // defaultDigests are the digests allowed when a partner lists none: all

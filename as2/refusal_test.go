@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/mdn"
 )

@@ -7,11 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/edigateway/gateway/cms"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/cms"
+	"github.com/edigateway/gateway/internal/smime"
 	"github.com/edigateway/gateway/mdn"
-	"github.com/edigateway/gateway/smime"
 )
 
 // replies builds the MDNs of one message for the pipeline.

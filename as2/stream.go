@@ -9,8 +9,8 @@ import (
 	"os"
 
 	"github.com/edigateway/gateway/exchange"
-	"github.com/edigateway/gateway/limits"
-	"github.com/edigateway/gateway/smime"
+	"github.com/edigateway/gateway/internal/limits"
+	"github.com/edigateway/gateway/internal/smime"
 )
 
 // layerFiles are the files a streamed unwrap writes its layers to

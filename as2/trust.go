@@ -12,7 +12,7 @@ import (
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
-	"github.com/edigateway/gateway/trust"
+	"github.com/edigateway/gateway/internal/trust"
 )
 
 // trustRun is the outcome of the CA trust check of one message's signer

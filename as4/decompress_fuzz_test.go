@@ -5,8 +5,8 @@ import (
 	"compress/gzip"
 	"testing"
 
+	"github.com/edigateway/gateway/internal/limits"
 	"github.com/edigateway/gateway/internal/testbomb"
-	"github.com/edigateway/gateway/limits"
 )
 
 // FuzzDecompressLimited: any gzip input either inflates within the caps or

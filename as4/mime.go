@@ -17,7 +17,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	glimits "github.com/edigateway/gateway/limits"
+	glimits "github.com/edigateway/gateway/internal/limits"
 
 	"github.com/edigateway/gateway/internal/base64body"
 	"github.com/edigateway/gateway/internal/bufpool"

@@ -12,7 +12,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"github.com/edigateway/gateway/limits"
+	"github.com/edigateway/gateway/internal/limits"
 )
 
 // Payload is a PartInfo resolved to the message content it names.
@@ -149,7 +149,7 @@ func Decompress(part []byte, props map[string]string, limit int64) ([]byte, erro
 
 // DecompressLimited is Decompress under lim, in memory: DecompressReader
 // read to its end (in fixed-size chunks, allocated once at the exact size).
-func DecompressLimited(part []byte, props map[string]string, lim limits.Inflation, check func(total int64) error) ([]byte, error) {
+func DecompressLimited(part []byte, props map[string]string, lim Inflation, check func(total int64) error) ([]byte, error) {
 	r, err := DecompressReader(bytes.NewReader(part), props, lim, check)
 	if err != nil {
 		return nil, err
@@ -169,7 +169,7 @@ func DecompressLimited(part []byte, props map[string]string, lim limits.Inflatio
 // after every read: an error of it wrapping limits.ErrBusy is returned as
 // is, any other as EBMS:0303. Errors of src itself (a spool file) are
 // returned as they are. Another CompressionType is EBMS:0303 at once.
-func DecompressReader(src io.Reader, props map[string]string, lim limits.Inflation, check func(total int64) error) (io.Reader, error) {
+func DecompressReader(src io.Reader, props map[string]string, lim Inflation, check func(total int64) error) (io.Reader, error) {
 	ct := props[PropCompressionType]
 	switch ct {
 	case "":

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"testing/iotest"
 
-	"github.com/edigateway/gateway/limits"
+	"github.com/edigateway/gateway/internal/limits"
 
 	"github.com/edigateway/gateway/internal/testbomb"
 )

@@ -10,7 +10,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"github.com/edigateway/gateway/wssec"
+	"github.com/edigateway/gateway/internal/wssec"
 )
 
 // Namespace URIs used by AS4 messages.

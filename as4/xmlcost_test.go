@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edigateway/gateway/limits"
+	"github.com/edigateway/gateway/internal/limits"
 )
 
 func liveHeap() uint64 {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"github.com/edigateway/gateway/wssec"
+	"github.com/edigateway/gateway/internal/wssec"
 )
 
 // referenceParseXML is ParseXML as it was until 4 December 2026: a check

@@ -20,7 +20,6 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/edigateway/gateway/internal/yamlkeys"
-	"github.com/edigateway/gateway/keyfile"
 )
 
 // Config is the gateway's configuration.
@@ -246,8 +245,37 @@ func (c *Config) AllKeys() []KeyPair {
 }
 
 // Password is where the key's password comes from.
-func (k KeyPair) Password() keyfile.Password {
-	return keyfile.Password{Env: k.KeyPasswordEnv, File: k.KeyPasswordFile}
+func (k KeyPair) Password() Password {
+	return Password{Env: k.KeyPasswordEnv, File: k.KeyPasswordFile}
+}
+
+// Password says where the password of a PKCS#12 file comes from: the
+// environment variable Env or the file File (its first line, without the
+// line end). Both empty: no password (an unencrypted or empty-password file).
+type Password struct {
+	Env, File string
+}
+
+// Get reads the password.
+func (p Password) Get() (string, error) {
+	switch {
+	case p.Env != "" && p.File != "":
+		return "", errors.New("password: set an environment variable or a file, not both")
+	case p.Env != "":
+		v, ok := os.LookupEnv(p.Env)
+		if !ok {
+			return "", fmt.Errorf("password: environment variable %s is not set", p.Env)
+		}
+		return v, nil
+	case p.File != "":
+		b, err := os.ReadFile(p.File)
+		if err != nil {
+			return "", fmt.Errorf("password: %w", err)
+		}
+		s, _, _ := strings.Cut(string(b), "\n")
+		return strings.TrimSuffix(s, "\r"), nil
+	}
+	return "", nil
 }
 
 // Handler selects the business handler.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/dedup"
-	"github.com/edigateway/gateway/envelope"
+	"github.com/edigateway/gateway/internal/envelope"
 )
 
 // InterchangeDuplicate describes an interchange that was already accepted

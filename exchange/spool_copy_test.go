@@ -8,7 +8,7 @@ import (
 	"testing"
 	"testing/iotest"
 
-	"github.com/edigateway/gateway/envelope"
+	"github.com/edigateway/gateway/internal/envelope"
 	"github.com/edigateway/gateway/internal/heaptest"
 )
 

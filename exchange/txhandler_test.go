@@ -15,8 +15,8 @@ import (
 
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/internal/pgtest"
 	"github.com/edigateway/gateway/store/pgstore"
-	"github.com/edigateway/gateway/store/pgstore/pgtest"
 	"github.com/edigateway/gateway/store/sqlitestore"
 )
 

@@ -6,7 +6,7 @@ import (
 	"mime"
 	"strings"
 
-	"github.com/edigateway/gateway/smime"
+	"github.com/edigateway/gateway/internal/smime"
 )
 
 // This file holds what MDN parsing needs beyond package smime, whose

@@ -1,6 +1,6 @@
 package mdn
 
-import "github.com/edigateway/gateway/smime"
+import "github.com/edigateway/gateway/internal/smime"
 
 // parseHeaderBlock splits raw after its header block with smime.ParseEntity
 // (for the fuzz seeds): the fields and the offset of the body. A block smime

@@ -8,7 +8,7 @@ import (
 	"net/textproto"
 	"strings"
 
-	"github.com/edigateway/gateway/smime"
+	"github.com/edigateway/gateway/internal/smime"
 )
 
 // Errors callers branch on. Parse errors wrap ErrMalformed; Verify errors

@@ -19,9 +19,10 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/certs"
+	"github.com/edigateway/gateway/internal/trust"
 	"github.com/edigateway/gateway/internal/yamlkeys"
-	"github.com/edigateway/gateway/keyfile"
-	"github.com/edigateway/gateway/trust"
 )
 
 // Duration is a time.Duration written in YAML as "168h", "30m", "7d" or "0".
@@ -410,19 +411,19 @@ func (d *Directory) forget(p *Partner) {
 
 // loadCerts reads the certificate files of field; every file that cannot
 // be read is reported.
-func (d *Directory) loadCerts(file, field string, paths []string, pw keyfile.Password) ([]*x509.Certificate, error) {
+func (d *Directory) loadCerts(file, field string, paths []string, pw config.Password) ([]*x509.Certificate, error) {
 	var out []*x509.Certificate
 	var errs []error
 	for i, p := range paths {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(d.Dir, p)
 		}
-		certs, err := keyfile.Certificates(p, pw)
+		found, err := certs.Certificates(p, pw)
 		if err != nil {
 			errs = append(errs, &FieldError{file, fmt.Sprintf("%s[%d]", field, i), err.Error()})
 			continue
 		}
-		out = append(out, certs...)
+		out = append(out, found...)
 	}
 	return out, errors.Join(errs...)
 }
@@ -457,27 +458,72 @@ func (d *Directory) warnWeak(file, section string, allow bool, certs []*x509.Cer
 // ReadCertificates reads every certificate of a PEM file, one DER
 // certificate, or the certificates of a PKCS#12 file without a password.
 func ReadCertificates(path string) ([]*x509.Certificate, error) {
-	return keyfile.Certificates(path, keyfile.Password{})
+	return certs.Certificates(path, config.Password{})
 }
 
 // password is the password source of a section's PKCS#12 certificates.
-func (d *Directory) password(env, file string) keyfile.Password {
+func (d *Directory) password(env, file string) config.Password {
 	if file != "" && !filepath.IsAbs(file) {
 		file = filepath.Join(d.Dir, file)
 	}
-	return keyfile.Password{Env: env, File: file}
+	return config.Password{Env: env, File: file}
 }
 
 // CertificatePassword is the password source of the PKCS#12 certificate
 // files of p's section use ("as2" or "as4").
-func (d *Directory) CertificatePassword(p *Partner, use string) keyfile.Password {
+func (d *Directory) CertificatePassword(p *Partner, use string) config.Password {
 	if use == "as2" && p.AS2 != nil {
 		return d.password(p.AS2.CertificatePasswordEnv, p.AS2.CertificatePasswordFile)
 	}
 	if use == "as4" && p.AS4 != nil {
 		return d.password(p.AS4.CertificatePasswordEnv, p.AS4.CertificatePasswordFile)
 	}
-	return keyfile.Password{}
+	return config.Password{}
+}
+
+// EachCertificate calls fn for every certificate the directory's partner
+// files name, in partner order: the partner id, the use ("as2" or "as4"),
+// the file it was read from ("" when a loaded certificate cannot be mapped
+// back to a file, e.g. the file changed since the directory was loaded),
+// the partner file and field that name it ("partners/acme.yaml
+// as2.certificates[0]"), and whether the section sets allow_weak_keys.
+// `gateway partners check` and the certificate checks at start, reload and
+// every 24 h judge what it lists.
+func (d *Directory) EachCertificate(fn func(partner, use, file, field string, cert *x509.Certificate, allowWeakKeys bool)) {
+	for _, p := range d.Partners {
+		if p.AS2 != nil {
+			d.eachCertificate(p, "as2", p.AS2.Certificates, d.AS2Certificates(p), p.AS2.AllowWeakKeys, fn)
+		}
+		if p.AS4 != nil {
+			d.eachCertificate(p, "as4", p.AS4.Certificates, d.AS4Certificates(p), p.AS4.AllowWeakKeys, fn)
+		}
+	}
+}
+
+// eachCertificate maps the loaded certificates back to the files the
+// partner file names (a file may hold several certificates).
+func (d *Directory) eachCertificate(p *Partner, use string, files []string, loaded []*x509.Certificate, allowWeak bool,
+	fn func(partner, use, file, field string, cert *x509.Certificate, allowWeakKeys bool)) {
+	i := 0
+	for fi, f := range files {
+		path := f
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(d.Dir, path)
+		}
+		found, err := certs.Certificates(path, d.CertificatePassword(p, use))
+		if err != nil {
+			continue // changed since the directory was loaded; judged by what was loaded
+		}
+		for _, c := range found {
+			if i < len(loaded) && loaded[i].Equal(c) {
+				fn(p.ID, use, path, fmt.Sprintf("%s %s.certificates[%d]", p.File, use, fi), loaded[i], allowWeak)
+				i++
+			}
+		}
+	}
+	for ; i < len(loaded); i++ {
+		fn(p.ID, use, "", fmt.Sprintf("%s %s.certificates", p.File, use), loaded[i], allowWeak)
+	}
 }
 
 // LoadFile reads and validates one partner file.

@@ -7,8 +7,8 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/edigateway/gateway/keyfile"
-	"github.com/edigateway/gateway/trust"
+	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/trust"
 )
 
 // Trust is the trust model of an AS2 or AS4 agreement (inlined in both).
@@ -127,8 +127,8 @@ func (d *Directory) loadTrust(file, section string, t *Trust, allowWeak bool) (*
 	if !t.CA() {
 		return nil, nil
 	}
-	roots, rerr := d.loadCerts(file, section+".ca_certificates", t.CACertificates, keyfile.Password{})
-	inter, ierr := d.loadCerts(file, section+".intermediates", t.Intermediates, keyfile.Password{})
+	roots, rerr := d.loadCerts(file, section+".ca_certificates", t.CACertificates, config.Password{})
+	inter, ierr := d.loadCerts(file, section+".intermediates", t.Intermediates, config.Password{})
 	if err := errors.Join(rerr, ierr); err != nil {
 		return nil, err
 	}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edigateway/gateway/trust"
+	"github.com/edigateway/gateway/internal/trust"
 )
 
 const caPartner = `id: globex

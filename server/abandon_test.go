@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edigateway/gateway/as2client"
-	"github.com/edigateway/gateway/cms"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/dedup/deduptest"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/cms"
 )
 
 // TestServeRetriesFailedAbandons: the store goes down while the handler

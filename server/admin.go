@@ -24,7 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/edigateway/gateway/console"
+	"github.com/edigateway/gateway/internal/console"
 	"github.com/edigateway/gateway/internal/httpframe"
 )
 

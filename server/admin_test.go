@@ -19,8 +19,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/edigateway/gateway/internal/pgtest"
 	"github.com/edigateway/gateway/outbox"
-	"github.com/edigateway/gateway/store/pgstore/pgtest"
 )
 
 // serveBoth runs s on two loopback listeners and returns their base URLs.

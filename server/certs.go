@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/edigateway/gateway/certcheck"
 	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/certs"
 	"github.com/edigateway/gateway/partners"
 )
 
@@ -16,8 +16,8 @@ const certCheckInterval = 24 * time.Hour
 // keys' certificates (certcheck) and logs each finding: errors (expired,
 // key not matching its certificate) at ERROR, warnings (expiring within
 // cert_warning, not yet valid, RSA below 2048 bits) at WARN.
-func (s *Server) logCertificates(d *partners.Directory, keys []config.KeyPair, warnAhead time.Duration) []certcheck.Finding {
-	_, fs := certcheck.All(d, keys, time.Now(), warnAhead)
+func (s *Server) logCertificates(d *partners.Directory, keys []config.KeyPair, warnAhead time.Duration) []certs.Finding {
+	_, fs := certs.All(d, keys, time.Now(), warnAhead)
 	for _, f := range fs {
 		attrs := []any{"owner", f.Cert.Owner, "config", f.Cert.Config, "file", f.Cert.File, "problem", f.Msg}
 		if f.KeyFile != "" {
@@ -26,7 +26,7 @@ func (s *Server) logCertificates(d *partners.Directory, keys []config.KeyPair, w
 		if f.Cert.Cert != nil {
 			attrs = append(attrs, "not_after", f.Cert.Cert.NotAfter.UTC())
 		}
-		if f.Severity == certcheck.Error {
+		if f.Severity == certs.Error {
 			s.Log.Error("certificate problem", attrs...)
 		} else {
 			s.Log.Warn("certificate warning", attrs...)

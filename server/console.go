@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/edigateway/gateway/audit"
-	"github.com/edigateway/gateway/certcheck"
-	"github.com/edigateway/gateway/console"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/certs"
+	"github.com/edigateway/gateway/internal/console"
 	"github.com/edigateway/gateway/partners"
 )
 
@@ -29,7 +29,7 @@ func (s *Server) consoleHandler() (*console.Console, error) {
 		Outbox:        s.Backend.Outbox(),
 		QuarantineDir: s.Config.QuarantineDir,
 		Record:        s.Pipeline.Audit.Write,
-		Partners: func() (*partners.Directory, []certcheck.Cert, time.Duration) {
+		Partners: func() (*partners.Directory, []certs.Cert, time.Duration) {
 			snap := s.Current()
 			return snap.Partners, snap.Certificates, snap.CertWarning
 		},
@@ -90,7 +90,7 @@ const releaseKeyTag = "gateway/console-release/v1"
 //
 // The release is audited (StepOperator, decision "released", with the
 // actor), then the files move to <quarantine_dir>/.released/<partner>/.
-func (s *Server) ReleaseQuarantined(ctx context.Context, it console.QuarantineItem, actor string) (console.ReleaseResult, error) {
+func (s *Server) ReleaseQuarantined(ctx context.Context, it QuarantineItem, actor string) (ReleaseResult, error) {
 	s.admin.releaseMu.Lock()
 	defer s.admin.releaseMu.Unlock()
 	var res console.ReleaseResult

@@ -25,16 +25,16 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/audit"
-	"github.com/edigateway/gateway/cms"
 	"github.com/edigateway/gateway/config"
-	"github.com/edigateway/gateway/console"
 	"github.com/edigateway/gateway/exchange"
 	"github.com/edigateway/gateway/inbox"
-	"github.com/edigateway/gateway/store/pgstore/pgtest"
+	"github.com/edigateway/gateway/internal/cms"
+	"github.com/edigateway/gateway/internal/console"
+	"github.com/edigateway/gateway/internal/pgtest"
 )
 
 // consoleFixture is a real gateway (SQLite, demo partner with on_drift:

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edigateway/gateway/console"
+	"github.com/edigateway/gateway/internal/console"
 	"github.com/edigateway/gateway/outbox"
 )
 

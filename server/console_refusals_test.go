@@ -14,12 +14,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/as4/endpoint"
 	"github.com/edigateway/gateway/audit"
-	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/cms"
 )
 
 // demoGatewayKeys is the gateway's own demo key pair: a signature with it

@@ -11,7 +11,7 @@ import (
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
-	"github.com/edigateway/gateway/metrics"
+	"github.com/edigateway/gateway/internal/metrics"
 	"github.com/edigateway/gateway/outbox"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/edigateway/gateway/internal/testpki"
-	"github.com/edigateway/gateway/trust/trusttest"
+	"github.com/edigateway/gateway/internal/trust/trusttest"
 )
 
 // peppol.enabled wires a Peppol access point into the AS4 endpoint; an

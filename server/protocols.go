@@ -11,17 +11,16 @@ import (
 	"github.com/edigateway/gateway/as2"
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/endpoint"
-	"github.com/edigateway/gateway/certcheck"
-	"github.com/edigateway/gateway/cms"
 	"github.com/edigateway/gateway/config"
-	"github.com/edigateway/gateway/keyfile"
-	"github.com/edigateway/gateway/limits"
+	"github.com/edigateway/gateway/internal/certs"
+	"github.com/edigateway/gateway/internal/cms"
+	"github.com/edigateway/gateway/internal/limits"
+	"github.com/edigateway/gateway/internal/peppol"
+	"github.com/edigateway/gateway/internal/retention"
+	"github.com/edigateway/gateway/internal/trust"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/outbox"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/peppol"
-	"github.com/edigateway/gateway/retention"
-	"github.com/edigateway/gateway/trust"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 // mountProtocols builds the first configuration snapshot, registers the AS2
@@ -182,8 +181,8 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 		}
 	}
 	snap := &Snapshot{Partners: dir, Keys: allKeys, CertWarning: cfg.CertWarning, Loaded: time.Now()}
-	ids, _ := certcheck.IdentityCerts(allKeys)
-	snap.Certificates = append(ids, certcheck.PartnerCerts(dir)...)
+	ids, _ := certs.IdentityCerts(allKeys)
+	snap.Certificates = append(ids, certs.PartnerCerts(dir)...)
 	snap.Certificates = append(snap.Certificates, trustCerts(dir, cfg.Peppol)...)
 	if s.trust == nil {
 		s.trust = &trust.Checker{Log: s.Log}
@@ -252,11 +251,11 @@ func (s *Server) loadIdentityKeys(id config.Identity) ([]cms.KeyPair, []xmlenc.K
 			field = fmt.Sprintf("identity.keys[%d]", i)
 		}
 		// PEM, DER or PKCS#12 (keyfile), handed to the protocols as PEM.
-		cert, key, err := keyfile.KeyPair(k.Cert, k.Key, k.Password())
+		cert, key, err := certs.KeyPair(k.Cert, k.Key, k.Password())
 		if err != nil {
 			return nil, nil, fmt.Errorf("server: %s: %w", field, err)
 		}
-		certPEM, keyPEM, err := keyfile.PEM(cert, key)
+		certPEM, keyPEM, err := certs.PEM(cert, key)
 		if err != nil {
 			return nil, nil, fmt.Errorf("server: %s: %w", field, err)
 		}

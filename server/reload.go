@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/edigateway/gateway/certcheck"
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/partners"
 )
@@ -32,7 +31,7 @@ type Snapshot struct {
 	CertWarning time.Duration
 	// Certificates are every partner certificate and identity certificate,
 	// for expiry reporting (metrics).
-	Certificates []certcheck.Cert
+	Certificates []Certificate
 	// Loaded is when the snapshot was built.
 	Loaded time.Time
 

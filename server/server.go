@@ -17,13 +17,13 @@ import (
 	"github.com/edigateway/gateway/exchange"
 	"github.com/edigateway/gateway/inbox"
 	"github.com/edigateway/gateway/internal/httpframe"
-	"github.com/edigateway/gateway/limits"
-	"github.com/edigateway/gateway/metrics"
+	"github.com/edigateway/gateway/internal/limits"
+	"github.com/edigateway/gateway/internal/metrics"
+	"github.com/edigateway/gateway/internal/peppol"
+	"github.com/edigateway/gateway/internal/retention"
+	"github.com/edigateway/gateway/internal/trust"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/peppol"
-	"github.com/edigateway/gateway/retention"
 	"github.com/edigateway/gateway/store"
-	"github.com/edigateway/gateway/trust"
 )
 
 // Version is reported by the protocols (Reporting-UA, User-Agent); the

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edigateway/gateway/cms"
 	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/cms"
 )
 
 func demoConfig(t *testing.T) *config.Config {

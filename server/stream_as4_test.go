@@ -17,9 +17,9 @@ import (
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/as4/endpoint"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/partners"
 	"github.com/edigateway/gateway/receipt"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 // as4Streamed is an AS4 message from the demo partner with one attachment

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/cms"
 )
 
 // TestStreamThroughputReport (GATEWAY_STREAMBENCH=1, scripts/streambench.sh)

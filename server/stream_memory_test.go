@@ -18,11 +18,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edigateway/gateway/as2client"
-	"github.com/edigateway/gateway/cms"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/exchange"
-	"github.com/edigateway/gateway/smime"
+	"github.com/edigateway/gateway/internal/cms"
+	"github.com/edigateway/gateway/internal/smime"
 )
 
 // seededText is n bytes of EDI-like text from a seeded PRNG (compressible

@@ -4,25 +4,25 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/edigateway/gateway/certcheck"
 	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/certs"
+	"github.com/edigateway/gateway/internal/trust"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/trust"
 )
 
 // trustCerts lists the CA certificates of trust: ca agreements and the
 // Peppol AP CA, so that reload_on_change watches their files and the
 // certificate metrics show their expiry (use "as2-ca", "as4-ca",
 // "peppol-ca").
-func trustCerts(d *partners.Directory, pc config.Peppol) []certcheck.Cert {
-	var out []certcheck.Cert
+func trustCerts(d *partners.Directory, pc config.Peppol) []certs.Cert {
+	var out []certs.Cert
 	add := func(owner, partner, use, config, path string) {
-		certs, err := partners.ReadCertificates(path)
+		found, err := partners.ReadCertificates(path)
 		if err != nil {
 			return // changed since loaded; the next reload reports it
 		}
-		for _, c := range certs {
-			out = append(out, certcheck.Cert{Owner: owner, Partner: partner, Use: use, File: path, Config: config, Cert: c})
+		for _, c := range found {
+			out = append(out, certs.Cert{Owner: owner, Partner: partner, Use: use, File: path, Config: config, Cert: c})
 		}
 	}
 	for _, p := range d.Partners {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/internal/testpki"
+	"github.com/edigateway/gateway/internal/trust/trusttest"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/trust/trusttest"
 )
 
 // The CA files of trust: ca partners and of the Peppol AP CA are listed

@@ -13,10 +13,10 @@ import (
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/internal/pgtest"
 	"github.com/edigateway/gateway/outbox"
 	"github.com/edigateway/gateway/store"
 	"github.com/edigateway/gateway/store/pgstore"
-	"github.com/edigateway/gateway/store/pgstore/pgtest"
 	"github.com/edigateway/gateway/store/sqlitestore"
 )
 

@@ -43,10 +43,10 @@ import (
 
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/internal/sendspool"
+	"github.com/edigateway/gateway/internal/trust"
+	"github.com/edigateway/gateway/internal/wssec"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/receipt"
-	"github.com/edigateway/gateway/trust"
-	"github.com/edigateway/gateway/wssec"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 // Default roles of ebMS 3 Core §5.2.2.3.
@@ -122,10 +122,10 @@ type Encryption struct {
 	Recipient *x509.Certificate
 	// KeyReference is how the EncryptedKey names the recipient certificate
 	// (default X509IssuerSerial).
-	KeyReference xmlenc.KeyReference
+	KeyReference KeyReference
 	// Options select the algorithms (zero: rsa-oaep-mgf1p with SHA-256, or
 	// X25519/HKDF/kw-aes128; AES-128-GCM). Rand is taken from the Client.
-	Options xmlenc.EncryptOptions
+	Options EncryptOptions
 }
 
 // Message is a user message to send.

@@ -16,9 +16,9 @@ import (
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/internal/interop"
+	"github.com/edigateway/gateway/internal/trust"
+	"github.com/edigateway/gateway/internal/wssec"
 	"github.com/edigateway/gateway/receipt"
-	"github.com/edigateway/gateway/trust"
-	"github.com/edigateway/gateway/wssec"
 )
 
 // phase4Receipt returns the Content-Type and body of a recorded phase4

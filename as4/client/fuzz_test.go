@@ -8,8 +8,8 @@ import (
 
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
+	"github.com/edigateway/gateway/internal/wssec"
 	"github.com/edigateway/gateway/receipt"
-	"github.com/edigateway/gateway/wssec"
 )
 
 // FuzzVerifyReceipt feeds arbitrary answers to the receipt verifier: it

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/internal/trust"
+	"github.com/edigateway/gateway/internal/wssec"
 	"github.com/edigateway/gateway/receipt"
-	"github.com/edigateway/gateway/trust"
-	"github.com/edigateway/gateway/wssec"
 )
 
 // ErrNotCovered reports a verified receipt for our eb:MessageId whose

@@ -11,7 +11,7 @@ import (
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/internal/testpki"
-	"github.com/edigateway/gateway/trust"
+	"github.com/edigateway/gateway/internal/trust"
 )
 
 // The client refuses to encrypt to a receiver certificate that is expired

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/edigateway/gateway/as4"
+	"github.com/edigateway/gateway/internal/wssec"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/wssec"
 )
 
 // checkMessageAge refuses a message whose signed time is older than the

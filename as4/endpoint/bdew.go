@@ -7,8 +7,8 @@ import (
 
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/internal/brainpool"
-	"github.com/edigateway/gateway/wssec"
-	"github.com/edigateway/gateway/xmlenc"
+	"github.com/edigateway/gateway/internal/wssec"
+	"github.com/edigateway/gateway/internal/xmlenc"
 )
 
 // BDEWEncryptionAlgorithms are the only encryption algorithms a message of a

@@ -34,10 +34,10 @@ import (
 	"github.com/edigateway/gateway/exchange"
 	"github.com/edigateway/gateway/internal/brainpool"
 	"github.com/edigateway/gateway/internal/brainpool/bptest"
+	"github.com/edigateway/gateway/internal/wssec"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/partners"
 	"github.com/edigateway/gateway/receipt"
-	"github.com/edigateway/gateway/wssec"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 const utilmd = "UNA:+.? 'UNB+UNOC:3+9900000000002:500+9900000000001:500+250101:1200+ICR0001++TL'" +

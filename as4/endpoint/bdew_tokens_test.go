@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/receipt"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 // The BDEW AS4 profile fixes how keys are named: the signing certificate

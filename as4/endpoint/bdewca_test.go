@@ -29,10 +29,10 @@ import (
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
 	"github.com/edigateway/gateway/internal/brainpool/bptest"
+	"github.com/edigateway/gateway/internal/trust/trusttest"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/partners"
 	"github.com/edigateway/gateway/receipt"
-	"github.com/edigateway/gateway/trust/trusttest"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 // TestBDEWTrustCA: a bdew partner under trust: ca (the energy sector's

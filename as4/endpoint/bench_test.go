@@ -23,8 +23,8 @@ import (
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
 	"github.com/edigateway/gateway/inbox"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/store/sqlitestore"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 // benchInterchange is an EDIFACT interchange of exactly size bytes (at

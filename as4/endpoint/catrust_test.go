@@ -18,9 +18,9 @@ import (
 	"github.com/edigateway/gateway/as4"
 
 	"github.com/edigateway/gateway/audit"
-	"github.com/edigateway/gateway/trust"
-	"github.com/edigateway/gateway/trust/trusttest"
-	"github.com/edigateway/gateway/wssec"
+	"github.com/edigateway/gateway/internal/trust"
+	"github.com/edigateway/gateway/internal/trust/trusttest"
+	"github.com/edigateway/gateway/internal/wssec"
 )
 
 // trust: ca AS4 partners: the signer (BinarySecurityToken) chains to the

@@ -102,13 +102,13 @@ import (
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
 	"github.com/edigateway/gateway/internal/bufpipe"
+	"github.com/edigateway/gateway/internal/limits"
+	"github.com/edigateway/gateway/internal/peppol"
 	"github.com/edigateway/gateway/internal/readahead"
-	"github.com/edigateway/gateway/limits"
+	"github.com/edigateway/gateway/internal/trust"
+	"github.com/edigateway/gateway/internal/wssec"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/peppol"
-	"github.com/edigateway/gateway/trust"
-	"github.com/edigateway/gateway/wssec"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 // Header names under which the endpoint passes ebMS values to the business
@@ -148,7 +148,7 @@ type Config struct {
 	// eDelivery AS4 2.0) and brainpoolP256r1 ECDH-ES (BDEW); a certificate
 	// without the extension allows both); list old and new keys during a
 	// rollover.
-	Keys []xmlenc.KeyPair
+	Keys []KeyPair
 	// Pipeline runs verified messages: dedup, handler, audit, reply.
 	Pipeline *exchange.Pipeline
 	// PartyID and PartyType are our own eb:To identity. A partner P-Mode

@@ -21,9 +21,9 @@ import (
 	"github.com/edigateway/gateway/as4/endpoint"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/wssec"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/receipt"
-	"github.com/edigateway/gateway/wssec"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 // TestAlgorithmSetsSentTwice sends one message per algorithm set through

@@ -16,8 +16,8 @@ import (
 
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 // TestEveryFailureKindHasAnEbMSError: every exchange.FailureKind gets a

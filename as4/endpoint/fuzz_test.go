@@ -18,7 +18,7 @@ import (
 	"github.com/edigateway/gateway/as4/endpoint"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
-	"github.com/edigateway/gateway/xmlenc"
+	"github.com/edigateway/gateway/internal/xmlenc"
 )
 
 // panicWatch fails the fuzz run when the endpoint had to recover a panic

@@ -37,11 +37,11 @@ import (
 	"github.com/edigateway/gateway/as4/endpoint"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/peppol"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/peppol"
 	"github.com/edigateway/gateway/receipt"
 	"github.com/edigateway/gateway/store/sqlitestore"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 // Parties of the generated test agreement.

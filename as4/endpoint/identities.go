@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/edigateway/gateway/as4"
-	"github.com/edigateway/gateway/xmlenc"
+	"github.com/edigateway/gateway/internal/xmlenc"
 )
 
 // Identity is one more party of ours (config identities[]) with its own
@@ -17,7 +17,7 @@ import (
 // first identity.
 type Identity struct {
 	PartyID, PartyType string
-	Keys               []xmlenc.KeyPair
+	Keys               []KeyPair
 }
 
 // ownIdentity is an identity with its checked signing key.

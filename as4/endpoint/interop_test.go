@@ -17,8 +17,8 @@ import (
 	"github.com/edigateway/gateway/as4/endpoint"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/internal/interop"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/receipt"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 const (

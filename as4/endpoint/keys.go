@@ -10,7 +10,7 @@ import (
 	"os"
 
 	"github.com/edigateway/gateway/internal/brainpool"
-	"github.com/edigateway/gateway/xmlenc"
+	"github.com/edigateway/gateway/internal/xmlenc"
 )
 
 // LoadKeyPair reads one of our certificate/key pairs: the first CERTIFICATE
@@ -18,7 +18,7 @@ import (
 // an RSA, ECDSA (also brainpoolP256r1), Ed25519 or X25519 key, PKCS#1 "RSA
 // PRIVATE KEY" or SEC 1 "EC PRIVATE KEY"). The key must belong to the
 // certificate.
-func LoadKeyPair(certFile, keyFile string) (xmlenc.KeyPair, error) {
+func LoadKeyPair(certFile, keyFile string) (KeyPair, error) {
 	cb, err := os.ReadFile(certFile)
 	if err != nil {
 		return xmlenc.KeyPair{}, fmt.Errorf("as4 key pair: %w", err)
@@ -35,7 +35,7 @@ func LoadKeyPair(certFile, keyFile string) (xmlenc.KeyPair, error) {
 }
 
 // ParseKeyPair is LoadKeyPair on PEM bytes.
-func ParseKeyPair(certPEM, keyPEM []byte) (xmlenc.KeyPair, error) {
+func ParseKeyPair(certPEM, keyPEM []byte) (KeyPair, error) {
 	var cert *x509.Certificate
 	for rest := certPEM; cert == nil; {
 		var b *pem.Block

@@ -18,8 +18,8 @@ import (
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/as4/endpoint"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/receipt"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 // TestBDEWDecryptionKeyNeedsKeyAgreement: a message whose ECDH-ES key

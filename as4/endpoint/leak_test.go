@@ -15,8 +15,8 @@ import (
 
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
-	"github.com/edigateway/gateway/wssec"
-	"github.com/edigateway/gateway/xmlenc"
+	"github.com/edigateway/gateway/internal/wssec"
+	"github.com/edigateway/gateway/internal/xmlenc"
 )
 
 // goPackagePrefix is an error text of a Go package (ours or the standard

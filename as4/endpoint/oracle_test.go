@@ -9,7 +9,7 @@ import (
 	"github.com/beevik/etree"
 
 	"github.com/edigateway/gateway/as4"
-	"github.com/edigateway/gateway/xmlenc"
+	"github.com/edigateway/gateway/internal/xmlenc"
 )
 
 // TestCBCIsNoPaddingOracle replays a captured encrypted message with one

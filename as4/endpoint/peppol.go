@@ -8,8 +8,8 @@ import (
 
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/peppol"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/peppol"
 )
 
 // PeppolPartnerID is the partner id of messages received in Peppol AP mode

@@ -14,10 +14,10 @@ import (
 
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
-	"github.com/edigateway/gateway/peppol"
-	"github.com/edigateway/gateway/trust"
-	"github.com/edigateway/gateway/trust/trusttest"
-	"github.com/edigateway/gateway/wssec"
+	"github.com/edigateway/gateway/internal/peppol"
+	"github.com/edigateway/gateway/internal/trust"
+	"github.com/edigateway/gateway/internal/trust/trusttest"
+	"github.com/edigateway/gateway/internal/wssec"
 )
 
 const (

@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/edigateway/gateway/as4"
-	"github.com/edigateway/gateway/wssec"
-	"github.com/edigateway/gateway/xmlenc"
+	"github.com/edigateway/gateway/internal/wssec"
+	"github.com/edigateway/gateway/internal/xmlenc"
 )
 
 // stableReasons are the partner-facing first words of the security

@@ -17,7 +17,7 @@ import (
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/audit"
-	"github.com/edigateway/gateway/wssec"
+	"github.com/edigateway/gateway/internal/wssec"
 )
 
 // goErrorMarkers are fragments of error texts of Go's standard library and

@@ -12,8 +12,8 @@ import (
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/wssec"
 	"github.com/edigateway/gateway/receipt"
-	"github.com/edigateway/gateway/wssec"
 )
 
 // replies builds the AS4 replies of one verified user message for the

@@ -11,9 +11,9 @@ import (
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/trust"
+	"github.com/edigateway/gateway/internal/wssec"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/trust"
-	"github.com/edigateway/gateway/wssec"
 )
 
 // trustRun is the outcome of the CA trust check of one message's signer,

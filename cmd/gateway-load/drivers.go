@@ -11,12 +11,12 @@ import (
 	"os"
 	"strings"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
-	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/cms"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/mdn"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 // loadIdentity reads the partner's key pair and the gateway's certificate.

@@ -21,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/edigateway/gateway/cms"
+	"github.com/edigateway/gateway/internal/cms"
 )
 
 // answer is what the gateway replied to one transmission, once verified.

@@ -21,8 +21,8 @@ import (
 
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/dedup"
-	"github.com/edigateway/gateway/envelope"
 	"github.com/edigateway/gateway/inbox"
+	"github.com/edigateway/gateway/internal/envelope"
 	"github.com/edigateway/gateway/server"
 )
 

@@ -14,14 +14,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/as4"
 	as4client "github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/internal/testpki"
-	"github.com/edigateway/gateway/trust"
-	"github.com/edigateway/gateway/trust/trusttest"
+	"github.com/edigateway/gateway/internal/trust"
+	"github.com/edigateway/gateway/internal/trust/trusttest"
 )
 
 // auditRecords reads the gateway's audit file.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/beevik/etree"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/exchange"

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 )
 
 // In the child gateway, GATEWAY_TEST_NOFILE sets the descriptor limit

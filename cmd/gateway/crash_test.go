@@ -17,9 +17,9 @@ import (
 
 	"crypto/x509"
 
-	"github.com/edigateway/gateway/as2client"
-	"github.com/edigateway/gateway/cms"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/inbox"
+	"github.com/edigateway/gateway/internal/cms"
 )
 
 // TestMain lets the test binary act as the gateway binary: the crash test

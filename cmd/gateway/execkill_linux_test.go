@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 )
 
 // processAlive says whether pid runs (a zombie does not).

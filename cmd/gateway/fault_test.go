@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 )
 
 // faultTestConfig writes a gateway configuration for the demo partner (AS2

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/as4"
 	as4client "github.com/edigateway/gateway/as4/client"
 )

@@ -22,7 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/inbox"
 )
 

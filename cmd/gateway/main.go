@@ -27,8 +27,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/edigateway/gateway/certcheck"
 	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/certs"
 	"github.com/edigateway/gateway/partners"
 	"github.com/edigateway/gateway/server"
 )
@@ -367,7 +367,7 @@ func partnersCheck(args []string, stdout io.Writer) error {
 	}
 	path := *dir
 	var keys []config.KeyPair
-	warnAhead := certcheck.DefaultWarning
+	warnAhead := certs.DefaultWarning
 	if path == "" || *cfgPath != "" {
 		// With a configuration, our identity keys are checked too.
 		cfg, err := config.Load(*cfgPath)
@@ -408,8 +408,8 @@ func partnersCheck(args []string, stdout io.Writer) error {
 	for _, w := range d.Warnings {
 		fmt.Fprintln(stdout, "warning:", w)
 	}
-	_, findings := certcheck.All(d, keys, time.Now(), warnAhead)
-	nerr := certcheck.Errors(findings)
+	_, findings := certs.All(d, keys, time.Now(), warnAhead)
+	nerr := certs.Errors(findings)
 	for _, f := range findings {
 		fmt.Fprintf(stdout, "%s: %s\n", f.Severity, f)
 	}

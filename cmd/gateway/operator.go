@@ -14,9 +14,9 @@ import (
 
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/trust"
 	"github.com/edigateway/gateway/partners"
 	"github.com/edigateway/gateway/server"
-	"github.com/edigateway/gateway/trust"
 )
 
 // partnersList prints every partner: protocols, ids, certificates with

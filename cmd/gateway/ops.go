@@ -15,8 +15,8 @@ import (
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/internal/retention"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/retention"
 	"github.com/edigateway/gateway/store"
 )
 

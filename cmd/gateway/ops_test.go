@@ -14,7 +14,7 @@ import (
 
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/dedup"
-	"github.com/edigateway/gateway/retention"
+	"github.com/edigateway/gateway/internal/retention"
 	"github.com/edigateway/gateway/store"
 )
 

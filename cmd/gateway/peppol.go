@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/edigateway/gateway/config"
-	"github.com/edigateway/gateway/peppol"
+	"github.com/edigateway/gateway/internal/peppol"
 )
 
 // peppolReport writes the month's OpenPeppol Transaction Statistics Report

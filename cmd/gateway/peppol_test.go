@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edigateway/gateway/peppol"
+	"github.com/edigateway/gateway/internal/peppol"
 )
 
 // `gateway peppol report` writes the month's TSR and EUSR from the records

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/trust"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/trust"
 )
 
 // partnerProfile is what a partner needs from us to set up their side of

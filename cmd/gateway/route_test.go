@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/inbox"
 	"github.com/edigateway/gateway/server"

@@ -17,12 +17,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/edigateway/gateway/as2client"
-	"github.com/edigateway/gateway/cms"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/config"
-	"github.com/edigateway/gateway/keyfile"
+	"github.com/edigateway/gateway/internal/certs"
+	"github.com/edigateway/gateway/internal/cms"
+	"github.com/edigateway/gateway/internal/smime"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/smime"
 )
 
 const sendUsage = `usage: gateway send -file PATH [-url URL] [options]
@@ -365,13 +365,13 @@ func gatewayURL(cfg *config.Config, path string) (string, error) {
 // (its cert file, or the PKCS#12 key file that holds it).
 func keyCertificates(k config.KeyPair) ([]*x509.Certificate, error) {
 	if k.Cert != "" {
-		certs, err := keyfile.Certificates(k.Cert, k.Password())
+		certs, err := certs.Certificates(k.Cert, k.Password())
 		if err != nil {
 			return nil, fmt.Errorf("%s certificate: %w", k.Field, err)
 		}
 		return certs, nil
 	}
-	cert, _, err := keyfile.KeyPair("", k.Key, k.Password())
+	cert, _, err := certs.KeyPair("", k.Key, k.Password())
 	if err != nil {
 		return nil, fmt.Errorf("%s certificate: %w", k.Field, err)
 	}

@@ -22,11 +22,11 @@ import (
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/internal/brainpool"
-	"github.com/edigateway/gateway/keyfile"
+	"github.com/edigateway/gateway/internal/certs"
+	"github.com/edigateway/gateway/internal/wssec"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/partners"
 	"github.com/edigateway/gateway/receipt"
-	"github.com/edigateway/gateway/wssec"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 const sendAS4Usage = `usage: gateway send-as4 -config FILE -partner ID -key FILE [options] FILE...
@@ -198,7 +198,7 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: send-as4 needs at least one FILE to send", errUsage)
 	}
 
-	cert, key, err := signingPair(*certFile, *keyFile, keyfile.Password{Env: *keyPasswordEnv}, partnerCerts)
+	cert, key, err := signingPair(*certFile, *keyFile, certs.Password{Env: *keyPasswordEnv}, partnerCerts)
 	if err != nil {
 		return fmt.Errorf("send-as4: %w", err)
 	}
@@ -563,13 +563,13 @@ func encryptable(cert *x509.Certificate, bdew bool) bool {
 
 // signingPair reads -key with -cert, or, without -cert, with the
 // configured partner certificate files, taking the one -key belongs to.
-func signingPair(certFile, keyFile string, pw keyfile.Password, partnerCerts []string) (*x509.Certificate, crypto.PrivateKey, error) {
+func signingPair(certFile, keyFile string, pw certs.Password, partnerCerts []string) (*x509.Certificate, crypto.PrivateKey, error) {
 	if certFile != "" || len(partnerCerts) == 0 {
-		return keyfile.KeyPair(certFile, keyFile, pw)
+		return certs.KeyPair(certFile, keyFile, pw)
 	}
 	var errs []error
 	for _, c := range partnerCerts {
-		cert, key, err := keyfile.KeyPair(c, keyFile, pw)
+		cert, key, err := certs.KeyPair(c, keyFile, pw)
 		if err == nil {
 			return cert, key, nil
 		}

@@ -20,8 +20,8 @@ import (
 	"github.com/edigateway/gateway/as4/endpoint"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/xmlenc"
 )
 
 // TestSendAS4Demo sends a file as the demo partner to an AS4 endpoint

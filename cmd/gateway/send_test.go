@@ -18,9 +18,9 @@ import (
 
 	"github.com/edigateway/gateway/as2"
 	"github.com/edigateway/gateway/audit"
-	"github.com/edigateway/gateway/cms"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/internal/cms"
 	"github.com/edigateway/gateway/outbox"
 	"github.com/edigateway/gateway/partners"
 )

@@ -16,14 +16,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/as4"
 	as4client "github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/internal/testpki"
+	"github.com/edigateway/gateway/internal/trust"
+	"github.com/edigateway/gateway/internal/trust/trusttest"
 	"github.com/edigateway/gateway/partners"
-	"github.com/edigateway/gateway/trust"
-	"github.com/edigateway/gateway/trust/trusttest"
 )
 
 // trustTexts is a live gateway (both protocols) with, besides the demo

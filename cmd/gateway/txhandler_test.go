@@ -15,12 +15,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/edigateway/gateway/as2client"
+	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/inbox"
+	"github.com/edigateway/gateway/internal/pgtest"
 	"github.com/edigateway/gateway/server"
 	"github.com/edigateway/gateway/store/pgstore"
-	"github.com/edigateway/gateway/store/pgstore/pgtest"
 )
 
 // pgStoreURL is a postgres:// store URL for a fresh test schema.

@@ -84,7 +84,7 @@ func TestEveryPublicPackageHasAPackageComment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if checked < 30 {
+	if checked < 20 {
 		t.Fatalf("only %d packages found under %s: the walk is broken", checked, root)
 	}
 }

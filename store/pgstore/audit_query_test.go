@@ -6,7 +6,7 @@ import (
 
 	"github.com/edigateway/gateway/audit/audittest"
 	"github.com/edigateway/gateway/dedup"
-	"github.com/edigateway/gateway/store/pgstore/pgtest"
+	"github.com/edigateway/gateway/internal/pgtest"
 )
 
 func TestAuditQuery(t *testing.T) {

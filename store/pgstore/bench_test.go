@@ -6,7 +6,7 @@ import (
 
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/dedup/deduptest"
-	"github.com/edigateway/gateway/store/pgstore/pgtest"
+	"github.com/edigateway/gateway/internal/pgtest"
 )
 
 func benchStore(b *testing.B) (*Store, []dedup.Key) {

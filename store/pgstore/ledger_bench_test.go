@@ -14,8 +14,8 @@ import (
 
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/internal/pgtest"
 	"github.com/edigateway/gateway/store/pgstore"
-	"github.com/edigateway/gateway/store/pgstore/pgtest"
 )
 
 // benchWindow is the window of the loaded interchanges and of the claims:

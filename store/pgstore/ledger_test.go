@@ -13,9 +13,9 @@ import (
 
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/internal/pgtest"
 	"github.com/edigateway/gateway/outbox"
 	"github.com/edigateway/gateway/store/pgstore"
-	"github.com/edigateway/gateway/store/pgstore/pgtest"
 )
 
 // sharedLedgers gives the ledger kit one schema for a whole top-level test,

@@ -15,8 +15,8 @@ import (
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/dedup/deduptest"
+	"github.com/edigateway/gateway/internal/pgtest"
 	"github.com/edigateway/gateway/store/pgstore"
-	"github.com/edigateway/gateway/store/pgstore/pgtest"
 )
 
 func open(t testing.TB, dsn, schema string, opts dedup.Options) *pgstore.Store {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/dedup/deduptest"
-	"github.com/edigateway/gateway/store/pgstore/pgtest"
+	"github.com/edigateway/gateway/internal/pgtest"
 )
 
 func TestTxContract(t *testing.T) {
