@@ -217,19 +217,91 @@ func (a *answeredWriter) send() {
 	}
 }
 
-// ServeHTTP receives one AS2 message.
+// ServeHTTP receives one AS2 message. Each step answers the partner itself
+// when it refuses the message, and reports so; the exchange then ends.
 func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "AS2 messages are sent with POST", http.StatusMethodNotAllowed)
 		return
 	}
+	rc := e.readAS2Headers(w, r)
+	if rc == nil {
+		return
+	}
+	if rc.partner == nil {
+		rc.refuseUnknownPartner()
+		return
+	}
+	defer rc.removeSpooledBody()
+	if !rc.spoolBody() {
+		return
+	}
+	rc.planReceipt()
+	if d, why := mdnRequestRefusal(rc.x, rc.partner); why != "" {
+		if rc.arrived() {
+			e.reject(r.Context(), rc.w, rc.x, d, why, nil)
+		}
+		return
+	}
+	opts := rc.unwrapOptions()
+	// Layer files of a streamed unwrap live until the exchange ends: the
+	// payload the handler reads is one of them (or a section of the body).
+	rc.layers = &layerFiles{dir: e.cfg.SpoolDir}
+	defer rc.removeLayerFiles()
+	if !rc.decryptAndVerify(opts) {
+		return
+	}
+	if !rc.enforceSecurityPolicy() {
+		return
+	}
+	if !rc.computeMIC() {
+		return
+	}
+	rc.payloads = &exchange.Spool{Dir: e.cfg.SpoolDir}
+	defer rc.removePayloadSpool()
+	rc.runPipeline()
+}
+
+// as2Receipt is the state of one AS2 request while ServeHTTP's steps run.
+type as2Receipt struct {
+	e *Endpoint
+	r *http.Request
+	// w is aw once the request is known to be an AS2 message.
+	w  http.ResponseWriter
+	aw *answeredWriter
+	x  *inbound
+	// lg is the request's logger before the partner is known.
+	lg *slog.Logger
+	// partner is the agreement AS2-From and AS2-To name (nil: none).
+	partner     *partners.Partner
+	received    time.Time
+	limit       int64
+	decryptKeys []cms.KeyPair
+	// bf is the spooled body; arriving is the spooling still running
+	// while a large body is unwrapped as it arrives.
+	bf       *limits.BodyFile
+	arriving *limits.GrowingBody
+	layers   *layerFiles
+	payloads *exchange.Spool
+	tr       *trustRun
+	// res is the unwrapped message; sres its streamed form (nil when
+	// unwrapped in memory); err the unwrap's failure.
+	res  *smime.Result
+	sres *smime.StreamResult
+	err  error
+}
+
+// readAS2Headers reads the AS2 headers, finds the partner's agreement and
+// refuses a body its Content-Length says is too large before reading a
+// byte of it. It returns nil when it answered.
+func (e *Endpoint) readAS2Headers(w http.ResponseWriter, r *http.Request) *as2Receipt {
 	received := e.now()
 	req, err := ParseHeaders(r.Header)
 	if err != nil {
 		e.log.Warn("as2 request refused", "protocol", "as2", "remote", r.RemoteAddr, "status", http.StatusBadRequest, "err", err)
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return nil
 	}
 	lg := e.log.With("protocol", "as2", "message_id", dedup.NormalizeMessageID(req.MessageID), "as2_from", req.From, "as2_to", req.To)
 	p, ok := e.cfg.Partners.ByAS2(req.From, req.To, e.cfg.OurID)
@@ -243,118 +315,130 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		lg.Warn("as2 message refused: body too large", "status", http.StatusRequestEntityTooLarge, "limit", limit, "content_length", r.ContentLength)
 		w.Header().Set("Connection", "close")
 		http.Error(w, fmt.Sprintf("message body exceeds the limit of %d bytes", limit), http.StatusRequestEntityTooLarge)
-		return
+		return nil
 	}
 
 	// The spool files are removed once the answer is on its way (see
 	// answeredWriter): a GiB of them takes tens of milliseconds.
 	aw := &answeredWriter{ResponseWriter: w}
-	w = aw
-	x := &inbound{req: req, lg: lg}
-	var decryptKeys []cms.KeyPair
-	x.signKeys, decryptKeys = e.identityKeys(req.To)
-	if !ok {
-		// The sender is not authenticated: its Receipt-Delivery-Option is
-		// not followed; the unsigned MDN goes back on the response. The
-		// body is not read, and the connection is closed after the answer
-		// (net/http would otherwise wait to discard a short body first).
-		w.Header().Set("Connection", "close")
-		if req.MDN.Requested {
-			x.mode = deliverSync
-		}
-		e.reject(r.Context(), w, x, mdn.DispUnknownTradingPartner,
-			fmt.Sprintf("no trading partner agreement for AS2-From %q and AS2-To %q", req.From, req.To), nil)
-		return
+	rc := &as2Receipt{e: e, r: r, w: aw, aw: aw, lg: lg, received: received, limit: limit}
+	rc.x = &inbound{req: req, lg: lg}
+	rc.x.signKeys, rc.decryptKeys = e.identityKeys(req.To)
+	if ok {
+		rc.partner = p
 	}
-	// The body goes to a spool file as it arrives, hashed on the way; the
-	// file is removed when the exchange ends (and, after a crash, at the
-	// next start: see limits.OpenSpoolArea). A body that will be unwrapped
-	// as a stream (its Content-Length says so) is unwrapped while it
-	// arrives (two cores); the spooling's outcome is awaited before
-	// anything is answered, and its failure is the answer.
-	var bf *limits.BodyFile
-	var arriving *limits.GrowingBody
-	defer func() {
-		if arriving != nil {
-			// Answered before the body's end (no path should): the
-			// spooling still reads the request, which must end first.
-			if b, err := arriving.Wait(); err == nil {
-				bf = b
-			}
-		}
-		aw.send()
-		if err := bf.Remove(); err != nil {
-			lg.Warn("spool cleanup failed", "err", err)
-		}
-	}()
-	// spooled answers the partner and reports false when the body could
-	// not be spooled.
-	spooled := func(err error) bool {
-		if err == nil {
-			lg.Debug("as2 body received", "bytes", bf.Size, "sha256", bf.SHA256)
-			if bf.Size > 0 {
-				return true
-			}
-			lg.Warn("as2 message refused: empty body", "status", http.StatusBadRequest)
-			http.Error(w, "as2: the request has no body", http.StatusBadRequest)
-			return false
-		}
-		switch st := limits.Status(err); st {
-		case http.StatusRequestEntityTooLarge:
-			lg.Warn("as2 message refused: body too large", "status", st, "limit", limit, "err", err)
-			w.Header().Set("Connection", "close")
-			http.Error(w, fmt.Sprintf("message body exceeds the limit of %d bytes", limit), st)
-		case 0:
-			if errors.Is(err, limits.ErrSpool) {
-				lg.Error("as2 message not processed: the body could not be spooled", "err", err)
-				retryLater(w, "the message could not be stored temporarily")
-				break
-			}
-			lg.Warn("as2 message refused: body could not be read", "status", http.StatusBadRequest, "err", err)
-			http.Error(w, "the request body could not be read", http.StatusBadRequest)
-		default:
-			lg.Warn("as2 message refused while reading the body", "status", st, "err", err)
-			limits.Refuse(w, err)
-		}
-		return false
+	return rc
+}
+
+// refuseUnknownPartner answers a message no agreement covers.
+func (rc *as2Receipt) refuseUnknownPartner() {
+	// The sender is not authenticated: its Receipt-Delivery-Option is
+	// not followed; the unsigned MDN goes back on the response. The
+	// body is not read, and the connection is closed after the answer
+	// (net/http would otherwise wait to discard a short body first).
+	req := rc.x.req
+	rc.w.Header().Set("Connection", "close")
+	if req.MDN.Requested {
+		rc.x.mode = deliverSync
 	}
+	rc.e.reject(rc.r.Context(), rc.w, rc.x, mdn.DispUnknownTradingPartner,
+		fmt.Sprintf("no trading partner agreement for AS2-From %q and AS2-To %q", req.From, req.To), nil)
+}
+
+// removeSpooledBody removes the body's spool file once the answer is sent.
+func (rc *as2Receipt) removeSpooledBody() {
+	if rc.arriving != nil {
+		// Answered before the body's end (no path should): the
+		// spooling still reads the request, which must end first.
+		if b, err := rc.arriving.Wait(); err == nil {
+			rc.bf = b
+		}
+	}
+	rc.aw.send()
+	if err := rc.bf.Remove(); err != nil {
+		rc.lg.Warn("spool cleanup failed", "err", err)
+	}
+}
+
+// spoolBody starts spooling the body: the body goes to a spool file as it
+// arrives, hashed on the way; the file is removed when the exchange ends
+// (and, after a crash, at the next start: see limits.OpenSpoolArea). A body
+// that will be unwrapped as a stream (its Content-Length says so) is
+// unwrapped while it arrives (two cores); the spooling's outcome is awaited
+// before anything is answered (arrived), and its failure is the answer. It
+// reports false when it answered.
+func (rc *as2Receipt) spoolBody() bool {
+	e, r := rc.e, rc.r
 	if e.cfg.StreamThreshold > 0 && r.ContentLength > e.cfg.StreamThreshold {
-		arriving = limits.SpoolBodyAsync(r.Body, e.cfg.SpoolDir, limit)
-	} else {
-		var err error
-		if bf, err = limits.SpoolBody(r.Body, e.cfg.SpoolDir, limit); !spooled(err) {
-			return
-		}
+		rc.arriving = limits.SpoolBodyAsync(r.Body, e.cfg.SpoolDir, rc.limit)
+		return true
 	}
-	// arrived waits for a body still arriving (see spooled).
-	arrived := func() bool {
-		if arriving == nil {
+	var err error
+	rc.bf, err = limits.SpoolBody(r.Body, e.cfg.SpoolDir, rc.limit)
+	return rc.spooled(err)
+}
+
+// arrived waits for a body still arriving (see spooled).
+func (rc *as2Receipt) arrived() bool {
+	if rc.arriving == nil {
+		return true
+	}
+	var err error
+	rc.bf, err = rc.arriving.Wait()
+	rc.arriving = nil
+	return rc.spooled(err)
+}
+
+// spooled answers the partner and reports false when the body could not
+// be spooled.
+func (rc *as2Receipt) spooled(err error) bool {
+	w, lg, limit := rc.w, rc.lg, rc.limit
+	if err == nil {
+		lg.Debug("as2 body received", "bytes", rc.bf.Size, "sha256", rc.bf.SHA256)
+		if rc.bf.Size > 0 {
 			return true
 		}
-		var err error
-		bf, err = arriving.Wait()
-		arriving = nil
-		return spooled(err)
+		lg.Warn("as2 message refused: empty body", "status", http.StatusBadRequest)
+		http.Error(w, "as2: the request has no body", http.StatusBadRequest)
+		return false
 	}
-	x.partner = p
-	x.lg = lg.With("partner", p.ID)
-	e.planMDN(x)
-
-	if d, why := mdnRequestRefusal(x, p); why != "" {
-		if arrived() {
-			e.reject(r.Context(), w, x, d, why, nil)
+	switch st := limits.Status(err); st {
+	case http.StatusRequestEntityTooLarge:
+		lg.Warn("as2 message refused: body too large", "status", st, "limit", limit, "err", err)
+		w.Header().Set("Connection", "close")
+		http.Error(w, fmt.Sprintf("message body exceeds the limit of %d bytes", limit), st)
+	case 0:
+		if errors.Is(err, limits.ErrSpool) {
+			lg.Error("as2 message not processed: the body could not be spooled", "err", err)
+			retryLater(w, "the message could not be stored temporarily")
+			break
 		}
-		return
+		lg.Warn("as2 message refused: body could not be read", "status", http.StatusBadRequest, "err", err)
+		http.Error(w, "the request body could not be read", http.StatusBadRequest)
+	default:
+		lg.Warn("as2 message refused while reading the body", "status", st, "err", err)
+		limits.Refuse(w, err)
 	}
+	return false
+}
 
-	var tr *trustRun
+// planReceipt ties the message to its partner and plans the MDN.
+func (rc *as2Receipt) planReceipt() {
+	rc.x.partner = rc.partner
+	rc.x.lg = rc.x.lg.With("partner", rc.partner.ID)
+	rc.e.planMDN(rc.x)
+}
+
+// unwrapOptions are the partner's keys, trust and limits for the unwrap.
+func (rc *as2Receipt) unwrapOptions() smime.Options {
+	e, r, p := rc.e, rc.r, rc.partner
 	var check cms.SignerCheck
 	if pol := e.cfg.Partners.AS2Trust(p); pol != nil {
-		tr = &trustRun{}
-		check = e.signerCheck(r.Context(), pol, tr)
+		rc.tr = &trustRun{}
+		check = e.signerCheck(r.Context(), pol, rc.tr)
 	}
-	opts := smime.Options{
-		Keys:        decryptKeys,
+	return smime.Options{
+		Keys:        rc.decryptKeys,
 		Trusted:     e.cfg.Partners.AS2Certificates(p),
 		CheckSigner: check,
 		Now:         e.cfg.Now,
@@ -363,134 +447,189 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 		ContentOnlyCompressedMIC: p.AS2.MICCompressed == "content",
 	}
-	// Layer files of a streamed unwrap live until the exchange ends: the
-	// payload the handler reads is one of them (or a section of the body).
-	layers := &layerFiles{dir: e.cfg.SpoolDir}
-	defer func() {
-		aw.send()
-		if err := layers.remove(); err != nil {
-			x.lg.Warn("spool cleanup failed", "err", err)
-		}
-	}()
-	var res *smime.Result
-	var sres *smime.StreamResult
-	if arriving != nil || e.cfg.StreamThreshold > 0 && bf.Size > e.cfg.StreamThreshold {
-		var body smime.Section
-		if arriving != nil {
-			body = smime.Section{R: arriving, N: r.ContentLength}
-		} else {
-			body = smime.Section{R: bf, N: bf.Size}
-		}
-		sres, err = smime.UnwrapStream(smime.EntityFromHTTP(r.Header, nil).Header, body,
-			smime.StreamOptions{Options: opts, NewFile: layers.create})
-		if !arrived() {
-			// The body's own failure (cut, too large, the disk) is the
-			// answer, whatever the unwrap made of what had arrived.
-			return
-		}
-		if errors.Is(err, smime.ErrNotStreamable) && sres != nil && sres.PayloadReached {
-			// Every layer was read as a stream; only the payload (a
-			// multipart, lenient base64) needs memory. A message that the
-			// agreement refuses anyway (unsigned, unencrypted) is refused
-			// from the streamed result: an unsigned body is never held
-			// whole in memory (issue 22 item 4: 99 MiB cost 230 MB).
-			if why := policyViolation(p.AS2, &sres.Result); why != "" {
-				answerOnResponse(x)
-				e.reject(r.Context(), w, x, mdn.DispInsufficientMessageSecurity, why, nil)
-				return
-			}
-		}
-		if errors.Is(err, smime.ErrNotStreamable) {
-			x.lg.Info("as2 message cannot be streamed; unwrapping it in memory", "bytes", bf.Size, "reason", err)
-			if bf.Size > e.cfg.MaxInMemoryBytes {
-				answerOnResponse(x)
-				e.reject(r.Context(), w, x, mdn.DispUnexpectedProcessingError,
-					fmt.Sprintf("a message of this structure is accepted only up to %d bytes", e.cfg.MaxInMemoryBytes), err)
-				return
-			}
-			rsv := limits.ReservationFrom(r.Context())
-			if gerr := rsv.Grow(bf.Size*limits.DefaultAmplification - rsv.Held()); gerr != nil {
-				x.lg.Warn("as2 message not processed: memory budget", "status", limits.Status(gerr), "err", gerr)
-				limits.Refuse(w, gerr)
-				return
-			}
-			sres = nil
-		} else {
-			res = &sres.Result
+}
+
+// removeLayerFiles removes the streamed unwrap's layer files once the
+// answer is sent.
+func (rc *as2Receipt) removeLayerFiles() {
+	rc.aw.send()
+	if err := rc.layers.remove(); err != nil {
+		rc.x.lg.Warn("spool cleanup failed", "err", err)
+	}
+}
+
+// decryptAndVerify removes the S/MIME layers: as a stream when the body is
+// large, else (or when its structure cannot be streamed) in memory. It
+// reports false when it answered.
+func (rc *as2Receipt) decryptAndVerify(opts smime.Options) bool {
+	e := rc.e
+	if rc.arriving != nil || e.cfg.StreamThreshold > 0 && rc.bf.Size > e.cfg.StreamThreshold {
+		if !rc.unwrapStreamed(opts) {
+			return false
 		}
 	}
-	if sres == nil {
-		// One allocation of exactly the body's size.
-		body, rerr := bf.Bytes()
-		if rerr != nil {
-			x.lg.Error("as2 message not processed: the spooled body could not be read", "err", rerr)
-			retryLater(w, "the message could not be stored temporarily")
-			return
-		}
-		res, err = smime.UnwrapEntity(smime.EntityFromHTTP(r.Header, body), opts)
+	if rc.sres == nil && !rc.unwrapInMemory(opts) {
+		return false
 	}
-	e.auditTrust(r.Context(), x, tr)
+	return rc.refuseFailedUnwrap()
+}
+
+// unwrapStreamed unwraps the body as a stream from its spool file (while it
+// arrives, when it still does). A body that cannot be streamed leaves
+// rc.sres nil for unwrapInMemory. It reports false when it answered.
+func (rc *as2Receipt) unwrapStreamed(opts smime.Options) bool {
+	e, r, w, x := rc.e, rc.r, rc.w, rc.x
+	var body smime.Section
+	if rc.arriving != nil {
+		body = smime.Section{R: rc.arriving, N: r.ContentLength}
+	} else {
+		body = smime.Section{R: rc.bf, N: rc.bf.Size}
+	}
+	sres, err := smime.UnwrapStream(smime.EntityFromHTTP(r.Header, nil).Header, body,
+		smime.StreamOptions{Options: opts, NewFile: rc.layers.create})
+	rc.sres, rc.err = sres, err
+	if !rc.arrived() {
+		// The body's own failure (cut, too large, the disk) is the
+		// answer, whatever the unwrap made of what had arrived.
+		return false
+	}
+	if errors.Is(err, smime.ErrNotStreamable) && sres != nil && sres.PayloadReached {
+		// Every layer was read as a stream; only the payload (a
+		// multipart, lenient base64) needs memory. A message that the
+		// agreement refuses anyway (unsigned, unencrypted) is refused
+		// from the streamed result: an unsigned body is never held
+		// whole in memory (issue 22 item 4: 99 MiB cost 230 MB).
+		if why := policyViolation(rc.partner.AS2, &sres.Result); why != "" {
+			answerOnResponse(x)
+			e.reject(r.Context(), w, x, mdn.DispInsufficientMessageSecurity, why, nil)
+			return false
+		}
+	}
+	if !errors.Is(err, smime.ErrNotStreamable) {
+		rc.res = &sres.Result
+		return true
+	}
+	x.lg.Info("as2 message cannot be streamed; unwrapping it in memory", "bytes", rc.bf.Size, "reason", err)
+	if rc.bf.Size > e.cfg.MaxInMemoryBytes {
+		answerOnResponse(x)
+		e.reject(r.Context(), w, x, mdn.DispUnexpectedProcessingError,
+			fmt.Sprintf("a message of this structure is accepted only up to %d bytes", e.cfg.MaxInMemoryBytes), err)
+		return false
+	}
+	rsv := limits.ReservationFrom(r.Context())
+	if gerr := rsv.Grow(rc.bf.Size*limits.DefaultAmplification - rsv.Held()); gerr != nil {
+		x.lg.Warn("as2 message not processed: memory budget", "status", limits.Status(gerr), "err", gerr)
+		limits.Refuse(w, gerr)
+		return false
+	}
+	rc.sres = nil
+	return true
+}
+
+// unwrapInMemory unwraps the body read whole into memory. It reports false
+// when it answered.
+func (rc *as2Receipt) unwrapInMemory(opts smime.Options) bool {
+	// One allocation of exactly the body's size.
+	body, rerr := rc.bf.Bytes()
+	if rerr != nil {
+		rc.x.lg.Error("as2 message not processed: the spooled body could not be read", "err", rerr)
+		retryLater(rc.w, "the message could not be stored temporarily")
+		return false
+	}
+	rc.res, rc.err = smime.UnwrapEntity(smime.EntityFromHTTP(rc.r.Header, body), opts)
+	return true
+}
+
+// refuseFailedUnwrap records the trust checks and answers a message that
+// could not be decrypted or verified. It reports false when it answered.
+func (rc *as2Receipt) refuseFailedUnwrap() bool {
+	e, r, w, x, err := rc.e, rc.r, rc.w, rc.x, rc.err
+	e.auditTrust(r.Context(), x, rc.tr)
 	if limits.Status(err) == http.StatusServiceUnavailable {
 		x.lg.Warn("as2 message not processed: memory budget exhausted while decompressing", "err", err)
 		limits.Refuse(w, err)
-		return
+		return false
 	}
 	if errors.Is(err, trust.ErrUnavailable) {
 		e.trustUnavailable(r.Context(), w, x, err)
-		return
+		return false
 	}
 	if err != nil {
-		d, why := classify(res, err, req.From)
+		d, why := classify(rc.res, err, x.req.From)
 		answerOnResponse(x)
 		e.reject(r.Context(), w, x, d, why, err)
-		return
+		return false
 	}
+	return true
+}
+
+// enforceSecurityPolicy refuses a weak signer key and a message the
+// partner's agreement requires to be signed or encrypted (or both). It
+// reports false when it answered.
+func (rc *as2Receipt) enforceSecurityPolicy() bool {
+	e, r, w, x, p, res := rc.e, rc.r, rc.w, rc.x, rc.partner, rc.res
 	if res.Signed && res.Signer != nil {
 		// Key size, judged like AS4 does (validity: cms, at e.cfg.Now). A
 		// weak key allowed by as2.allow_weak_keys is logged when loaded.
 		if _, err := trust.CheckKeySize(res.Signer.Cert, trust.Policy{AllowWeakKeys: p.AS2.AllowWeakKeys}); err != nil {
 			answerOnResponse(x)
 			e.reject(r.Context(), w, x, mdn.DispAuthenticationFailed, "the signer's "+err.Error(), nil)
-			return
+			return false
 		}
 	}
 	if why := policyViolation(p.AS2, res); why != "" {
 		answerOnResponse(x)
 		e.reject(r.Context(), w, x, mdn.DispInsufficientMessageSecurity, why, nil)
-		return
+		return false
 	}
+	return true
+}
+
+// computeMIC settles the MDN's delivery now that the signer is known and
+// computes the Received-Content-MIC. It reports false when it answered.
+func (rc *as2Receipt) computeMIC() bool {
+	e, x, res := rc.e, rc.x, rc.res
 	e.decideAsync(x, res.Signed)
 	x.micAlg = e.micAlgFor(x, res)
-	if sres != nil {
-		x.mic, err = sres.MIC(x.micAlg.digest)
+	var err error
+	if rc.sres != nil {
+		x.mic, err = rc.sres.MIC(x.micAlg.digest)
 	} else {
 		x.mic, err = res.MIC(x.micAlg.digest)
 	}
 	if err != nil {
-		e.reject(r.Context(), w, x, mdn.DispUnexpectedProcessingError, "the MIC could not be computed", err)
-		return
+		e.reject(rc.r.Context(), rc.w, x, mdn.DispUnexpectedProcessingError, "the MIC could not be computed", err)
+		return false
 	}
 	x.lg.Debug("as2 message verified", "layers", strings.Join(res.Layers, ","), "signed", res.Signed,
 		"encrypted", res.Encrypted, "compressed", res.Compressed, "cipher", res.Decryption.Cipher,
 		"line_endings_repaired", res.LineEndingsRepaired, "mdn", x.mode.String(), "signed_mdn", x.signMDN)
+	return true
+}
 
-	spool := &exchange.Spool{Dir: e.cfg.SpoolDir}
-	defer func() {
-		aw.send()
-		if err := spool.Cleanup(); err != nil {
-			x.lg.Warn("spool cleanup failed", "err", err)
-		}
-	}()
-	msg, err := e.message(x, res, sres, spool, received)
+// removePayloadSpool removes the payloads spooled for the handler once the
+// answer is sent.
+func (rc *as2Receipt) removePayloadSpool() {
+	rc.aw.send()
+	if err := rc.payloads.Cleanup(); err != nil {
+		rc.x.lg.Warn("spool cleanup failed", "err", err)
+	}
+}
+
+// runPipeline hands the verified message to the exchange pipeline and
+// answers with its MDN.
+func (rc *as2Receipt) runPipeline() {
+	e, r, x := rc.e, rc.r, rc.x
+	msg, err := e.message(x, rc.res, rc.sres, rc.payloads, rc.received)
 	if err != nil {
 		x.lg.Error("as2 message not processed: spooling failed", "err", err)
-		retryLater(w, "the message could not be stored temporarily")
+		retryLater(rc.w, "the message could not be stored temporarily")
 		return
 	}
 	reply := e.cfg.Pipeline.Process(r.Context(), exchange.Inbound{
-		Message: msg, Replies: &replies{e: e, x: x}, Window: p.AS2.DedupWindow.Std(), OnDrift: exchange.DriftPolicyOf(p.OnDrift),
+		Message: msg, Replies: &replies{e: e, x: x}, Window: rc.partner.AS2.DedupWindow.Std(), OnDrift: exchange.DriftPolicyOf(rc.partner.OnDrift),
 	})
-	e.send(r.Context(), w, x, reply)
+	e.send(r.Context(), rc.w, x, reply)
 }
 
 // answerOnResponse turns an asynchronous MDN into a synchronous one for a

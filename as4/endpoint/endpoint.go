@@ -628,90 +628,210 @@ func retryLater(reason string) exchange.Reply {
 }
 
 // process runs the steps after reading: partner, decryption, signature,
-// P-Mode, payloads, pipeline.
+// P-Mode, payloads, pipeline. Each step that refuses the message returns
+// the reply to send and false.
 func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) exchange.Reply {
+	rc := &as4Receipt{e: e, ctx: ctx, env: env, tr: tr}
+	if reply, ok := rc.readUnverifiedHeader(); !ok {
+		return reply
+	}
+	if reply, ok := rc.findPartner(); !ok {
+		return reply
+	}
+	if ae := e.refuseCBC(env.Doc); ae != nil {
+		return e.reject(tr, ae, rc.msgID)
+	}
+	rc.prepareSpools()
+	defer rc.early.wait()
+	// Decrypt first: AS4 senders sign, then encrypt, so the signature
+	// covers the plaintext (still compressed) attachments.
+	if reply, ok := rc.decryptAttachments(); !ok {
+		return reply
+	}
+	if reply, ok := rc.verifySignature(); !ok {
+		return reply
+	}
+	if reply, ok := rc.checkVerifiedHeader(); !ok {
+		return reply
+	}
+	if reply, ok := rc.readPayloads(); !ok {
+		return reply
+	}
+	if rc.um.IsTest() {
+		return rc.replyToTestMessage()
+	}
+	return rc.runPipeline()
+}
+
+// as4Receipt is the state of one AS4 message while process's steps run.
+type as4Receipt struct {
+	e   *Endpoint
+	ctx context.Context
+	env *as4.Envelope
+	tr  *trace
+	// unverified is the user message as read before the signature is
+	// verified; msgID its eb:MessageId.
+	unverified *as4.UserMessage
+	msgID      string
+	partner    *partners.Partner
+	pa         *partners.AS4
+	from       as4.PartyID
+	isPeppol   bool
+	// allowed are the encryption algorithms accepted from this partner.
+	allowed []string
+	// spool holds the payloads; plain the decrypted attachments; early
+	// the attachment inflated while it is decrypted.
+	spool *exchange.Spool
+	plain []*limits.Spooled
+	early *earlyInflation
+	// digests are the signature's digests of each decrypted attachment,
+	// by Content-ID, computed on its way to the spool.
+	digests  map[string]map[wssec.DigestKey][]byte
+	dec      *xmlenc.Result
+	res      *wssec.Result
+	um       *as4.UserMessage
+	pm       *as4.PMode
+	payloads []exchange.Payload
+	ptx      *peppol.Transaction
+}
+
+// readUnverifiedHeader reads the eb:Messaging header before the signature
+// is verified: it names the message and the partner whose certificates
+// must verify it.
+func (rc *as4Receipt) readUnverifiedHeader() (exchange.Reply, bool) {
+	e, env, tr := rc.e, rc.env, rc.tr
 	mel, err := env.Messaging()
 	if err != nil {
-		return e.reject(tr, as4.AsError(err), "")
+		return e.reject(tr, as4.AsError(err), ""), false
 	}
 	// Unverified: used only to pick the partner whose certificates must
 	// verify the signature, and to name the message in an error.
 	unverified, err := as4.ParseMessaging(mel)
 	if err != nil {
-		return e.reject(tr, as4.AsError(err), "")
+		return e.reject(tr, as4.AsError(err), ""), false
 	}
 	if unverified.UserMessage == nil {
 		return e.reject(tr, as4.FeatureNotSupportedInconsistency(
-			"this endpoint accepts user messages only; signal messages (receipts, errors, pull requests) are not processed here", nil), "")
+			"this endpoint accepts user messages only; signal messages (receipts, errors, pull requests) are not processed here", nil), ""), false
 	}
-	msgID := unverified.UserMessage.MessageInfo.MessageID
-	tr.messageID = msgID
+	rc.unverified = unverified.UserMessage
+	rc.msgID = rc.unverified.MessageInfo.MessageID
+	tr.messageID = rc.msgID
 	// Unverified too: which of our identities signs the error signals
 	// until the signature is verified, and whose keys decrypt first.
-	tr.id = e.identityFor(unverified.UserMessage.To)
+	tr.id = e.identityFor(rc.unverified.To)
 	if err := checkMustUnderstand(env); err != nil {
-		return e.reject(tr, err, msgID)
+		return e.reject(tr, err, rc.msgID), false
 	}
-	partner, from, ok := e.partnerFor(unverified.UserMessage.From)
+	return exchange.Reply{}, true
+}
+
+// findPartner finds the agreement (or Peppol access point) the unverified
+// eb:From names, and refuses a message no agreement covers.
+func (rc *as4Receipt) findPartner() (exchange.Reply, bool) {
+	e, tr := rc.e, rc.tr
+	partner, from, ok := e.partnerFor(rc.unverified.From)
 	isPeppol := false
 	if !ok {
-		partner, from, ok = e.peppolPartner(unverified.UserMessage.From)
+		partner, from, ok = e.peppolPartner(rc.unverified.From)
 		isPeppol = ok
 	}
 	if !ok {
 		return e.reject(tr, as4.ProcessingModeMismatch(
-			fmt.Sprintf("no trading partner agreement for eb:From PartyId %s", partyList(unverified.UserMessage.From)), nil), msgID)
+			fmt.Sprintf("no trading partner agreement for eb:From PartyId %s", partyList(rc.unverified.From)), nil), rc.msgID), false
 	}
+	rc.partner, rc.from, rc.isPeppol = partner, from, isPeppol
 	tr.partner = partner.ID
-	tr.key = dedup.TransportKey(string(exchange.AS4), from.Type, from.Value, msgID)
-	pa := partner.AS4
-	tr.bdew = pa.IsBDEW()
-	allowed := e.cfg.AllowedAlgorithms
+	tr.key = dedup.TransportKey(string(exchange.AS4), from.Type, from.Value, rc.msgID)
+	rc.pa = partner.AS4
+	tr.bdew = rc.pa.IsBDEW()
+	rc.allowed = e.cfg.AllowedAlgorithms
 	if tr.bdew {
 		if _, err := e.signingKeyFor(tr.id, true); err != nil {
 			// Our configuration, not the message: the sender retries.
-			return e.internalError(tr, err)
+			return e.internalError(tr, err), false
 		}
-		allowed = BDEWEncryptionAlgorithms
+		rc.allowed = BDEWEncryptionAlgorithms
 	}
+	return exchange.Reply{}, true
+}
 
-	if ae := e.refuseCBC(env.Doc); ae != nil {
-		return e.reject(tr, ae, msgID)
-	}
-	// Decrypt first: AS4 senders sign, then encrypt, so the signature
-	// covers the plaintext (still compressed) attachments.
-	atts := make([]xmlenc.Attachment, len(env.Attachments))
-	for i, p := range env.Attachments {
-		atts[i] = xmlenc.Attachment{ContentID: p.ContentID, Header: p.Header, Body: p.Body, Open: p.Content}
-	}
+// prepareSpools sets up the spools of the payloads and of the decrypted
+// attachments, both removed after the reply.
+func (rc *as4Receipt) prepareSpools() {
+	e, partner, msgID := rc.e, rc.partner, rc.msgID
 	// The payloads' spool, removed after the reply; the attachment
 	// inflated while it is decrypted (earlyInflation) goes there too, and
 	// is waited for before process returns.
 	spool := &exchange.Spool{Dir: e.cfg.SpoolDir, Threshold: e.cfg.SpoolThreshold}
-	tr.afterReply = append(tr.afterReply, func() {
+	rc.spool = spool
+	rc.tr.afterReply = append(rc.tr.afterReply, func() {
 		if err := spool.Cleanup(); err != nil {
 			e.log.Warn("as4 spool cleanup failed", "partner", partner.ID, "message_id", msgID, "err", err)
 		}
 	})
-	early := planEarlyInflation(env, unverified.UserMessage)
-	defer early.wait()
+	rc.early = planEarlyInflation(rc.env, rc.unverified)
 	// Decrypted attachments go to spool files (the GCM tag is checked at
 	// the end of each; a failed message keeps nothing), removed when the
 	// exchange ends (after the reply).
-	var plain []*limits.Spooled
-	tr.afterReply = append(tr.afterReply, func() {
-		for _, f := range plain {
+	rc.tr.afterReply = append(rc.tr.afterReply, func() {
+		for _, f := range rc.plain {
 			if err := f.Remove(); err != nil {
 				e.log.Warn("as4 spool cleanup failed", "partner", partner.ID, "message_id", msgID, "err", err)
 			}
 		}
 	})
-	// The signature's attachment references are known from the envelope:
-	// each decrypted attachment is digested on its way to the spool file,
-	// not read again for the signature check.
-	wanted := attachmentDigests(env.Doc)
-	digests := map[string]map[wssec.DigestKey][]byte{}
-	store := func(a xmlenc.Attachment, r io.Reader) (func() (io.ReadCloser, error), error) {
+}
+
+// decryptAttachments decrypts the envelope and its attachments to spool
+// files, waits for the rest of the body, and refuses a message the
+// agreement requires to be encrypted that is not.
+func (rc *as4Receipt) decryptAttachments() (exchange.Reply, bool) {
+	e, env, tr, pa, msgID := rc.e, rc.env, rc.tr, rc.pa, rc.msgID
+	atts := make([]xmlenc.Attachment, len(env.Attachments))
+	for i, p := range env.Attachments {
+		atts[i] = xmlenc.Attachment{ContentID: p.ContentID, Header: p.Header, Body: p.Body, Open: p.Content}
+	}
+	rc.digests = map[string]map[wssec.DigestKey][]byte{}
+	keys := e.decryptionKeys(tr.id)
+	dec, err := xmlenc.Decrypt(env.Doc, atts, keys, xmlenc.Options{
+		Store:                       rc.storeDecryptedAttachment(attachmentDigests(env.Doc)),
+		AllowedAlgorithms:           rc.allowed,
+		RequireEncryptedAttachments: pa.RequireEncryption,
+		// Senders that wrap the key once per attachment use one private-key
+		// operation per EncryptedKey; allow a few, not an unbounded number
+		// from an unauthenticated request.
+		MaxPrivateKeyOperations: maxKeyOperationsPerMessage * max(1, len(keys)),
+	})
+	if reply, ok := e.restOfBody(env, tr); !ok {
+		return reply, false
+	}
+	if errors.Is(err, limits.ErrSpool) {
+		tr.err = as4.Other("a decrypted attachment could not be spooled", err)
+		return retryLater("the message could not be stored temporarily"), false
+	}
+	if err != nil {
+		return e.reject(tr, decryptError(err), msgID), false
+	}
+	if pa.RequireEncryption && len(dec.Parts) == 0 {
+		return e.reject(tr, as4.PolicyNoncompliance("the agreement with this partner requires encrypted messages; this one is not encrypted", nil), msgID), false
+	}
+	if tr.bdew {
+		if ae := checkBDEWKeyReference(dec.Keys); ae != nil {
+			return e.reject(tr, ae, msgID), false
+		}
+	}
+	rc.dec = dec
+	return exchange.Reply{}, true
+}
+
+// storeDecryptedAttachment is xmlenc's Store: each decrypted attachment
+// goes to a spool file, digested on its way as the signature asks (wanted,
+// known from the envelope) so that it is not read again for the signature
+// check, and inflated early when it is the one planned for that.
+func (rc *as4Receipt) storeDecryptedAttachment(wanted map[string][]wssec.DigestKey) func(xmlenc.Attachment, io.Reader) (func() (io.ReadCloser, error), error) {
+	e, early := rc.e, rc.early
+	return func(a xmlenc.Attachment, r io.Reader) (func() (io.ReadCloser, error), error) {
 		cid := strings.TrimSpace(a.ContentID)
 		cid = strings.TrimSuffix(strings.TrimPrefix(cid, "<"), ">")
 		var ws []io.Writer
@@ -728,55 +848,34 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 			r = io.TeeReader(r, io.MultiWriter(ws...))
 		}
 		r, end := early.tee(cid, r, func(src io.Reader) storedPayload {
-			return e.storePayload(ctx, spool, src, early.props, 0, 0)
+			return e.storePayload(rc.ctx, rc.spool, src, early.props, 0, 0)
 		})
 		f, err := limits.SpoolSmall(r, e.cfg.SpoolDir, 0, limits.SmallInMemory)
 		end(err)
 		if err != nil {
 			return nil, err
 		}
-		plain = append(plain, f)
+		rc.plain = append(rc.plain, f)
 		if len(sums) > 0 {
 			d := map[wssec.DigestKey][]byte{}
 			for i, k := range keys {
 				d[k], _ = sums[i]() // nil: could not be digested
 			}
-			digests[cid] = d
+			rc.digests[cid] = d
 		}
 		return func() (io.ReadCloser, error) { return io.NopCloser(f.Reader()), nil }, nil
 	}
-	keys := e.decryptionKeys(tr.id)
-	dec, err := xmlenc.Decrypt(env.Doc, atts, keys, xmlenc.Options{
-		Store:                       store,
-		AllowedAlgorithms:           allowed,
-		RequireEncryptedAttachments: pa.RequireEncryption,
-		// Senders that wrap the key once per attachment use one private-key
-		// operation per EncryptedKey; allow a few, not an unbounded number
-		// from an unauthenticated request.
-		MaxPrivateKeyOperations: maxKeyOperationsPerMessage * max(1, len(keys)),
-	})
-	if reply, ok := e.restOfBody(env, tr); !ok {
-		return reply
-	}
-	if errors.Is(err, limits.ErrSpool) {
-		tr.err = as4.Other("a decrypted attachment could not be spooled", err)
-		return retryLater("the message could not be stored temporarily")
-	}
-	if err != nil {
-		return e.reject(tr, decryptError(err), msgID)
-	}
-	if pa.RequireEncryption && len(dec.Parts) == 0 {
-		return e.reject(tr, as4.PolicyNoncompliance("the agreement with this partner requires encrypted messages; this one is not encrypted", nil), msgID)
-	}
-	if tr.bdew {
-		if ae := checkBDEWKeyReference(dec.Keys); ae != nil {
-			return e.reject(tr, ae, msgID)
-		}
-	}
-	watts := make([]wssec.Attachment, len(dec.Attachments))
-	for i, a := range dec.Attachments {
+}
+
+// verifySignature verifies the WS-Security signature over the header and
+// the decrypted attachments with the partner's certificates (or its trust
+// policy), then the signer's validity and key size.
+func (rc *as4Receipt) verifySignature() (exchange.Reply, bool) {
+	e, tr, pa, partner, msgID := rc.e, rc.tr, rc.pa, rc.partner, rc.msgID
+	watts := make([]wssec.Attachment, len(rc.dec.Attachments))
+	for i, a := range rc.dec.Attachments {
 		cid := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(a.ContentID), "<"), ">")
-		watts[i] = wssec.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body, Open: a.Open, Digests: digests[cid]}
+		watts[i] = wssec.Attachment{ContentID: a.ContentID, Header: a.Header, Body: a.Body, Open: a.Open, Digests: rc.digests[cid]}
 	}
 	vopts := wssec.VerifyOptions{
 		Trusted:   e.cfg.Partners.AS4Certificates(partner),
@@ -788,116 +887,142 @@ func (e *Endpoint) process(ctx context.Context, env *as4.Envelope, tr *trace) ex
 	}
 	var run *trustRun
 	pol := e.cfg.Partners.AS4Trust(partner)
-	if isPeppol {
+	if rc.isPeppol {
 		pol, vopts.Trusted = e.cfg.Peppol.Policy, nil
 	}
 	if pol != nil {
 		run = &trustRun{}
-		vopts.CheckSigner = e.signerCheck(ctx, pol, &pa.Trust, from, run, isPeppol)
+		vopts.CheckSigner = e.signerCheck(rc.ctx, pol, &pa.Trust, rc.from, run, rc.isPeppol)
 	}
-	res, err := wssec.Verify(env.Doc, watts, vopts)
-	e.auditTrust(ctx, tr, run)
+	res, err := wssec.Verify(rc.env.Doc, watts, vopts)
+	e.auditTrust(rc.ctx, tr, run)
 	if errors.Is(err, trust.ErrUnavailable) {
-		return trustUnavailable(tr, err)
+		return trustUnavailable(tr, err), false
 	}
 	if err != nil {
-		return e.reject(tr, securityError(err), msgID)
+		return e.reject(tr, securityError(err), msgID), false
 	}
 	// The signer's certificate must be valid now and its key long enough
 	// (the same check and wording as AS2's authentication-failed).
 	if err := trust.CheckSigner(res.Signer, e.cfg.Now(), trust.Policy{AllowWeakKeys: pa.AllowWeakKeys}); err != nil {
-		return e.reject(tr, as4.FailedAuthentication(partnerDetail(as4.CodeFailedAuthentication, "the signer's "+err.Error()), err), msgID)
+		return e.reject(tr, as4.FailedAuthentication(partnerDetail(as4.CodeFailedAuthentication, "the signer's "+err.Error()), err), msgID), false
 	}
 	if tr.bdew {
 		if ae := checkBDEWSignature(res); ae != nil {
-			return e.reject(tr, ae, msgID)
+			return e.reject(tr, ae, msgID), false
 		}
 	}
+	rc.res = res
+	return exchange.Reply{}, true
+}
 
-	// From here on only the verified eb:Messaging element counts.
-	verified, err := as4.ParseMessaging(res.Messaging)
+// checkVerifiedHeader reads the signed eb:Messaging header, from here on
+// the only one that counts: it must be the one read before, recent enough,
+// from the partner's TLS client certificate, and match a P-Mode.
+func (rc *as4Receipt) checkVerifiedHeader() (exchange.Reply, bool) {
+	e, tr, pa, msgID := rc.e, rc.tr, rc.pa, rc.msgID
+	verified, err := as4.ParseMessaging(rc.res.Messaging)
 	if err != nil {
-		return e.reject(tr, as4.AsError(err), msgID)
+		return e.reject(tr, as4.AsError(err), msgID), false
 	}
 	um := verified.UserMessage
-	if um == nil || um.MessageInfo.MessageID != msgID || !hasParty(um.From, from) {
-		return e.reject(tr, as4.FailedAuthentication("the signed eb:Messaging header is not the one that was read", nil), msgID)
+	if um == nil || um.MessageInfo.MessageID != msgID || !hasParty(um.From, rc.from) {
+		return e.reject(tr, as4.FailedAuthentication("the signed eb:Messaging header is not the one that was read", nil), msgID), false
 	}
 	tr.id = e.identityFor(um.To) // the verified eb:To signs from here on
-	if ae := checkMessageAge(um, res.Timestamp, e.cfg.Now(), pa); ae != nil {
-		return e.reject(tr, ae, msgID)
+	if ae := checkMessageAge(um, rc.res.Timestamp, e.cfg.Now(), pa); ae != nil {
+		return e.reject(tr, ae, msgID), false
 	}
-	if ae := checkClientCert(tr, e.cfg.Partners.AS4TLSCertificates(partner)); ae != nil {
-		return e.reject(tr, ae, msgID)
+	if ae := checkClientCert(tr, e.cfg.Partners.AS4TLSCertificates(rc.partner)); ae != nil {
+		return e.reject(tr, ae, msgID), false
 	}
 	pm, err := as4.Match(e.pmodes(pa), um)
 	if err != nil {
-		return e.reject(tr, as4.AsError(err), msgID)
+		return e.reject(tr, as4.AsError(err), msgID), false
 	}
+	rc.um, rc.pm = um, pm
+	return exchange.Reply{}, true
+}
+
+// readPayloads resolves the payloads the header names among the decrypted
+// attachments, decompresses and spools them, and checks a Peppol
+// business document.
+func (rc *as4Receipt) readPayloads() (exchange.Reply, bool) {
+	e, env, tr, um, msgID := rc.e, rc.env, rc.tr, rc.um, rc.msgID
 	for i := range env.Attachments {
-		a := dec.Attachments[i]
+		a := rc.dec.Attachments[i]
 		env.Attachments[i] = as4.Part{ContentID: env.Attachments[i].ContentID, Header: a.Header, Body: a.Body, Content: a.Open}
 	}
 	resolved, err := as4.ResolvePayloads(env, um)
 	if err != nil {
-		return e.reject(tr, as4.AsError(err), msgID)
+		return e.reject(tr, as4.AsError(err), msgID), false
 	}
 	if tr.bdew {
 		if ae := checkBDEWCompression(resolved); ae != nil {
-			return e.reject(tr, ae, msgID)
+			return e.reject(tr, ae, msgID), false
 		}
 	}
-	payloads, err := e.payloads(ctx, spool, resolved, early)
+	payloads, err := e.payloads(rc.ctx, rc.spool, resolved, rc.early)
 	if errors.Is(err, limits.ErrBusy) {
-		e.log.Warn("as4 message not processed: memory budget exhausted while decompressing", "partner", partner.ID, "message_id", msgID, "err", err)
+		e.log.Warn("as4 message not processed: memory budget exhausted while decompressing", "partner", rc.partner.ID, "message_id", msgID, "err", err)
 		tr.err = as4.Other("memory budget exhausted", err)
-		return retryLater("the gateway is busy with other messages")
+		return retryLater("the gateway is busy with other messages"), false
 	}
 	if errors.Is(err, limits.ErrSpool) {
 		tr.err = as4.Other("a payload could not be spooled", err)
-		return retryLater("the message could not be stored temporarily")
+		return retryLater("the message could not be stored temporarily"), false
 	}
 	if err != nil {
-		return e.reject(tr, as4.AsError(err).WithRef(msgID), msgID)
+		return e.reject(tr, as4.AsError(err).WithRef(msgID), msgID), false
 	}
-	var ptx *peppol.Transaction
-	if isPeppol && !um.IsTest() {
+	rc.payloads = payloads
+	if rc.isPeppol && !um.IsTest() {
 		var ae *as4.Error
-		if ptx, ae = e.peppolCheck(um, from, payloads); ae != nil {
-			return e.reject(tr, ae.WithRef(msgID), msgID)
+		if rc.ptx, ae = e.peppolCheck(um, rc.from, payloads); ae != nil {
+			return e.reject(tr, ae.WithRef(msgID), msgID), false
 		}
 	}
+	return exchange.Reply{}, true
+}
 
-	refs := receiptReferences(res.References)
-	if um.IsTest() {
-		tr.test = true
-		reply, err := e.receiptReply(um, refs, tr.id, tr.bdew)
-		if err != nil {
-			return e.internalError(tr, err)
-		}
-		return reply
+// replyToTestMessage answers a test message (the AS4 test service) with a
+// receipt; it does not reach the pipeline.
+func (rc *as4Receipt) replyToTestMessage() exchange.Reply {
+	tr := rc.tr
+	tr.test = true
+	reply, err := rc.e.receiptReply(rc.um, receiptReferences(rc.res.References), tr.id, tr.bdew)
+	if err != nil {
+		return rc.e.internalError(tr, err)
 	}
+	return reply
+}
+
+// runPipeline hands the verified message to the exchange pipeline, whose
+// reply is the receipt or error signal; a Peppol transaction is recorded
+// for reporting once receipted.
+func (rc *as4Receipt) runPipeline() exchange.Reply {
+	e, tr, um, partner := rc.e, rc.tr, rc.um, rc.partner
 	msg := &exchange.Message{
 		Partner:      partner.ID,
 		Protocol:     exchange.AS4,
-		MessageID:    dedup.NormalizeMessageID(msgID),
+		MessageID:    dedup.NormalizeMessageID(rc.msgID),
 		Received:     e.cfg.Now(),
-		Headers:      headers(um, pm),
-		Payloads:     payloads,
+		Headers:      headers(um, rc.pm),
+		Payloads:     rc.payloads,
 		TransportKey: tr.key,
 	}
 	tr.pipeline = true
-	reply := e.cfg.Pipeline.Process(ctx, exchange.Inbound{
+	reply := e.cfg.Pipeline.Process(rc.ctx, exchange.Inbound{
 		Message: msg,
-		Replies: &replies{e: e, um: um, refs: refs, id: tr.id, bdew: tr.bdew},
-		Window:  pa.DedupWindow.Std(),
+		Replies: &replies{e: e, um: um, refs: receiptReferences(rc.res.References), id: tr.id, bdew: tr.bdew},
+		Window:  rc.pa.DedupWindow.Std(),
 		OnDrift: exchange.DriftPolicyOf(partner.OnDrift),
 	})
-	if ptx != nil && reply.Status == http.StatusOK && reply.Disposition == "receipt" {
+	if rc.ptx != nil && reply.Status == http.StatusOK && reply.Disposition == "receipt" {
 		// A retransmission answered from the stored receipt is recorded
 		// again; reports count each eb:MessageId once.
-		if err := e.cfg.Peppol.Record(ptx); err != nil {
-			e.log.Error("peppol transaction not recorded for reporting", "partner", partner.ID, "message_id", msgID, "err", err)
+		if err := e.cfg.Peppol.Record(rc.ptx); err != nil {
+			e.log.Error("peppol transaction not recorded for reporting", "partner", partner.ID, "message_id", rc.msgID, "err", err)
 		}
 	}
 	return reply

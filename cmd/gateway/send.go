@@ -44,101 +44,176 @@ Resend with -message-id (or -repeat 2) to see the duplicate MDN.
 
 // sendAS2 is `gateway send`.
 func sendAS2(args []string, stdout, stderr io.Writer) error {
+	o, err := parseSendFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	c, partner, partnerCerts, err := o.client()
+	if err != nil {
+		return err
+	}
+	if err := o.chooseProtection(c, partner, partnerCerts); err != nil {
+		return err
+	}
+	payload, err := os.Open(o.file)
+	if err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	defer payload.Close()
+	mdns, answer, err := o.prepareAsyncMDN(c)
+	if err != nil {
+		return err
+	}
+	if mdns != nil {
+		defer mdns.close()
+	}
+	bar := newProgress(stderr, o.quiet)
+	msg, err := o.buildMessage(c, payload, bar)
+	if err != nil {
+		return err
+	}
+	defer msg.Close()
+	failed := 0
+	for i := 1; i <= o.repeat; i++ {
+		if o.repeat > 1 {
+			fmt.Fprintf(stdout, "send %d of %d\n", i, o.repeat)
+		}
+		ok, err := o.sendAndCheckMDN(stdout, c, msg, bar, mdns, answer)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			failed++
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("send: %d of %d sends of %s not accepted", failed, o.repeat, msg.ID)
+	}
+	return nil
+}
+
+// sendOptions are the flags of `gateway send`.
+type sendOptions struct {
+	cfgPath, partnerID, file, url, from, to string
+	keyFile, certFile, rcptFile             string
+	sign, encrypt, mdnMode, asyncURL        string
+	asyncListen, contentType, filename, cte string
+	messageID, subject, spoolDir            string
+	pss, oaep, compress, compressAfter      bool
+	mdnUnsigned, quiet                      bool
+	wait, timeout, retryFor                 time.Duration
+	repeat                                  int
+	// set names the flags given on the command line.
+	set map[string]bool
+}
+
+// parseSendFlags reads the command line of `gateway send`.
+func parseSendFlags(args []string, stderr io.Writer) (*sendOptions, error) {
+	o := &sendOptions{}
 	fs := flag.NewFlagSet("send", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, sendUsage)
 		fs.PrintDefaults()
 	}
-	cfgPath := fs.String("config", "", "gateway YAML file: send as -partner to this gateway")
-	partnerID := fs.String("partner", "", "partner id (with -config): its AS2 ids and policy are used")
-	file := fs.String("file", "", "the payload to send (required)")
-	url := fs.String("url", "", "the receiver's AS2 URL (default with -config: http(s)://listen + as2.path)")
-	from := fs.String("as2-from", "", "AS2-From (default with -config: the partner's as2_id)")
-	to := fs.String("as2-to", "", "AS2-To (default with -config: the gateway's AS2 id for the partner)")
-	keyFile := fs.String("key", "", "sender's PEM private key (signs the message)")
-	certFile := fs.String("cert", "", "sender's PEM certificate of -key (default with -config: the partner certificate matching -key)")
-	var rcptFile string
-	fs.StringVar(&rcptFile, "recipient-cert", "", "recipient's PEM certificate(s): the first encrypts, all verify the MDN (default with -config: the gateway's)")
-	fs.StringVar(&rcptFile, "partner-cert", "", "same as -recipient-cert")
-	sign := fs.String("sign", "sha256", "signature digest: sha1, sha224, sha256, sha384, sha512 or none")
-	pss := fs.Bool("pss", false, "sign with RSASSA-PSS instead of PKCS#1 v1.5")
-	encrypt := fs.String("encrypt", "", "content cipher: 3des, aes128-cbc, aes192-cbc, aes256-cbc, aes128-gcm, aes256-gcm or none (default: aes256-cbc when a recipient certificate is known)")
-	oaep := fs.Bool("oaep", false, "RSAES-OAEP key transport instead of PKCS#1 v1.5")
-	compress := fs.Bool("compress", false, "compress the payload (compress, then sign)")
-	compressAfter := fs.Bool("compress-after-sign", false, "compress the signed entity instead (sign, then compress)")
-	mdnMode := fs.String("mdn", "sync", "MDN: sync, async or none")
-	mdnUnsigned := fs.Bool("mdn-unsigned", false, "ask for an unsigned MDN")
-	asyncURL := fs.String("async-url", "", "Receipt-Delivery-Option for -mdn async")
-	asyncListen := fs.String("async-listen", "", "receive the async MDN on this address (e.g. 127.0.0.1:8078); -async-url defaults to it")
-	wait := fs.Duration("wait", time.Minute, "how long -async-listen waits for the MDN")
-	contentType := fs.String("content-type", "", "payload Content-Type (default: from the file extension)")
-	filename := fs.String("filename", "", "Content-Disposition filename (default: the file's base name; \"-\" for none)")
-	cte := fs.String("transfer-encoding", "binary", "payload Content-Transfer-Encoding: binary or base64")
-	messageID := fs.String("message-id", "", "Message-ID (default: a new one); reuse one to test duplicate handling")
-	subject := fs.String("subject", "", "Subject header")
-	repeat := fs.Int("repeat", 1, "send the identical bytes this many times (duplicates after the first)")
-	timeout := fs.Duration("timeout", 5*time.Minute, "HTTP timeout per send")
-	retryFor := fs.Duration("retry-for", 0, "on HTTP 503 (message in flight, store unavailable) resend after Retry-After for up to this long")
-	quiet := fs.Bool("quiet", false, "no progress bar (it is shown only when stderr is a terminal)")
-	spoolDir := fs.String("spool-dir", "", "where the message is built before it is sent: room for about its size (default: the system's temporary directory)")
+	fs.StringVar(&o.cfgPath, "config", "", "gateway YAML file: send as -partner to this gateway")
+	fs.StringVar(&o.partnerID, "partner", "", "partner id (with -config): its AS2 ids and policy are used")
+	fs.StringVar(&o.file, "file", "", "the payload to send (required)")
+	fs.StringVar(&o.url, "url", "", "the receiver's AS2 URL (default with -config: http(s)://listen + as2.path)")
+	fs.StringVar(&o.from, "as2-from", "", "AS2-From (default with -config: the partner's as2_id)")
+	fs.StringVar(&o.to, "as2-to", "", "AS2-To (default with -config: the gateway's AS2 id for the partner)")
+	fs.StringVar(&o.keyFile, "key", "", "sender's PEM private key (signs the message)")
+	fs.StringVar(&o.certFile, "cert", "", "sender's PEM certificate of -key (default with -config: the partner certificate matching -key)")
+	fs.StringVar(&o.rcptFile, "recipient-cert", "", "recipient's PEM certificate(s): the first encrypts, all verify the MDN (default with -config: the gateway's)")
+	fs.StringVar(&o.rcptFile, "partner-cert", "", "same as -recipient-cert")
+	fs.StringVar(&o.sign, "sign", "sha256", "signature digest: sha1, sha224, sha256, sha384, sha512 or none")
+	fs.BoolVar(&o.pss, "pss", false, "sign with RSASSA-PSS instead of PKCS#1 v1.5")
+	fs.StringVar(&o.encrypt, "encrypt", "", "content cipher: 3des, aes128-cbc, aes192-cbc, aes256-cbc, aes128-gcm, aes256-gcm or none (default: aes256-cbc when a recipient certificate is known)")
+	fs.BoolVar(&o.oaep, "oaep", false, "RSAES-OAEP key transport instead of PKCS#1 v1.5")
+	fs.BoolVar(&o.compress, "compress", false, "compress the payload (compress, then sign)")
+	fs.BoolVar(&o.compressAfter, "compress-after-sign", false, "compress the signed entity instead (sign, then compress)")
+	fs.StringVar(&o.mdnMode, "mdn", "sync", "MDN: sync, async or none")
+	fs.BoolVar(&o.mdnUnsigned, "mdn-unsigned", false, "ask for an unsigned MDN")
+	fs.StringVar(&o.asyncURL, "async-url", "", "Receipt-Delivery-Option for -mdn async")
+	fs.StringVar(&o.asyncListen, "async-listen", "", "receive the async MDN on this address (e.g. 127.0.0.1:8078); -async-url defaults to it")
+	fs.DurationVar(&o.wait, "wait", time.Minute, "how long -async-listen waits for the MDN")
+	fs.StringVar(&o.contentType, "content-type", "", "payload Content-Type (default: from the file extension)")
+	fs.StringVar(&o.filename, "filename", "", "Content-Disposition filename (default: the file's base name; \"-\" for none)")
+	fs.StringVar(&o.cte, "transfer-encoding", "binary", "payload Content-Transfer-Encoding: binary or base64")
+	fs.StringVar(&o.messageID, "message-id", "", "Message-ID (default: a new one); reuse one to test duplicate handling")
+	fs.StringVar(&o.subject, "subject", "", "Subject header")
+	fs.IntVar(&o.repeat, "repeat", 1, "send the identical bytes this many times (duplicates after the first)")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "HTTP timeout per send")
+	fs.DurationVar(&o.retryFor, "retry-for", 0, "on HTTP 503 (message in flight, store unavailable) resend after Retry-After for up to this long")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress bar (it is shown only when stderr is a terminal)")
+	fs.StringVar(&o.spoolDir, "spool-dir", "", "where the message is built before it is sent: room for about its size (default: the system's temporary directory)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: send takes no arguments (use -file): %q", errUsage, fs.Args())
+		return nil, fmt.Errorf("%w: send takes no arguments (use -file): %q", errUsage, fs.Args())
 	}
-	if *file == "" {
-		return fmt.Errorf("%w: send needs -file (see gateway send -h)", errUsage)
+	if o.file == "" {
+		return nil, fmt.Errorf("%w: send needs -file (see gateway send -h)", errUsage)
 	}
-	if *repeat < 1 {
-		return fmt.Errorf("%w: -repeat must be at least 1", errUsage)
+	if o.repeat < 1 {
+		return nil, fmt.Errorf("%w: -repeat must be at least 1", errUsage)
 	}
+	o.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	return o, nil
+}
 
-	c := &as2client.Client{URL: *url, From: *from, To: *to, SignPSS: *pss, OAEP: *oaep, Subject: *subject,
-		TransferEncoding: *cte, HTTP: &http.Client{Timeout: *timeout}, SignedMDN: !*mdnUnsigned, SpoolDir: *spoolDir}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+// client is the AS2 client of the flags, completed from the configuration
+// when -config or -partner names a partner (returned with its certificates).
+func (o *sendOptions) client() (*as2client.Client, *partners.Partner, []*x509.Certificate, error) {
+	c := &as2client.Client{URL: o.url, From: o.from, To: o.to, SignPSS: o.pss, OAEP: o.oaep, Subject: o.subject,
+		TransferEncoding: o.cte, HTTP: &http.Client{Timeout: o.timeout}, SignedMDN: !o.mdnUnsigned, SpoolDir: o.spoolDir}
 	var partner *partners.Partner
 	var partnerCerts []*x509.Certificate
-	if *cfgPath != "" || *partnerID != "" {
+	if o.cfgPath != "" || o.partnerID != "" {
 		var err error
-		if partner, partnerCerts, err = fromConfig(c, *cfgPath, *partnerID); err != nil {
-			return err
+		if partner, partnerCerts, err = fromConfig(c, o.cfgPath, o.partnerID); err != nil {
+			return nil, nil, nil, err
 		}
-		if !set["sign"] {
-			*sign = defaultDigest(partner)
+		if !o.set["sign"] {
+			o.sign = defaultDigest(partner)
 		}
 	}
 	if c.URL == "" || c.From == "" || c.To == "" {
-		return fmt.Errorf("%w: send needs -url, -as2-from and -as2-to (or -config and -partner)", errUsage)
+		return nil, nil, nil, fmt.Errorf("%w: send needs -url, -as2-from and -as2-to (or -config and -partner)", errUsage)
 	}
-	if rcptFile != "" {
-		certs, err := partners.ReadCertificates(rcptFile)
+	if o.rcptFile != "" {
+		certs, err := partners.ReadCertificates(o.rcptFile)
 		if err != nil {
-			return fmt.Errorf("send: -recipient-cert: %w", err)
+			return nil, nil, nil, fmt.Errorf("send: -recipient-cert: %w", err)
 		}
 		c.RecipientCerts = certs
 	}
+	return c, partner, partnerCerts, nil
+}
 
-	switch d := strings.ToLower(*sign); d {
+// chooseProtection sets the signature, encryption, compression and MDN
+// the message is sent with, and loads the signing key.
+func (o *sendOptions) chooseProtection(c *as2client.Client, partner *partners.Partner, partnerCerts []*x509.Certificate) error {
+	switch d := strings.ToLower(o.sign); d {
 	case "none", "":
 	default:
 		n, err := cms.NormalizeDigest(d)
 		if err != nil {
-			return fmt.Errorf("%w: -sign %q: %v", errUsage, *sign, err)
+			return fmt.Errorf("%w: -sign %q: %v", errUsage, o.sign, err)
 		}
 		c.SignDigest = n
 	}
 	if c.SignDigest != "" {
-		if *keyFile == "" {
+		if o.keyFile == "" {
 			return fmt.Errorf("%w: signing needs -key (or -sign none)", errUsage)
 		}
-		if err := loadSigner(c, *keyFile, *certFile, partnerCerts); err != nil {
+		if err := loadSigner(c, o.keyFile, o.certFile, partnerCerts); err != nil {
 			return err
 		}
 	}
-	switch enc := strings.ToLower(*encrypt); enc {
+	switch enc := strings.ToLower(o.encrypt); enc {
 	case "none":
 	case "":
 		if len(c.RecipientCerts) > 0 {
@@ -147,88 +222,91 @@ func sendAS2(args []string, stdout, stderr io.Writer) error {
 	default:
 		n, err := cms.NormalizeCipher(enc)
 		if err != nil {
-			return fmt.Errorf("%w: -encrypt %q: %v", errUsage, *encrypt, err)
+			return fmt.Errorf("%w: -encrypt %q: %v", errUsage, o.encrypt, err)
 		}
 		c.Cipher = n
 	}
 	if c.Cipher != "" && len(c.RecipientCerts) == 0 {
 		return fmt.Errorf("%w: encryption needs -recipient-cert (or -encrypt none)", errUsage)
 	}
-	if *compressAfter {
+	if o.compressAfter {
 		c.Compression = smime.SignThenCompress
-	} else if *compress {
+	} else if o.compress {
 		c.Compression = smime.CompressThenSign
 	}
-	switch as2client.MDNMode(*mdnMode) {
+	switch as2client.MDNMode(o.mdnMode) {
 	case as2client.MDNSync, as2client.MDNAsync, as2client.MDNNone:
-		c.MDN = as2client.MDNMode(*mdnMode)
+		c.MDN = as2client.MDNMode(o.mdnMode)
 	default:
-		return fmt.Errorf("%w: -mdn %q is not sync, async or none", errUsage, *mdnMode)
+		return fmt.Errorf("%w: -mdn %q is not sync, async or none", errUsage, o.mdnMode)
 	}
 	if c.SignedMDN && c.MDN != as2client.MDNNone && len(c.RecipientCerts) == 0 {
 		return fmt.Errorf("%w: verifying a signed MDN needs -recipient-cert (or -mdn-unsigned)", errUsage)
 	}
+	return nil
+}
 
-	payload, err := os.Open(*file)
-	if err != nil {
-		return fmt.Errorf("send: %w", err)
+// prepareAsyncMDN sets the Receipt-Delivery-Option of an async MDN
+// request, listening for the MDN with -async-listen (the caller closes
+// the listener), and captures the response for a partner that answers
+// with a synchronous MDN instead.
+func (o *sendOptions) prepareAsyncMDN(c *as2client.Client) (*mdnListener, *responseCapture, error) {
+	if c.MDN != as2client.MDNAsync {
+		return nil, nil, nil
 	}
-	defer payload.Close()
-	st, err := payload.Stat()
-	if err != nil {
-		return fmt.Errorf("send: %w", err)
-	}
-	ct := *contentType
-	if ct == "" {
-		ct = as2ContentType(*file)
-	}
-	name := *filename
-	switch name {
-	case "":
-		name = filepath.Base(*file)
-	case "-":
-		name = ""
-	}
-
-	ctx := context.Background()
 	var mdns *mdnListener
-	if c.MDN == as2client.MDNAsync {
-		if *asyncListen != "" {
-			if mdns, err = listenMDN(*asyncListen); err != nil {
-				return err
-			}
-			defer mdns.close()
-			if *asyncURL == "" {
-				*asyncURL = "http://" + mdns.addr + "/mdn"
-			}
+	if o.asyncListen != "" {
+		var err error
+		if mdns, err = listenMDN(o.asyncListen); err != nil {
+			return nil, nil, err
 		}
-		if *asyncURL == "" {
-			return fmt.Errorf("%w: -mdn async needs -async-url or -async-listen", errUsage)
+		if o.asyncURL == "" {
+			o.asyncURL = "http://" + mdns.addr + "/mdn"
 		}
-		c.AsyncURL = *asyncURL
 	}
+	if o.asyncURL == "" {
+		if mdns != nil {
+			mdns.close()
+		}
+		return nil, nil, fmt.Errorf("%w: -mdn async needs -async-url or -async-listen", errUsage)
+	}
+	c.AsyncURL = o.asyncURL
 	// A partner may answer an async request with a synchronous MDN (ours
 	// does when the Receipt-Delivery-Option is not one it may post to):
 	// the response is kept to report that MDN instead of waiting for one
 	// that never comes.
-	var answer *responseCapture
-	if c.MDN == as2client.MDNAsync {
-		answer = &responseCapture{base: c.HTTP.Transport}
-		c.HTTP.Transport = answer
+	answer := &responseCapture{base: c.HTTP.Transport}
+	c.HTTP.Transport = answer
+	return mdns, answer, nil
+}
+
+// buildMessage builds the message as a stream into a spool file (signing,
+// compression and encryption in one pass, in fixed memory), to be sent
+// from there, with its length, as often as asked.
+func (o *sendOptions) buildMessage(c *as2client.Client, payload *os.File, bar *progressBar) (*as2client.Message, error) {
+	st, err := payload.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("send: %w", err)
 	}
-	// The message is built as a stream into a spool file (signing,
-	// compression and encryption in one pass, in fixed memory) and sent
-	// from there, with its length, as often as asked.
-	bar := newProgress(stderr, *quiet)
+	ct := o.contentType
+	if ct == "" {
+		ct = as2ContentType(o.file)
+	}
+	name := o.filename
+	switch name {
+	case "":
+		name = filepath.Base(o.file)
+	case "-":
+		name = ""
+	}
 	bar.phase("preparing")
 	msg, err := c.PrepareStream(bar.reader(payload, st.Size()), ct, name)
 	bar.end()
 	if err != nil {
-		return fmt.Errorf("send: %w", err)
+		return nil, fmt.Errorf("send: %w", err)
 	}
-	defer msg.Close()
-	if *messageID != "" {
-		id := strings.TrimSpace(*messageID)
+	if o.messageID != "" {
+		id := strings.TrimSpace(o.messageID)
 		if !strings.HasPrefix(id, "<") {
 			id = "<" + id + ">"
 		}
@@ -238,61 +316,58 @@ func sendAS2(args []string, stdout, stderr io.Writer) error {
 	if bar != nil {
 		c.Progress = bar.update
 	}
+	return msg, nil
+}
 
-	failed := 0
-	for i := 1; i <= *repeat; i++ {
-		if *repeat > 1 {
-			fmt.Fprintf(stdout, "send %d of %d\n", i, *repeat)
-		}
-		deadline := time.Now().Add(*retryFor)
-		send := func() (*as2client.Result, error) {
-			bar.phase("sending")
-			defer bar.end()
-			return c.Send(ctx, msg)
-		}
-		res, err := send()
-		for err == nil && res.Status == http.StatusServiceUnavailable && time.Now().Before(deadline) {
-			pause := min(max(res.RetryAfter, time.Second), time.Until(deadline))
-			fmt.Fprintf(stdout, "busy:         HTTP 503 (%s); resending in %s\n", strings.Join(res.Problems, "; "), pause.Round(time.Second))
-			time.Sleep(pause)
-			res, err = send()
-		}
+// sendAndCheckMDN sends msg once (again after Retry-After while the
+// gateway answers 503, up to -retry-for), checks the MDN and prints the
+// result; it reports whether the send was accepted.
+func (o *sendOptions) sendAndCheckMDN(stdout io.Writer, c *as2client.Client, msg *as2client.Message, bar *progressBar, mdns *mdnListener, answer *responseCapture) (bool, error) {
+	ctx := context.Background()
+	deadline := time.Now().Add(o.retryFor)
+	send := func() (*as2client.Result, error) {
+		bar.phase("sending")
+		defer bar.end()
+		return c.Send(ctx, msg)
+	}
+	res, err := send()
+	for err == nil && res.Status == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+		pause := min(max(res.RetryAfter, time.Second), time.Until(deadline))
+		fmt.Fprintf(stdout, "busy:         HTTP 503 (%s); resending in %s\n", strings.Join(res.Problems, "; "), pause.Round(time.Second))
+		time.Sleep(pause)
+		res, err = send()
+	}
+	if err != nil {
+		return false, fmt.Errorf("send: %w", err)
+	}
+	fmt.Fprintf(stdout, "message-id:   %s\nfrom/to:      %s -> %s\nsent:         %d bytes in %s, HTTP %d\nprotection:   %s\n",
+		msg.ID, c.From, c.To, res.BytesSent, res.Elapsed.Round(time.Millisecond), res.Status, protection(c))
+	check := res.MDN
+	if h, body, ok := answer.mdn(); ok && c.MDN == as2client.MDNAsync && res.Status/100 == 2 {
+		check = c.CheckMDN(msg, h, body)
+		res.Problems = append(res.Problems, check.Problems...)
+		fmt.Fprintf(stdout, "mdn:          the partner answered with a synchronous MDN although async was asked: %s\n", check.Disposition)
+	} else if c.MDN == as2client.MDNAsync && mdns != nil && res.Status/100 == 2 {
+		fmt.Fprintf(stdout, "mdn:          waiting up to %s for the async MDN at %s\n", o.wait, c.AsyncURL)
+		h, body, err := mdns.wait(msg.ID, o.wait)
 		if err != nil {
-			return fmt.Errorf("send: %w", err)
-		}
-		fmt.Fprintf(stdout, "message-id:   %s\nfrom/to:      %s -> %s\nsent:         %d bytes in %s, HTTP %d\nprotection:   %s\n",
-			msg.ID, c.From, c.To, res.BytesSent, res.Elapsed.Round(time.Millisecond), res.Status, protection(c))
-		check := res.MDN
-		if h, body, ok := answer.mdn(); ok && c.MDN == as2client.MDNAsync && res.Status/100 == 2 {
+			res.Problems = append(res.Problems, err.Error())
+		} else {
 			check = c.CheckMDN(msg, h, body)
 			res.Problems = append(res.Problems, check.Problems...)
-			fmt.Fprintf(stdout, "mdn:          the partner answered with a synchronous MDN although async was asked: %s\n", check.Disposition)
-		} else if c.MDN == as2client.MDNAsync && mdns != nil && res.Status/100 == 2 {
-			fmt.Fprintf(stdout, "mdn:          waiting up to %s for the async MDN at %s\n", *wait, c.AsyncURL)
-			h, body, err := mdns.wait(msg.ID, *wait)
-			if err != nil {
-				res.Problems = append(res.Problems, err.Error())
-			} else {
-				check = c.CheckMDN(msg, h, body)
-				res.Problems = append(res.Problems, check.Problems...)
-			}
-		} else if c.MDN == as2client.MDNAsync && res.Status/100 == 2 {
-			fmt.Fprintf(stdout, "mdn:          asynchronous, to %s (not checked here)\n", c.AsyncURL)
 		}
-		if check != nil {
-			printMDN(stdout, check, msg)
-		}
-		if res.OK() {
-			fmt.Fprintln(stdout, "result:       OK")
-		} else {
-			failed++
-			fmt.Fprintf(stdout, "result:       FAILED: %s\n", strings.Join(res.Problems, "; "))
-		}
+	} else if c.MDN == as2client.MDNAsync && res.Status/100 == 2 {
+		fmt.Fprintf(stdout, "mdn:          asynchronous, to %s (not checked here)\n", c.AsyncURL)
 	}
-	if failed > 0 {
-		return fmt.Errorf("send: %d of %d sends of %s not accepted", failed, *repeat, msg.ID)
+	if check != nil {
+		printMDN(stdout, check, msg)
 	}
-	return nil
+	if res.OK() {
+		fmt.Fprintln(stdout, "result:       OK")
+		return true, nil
+	}
+	fmt.Fprintf(stdout, "result:       FAILED: %s\n", strings.Join(res.Problems, "; "))
+	return false, nil
 }
 
 // fromConfig fills c from the gateway configuration, acting as partner id

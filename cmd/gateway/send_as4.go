@@ -78,218 +78,34 @@ var keyTransports = map[string]string{"rsa-oaep-mgf1p": xmlenc.AlgRSAOAEPMGF1P, 
 
 // sendAS4 is `gateway send-as4`.
 func sendAS4(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("send-as4", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, sendAS4Usage)
-		fs.PrintDefaults()
-	}
-	cfgPath := fs.String("config", "", "gateway YAML file: send as -partner to this gateway")
-	partnerID := fs.String("partner", "", "partner id (with -config): its AS4 agreement supplies the flags not given")
-	url := fs.String("url", "", "the receiver's AS4 endpoint URL (required; default with -config: http(s)://listen + as4.path)")
-	keyFile := fs.String("key", "", "our private key that signs the message: PEM, DER or PKCS#12 (required)")
-	certFile := fs.String("cert", "", "our certificate of -key: PEM, DER or PKCS#12 (required unless -key is a PKCS#12 file holding it)")
-	keyPasswordEnv := fs.String("key-password-env", "", "environment variable holding the password of a PKCS#12 -key")
-	receiptCert := fs.String("receipt-cert", "", "PEM file with the receiver's certificate(s) that sign receipts (required)")
-	encryptCert := fs.String("encrypt-cert", "", "the receiver's encryption certificate (RSA or X25519); empty sends signed only")
-	from := fs.String("from", "", "our eb:From PartyId (required)")
-	fromType := fs.String("from-type", "", "type of -from")
-	to := fs.String("to", "", "the receiver's eb:To PartyId (required)")
-	toType := fs.String("to-type", "", "type of -to")
-	service := fs.String("service", "", "eb:Service (required)")
-	serviceType := fs.String("service-type", "", "type of -service")
-	action := fs.String("action", "", "eb:Action (required)")
-	agreement := fs.String("agreement", "", "eb:AgreementRef")
-	pmode := fs.String("pmode", "", "eb:AgreementRef/@pmode (with -config: the id of the partner's P-Mode to send under)")
-	conversation := fs.String("conversation", "", "eb:ConversationId (default: the message id; -profile bdew sends it empty)")
-	messageID := fs.String("message-id", "", "eb:MessageId (default: a new UUID); resend with the same id to test duplicate handling")
-	mimeType := fs.String("mime", "", "MIME type of every FILE (default: from the file extension)")
-	compress := fs.Bool("compress", true, "gzip the attachments (CompressionType application/gzip)")
-	signAlg := fs.String("sign-alg", "", "rsa-sha256, rsa-sha384, rsa-sha512, ecdsa-sha256/384/512 or eddsa-ed25519 (default: by key)")
-	digest := fs.String("digest", "sha256", "reference digest: sha256, sha384 or sha512")
-	cipher := fs.String("cipher", "aes128-gcm", "content encryption: aes128-gcm, aes192-gcm or aes256-gcm")
-	keyTransport := fs.String("key-transport", "rsa-oaep-mgf1p", "RSA key transport: rsa-oaep-mgf1p or rsa-oaep (xmlenc 1.1, MGF1-SHA256)")
-	timeout := fs.Duration("timeout", 2*time.Minute, "HTTP timeout")
-	allowWeak := fs.Bool("allow-weak-keys", false, "accept RSA keys of 1024 to 2047 bits for the receipt signer and the encryption certificate (legacy receivers)")
-	saveReceipt := fs.String("save-receipt", "", "write the answer (receipt or error signal) to this file")
-	profile := fs.String("profile", "", "bdew: send as the BDEW AS4 profile prescribes (see above)")
-	var bdewParts bdewPartProperties
-	fs.StringVar(&bdewParts.documentType, "bdew-document-type", "", "with -profile bdew: PartProperty BDEWDocumentType of the first FILE (e.g. UTILMD, A01)")
-	fs.StringVar(&bdewParts.documentNo, "bdew-document-no", "", "with -profile bdew: PartProperty BDEWDocumentNo of the first FILE")
-	fs.StringVar(&bdewParts.documentDate, "bdew-document-date", "", "with -profile bdew: PartProperty BDEWDocumentDate of the first FILE, as written (e.g. 2025-01-01)")
-	fs.StringVar(&bdewParts.fulfillmentDate, "bdew-fulfillment-date", "", "with -profile bdew: PartProperty BDEWFulfillmentDate of the first FILE, as written (a date or, for schedules, an interval)")
-	fs.StringVar(&bdewParts.subjectPartyID, "bdew-subject-party-id", "", "with -profile bdew: PartProperty BDEWSubjectPartyID of the first FILE")
-	fs.StringVar(&bdewParts.subjectPartyRole, "bdew-subject-party-role", "", "with -profile bdew: PartProperty BDEWSubjectPartyRole of the first FILE")
-	fs.StringVar(&bdewParts.applicationReference, "bdew-application-reference", "", "with -profile bdew: PartProperty BDEWApplicationReference of the first FILE")
-	quiet := fs.Bool("quiet", false, "no progress bar (it is shown only when stderr is a terminal)")
-	spoolDir := fs.String("spool-dir", "", "where the message is built before it is sent: room for about twice its size (default: the system's temporary directory)")
-	repeat := fs.Int("repeat", 1, "send the identical bytes this many times (duplicates after the first)")
-	retryFor := fs.Duration("retry-for", 0, "on HTTP 503 (message in flight, store unavailable) resend after Retry-After for up to this long")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *repeat < 1 {
-		return fmt.Errorf("%w: -repeat must be at least 1", errUsage)
-	}
-	var cfgSigners, cfgEncrypt []*x509.Certificate
-	var partnerCerts []string
-	if *cfgPath != "" || *partnerID != "" {
-		d, err := as4FromConfig(*cfgPath, *partnerID, *pmode, *to, *toType)
-		if err != nil {
-			return err
-		}
-		for _, f := range []struct {
-			flag  *string
-			value string
-		}{
-			{url, d.url}, {from, d.from}, {fromType, d.fromType}, {to, d.to}, {toType, d.toType}, {service, d.service},
-			{serviceType, d.serviceType}, {action, d.action}, {agreement, d.agreement}, {profile, d.profile},
-		} {
-			if *f.flag == "" {
-				*f.flag = f.value
-			}
-		}
-		cfgSigners, cfgEncrypt, partnerCerts = d.receiptSigners, d.encryptCerts, d.partnerCerts
-		if *encryptCert == "" && len(cfgEncrypt) == 0 {
-			return fmt.Errorf("send-as4: no certificate of %s's identity keys can be encrypted for; give -encrypt-cert (or -encrypt-cert none)", *cfgPath)
-		}
-	}
-	bdew := false
-	switch *profile {
-	case "":
-	case partners.ProfileBDEW:
-		bdew = true
-		encrypt := *encryptCert
-		if encrypt == "" && len(cfgEncrypt) > 0 {
-			encrypt = "(the configuration's)"
-		} else if encrypt == "none" {
-			encrypt = ""
-		}
-		if err := bdewFlags(fs, encrypt, *signAlg, *digest, *cipher, *compress); err != nil {
-			return err
-		}
-		if *fromType == "" {
-			*fromType = partners.PartyTypeGLN
-		}
-		if *toType == "" {
-			*toType = partners.PartyTypeGLN
-		}
-		if *agreement == "" {
-			*agreement = partners.BDEWAgreement
-		}
-	default:
-		return fmt.Errorf("%w: unknown -profile %q (bdew)", errUsage, *profile)
-	}
-	partProps, err := bdewParts.properties()
+	o, err := parseSendAS4Flags(args, stderr)
 	if err != nil {
 		return err
 	}
-	if len(partProps) > 0 && !bdew {
-		return fmt.Errorf("%w: the -bdew-… part properties need -profile bdew", errUsage)
+	if err := o.completeFromConfig(); err != nil {
+		return err
 	}
-	files := fs.Args()
-	for name, v := range map[string]string{"-url": *url, "-key": *keyFile, "-receipt-cert": *receiptCert,
-		"-from": *from, "-to": *to, "-service": *service, "-action": *action} {
-		if v == "" && !(name == "-receipt-cert" && len(cfgSigners) > 0) {
-			return fmt.Errorf("%w: send-as4 needs %s (see gateway send-as4 -h)", errUsage, name)
-		}
-	}
-	if len(files) == 0 {
-		return fmt.Errorf("%w: send-as4 needs at least one FILE to send", errUsage)
-	}
-
-	cert, key, err := signingPair(*certFile, *keyFile, certs.Password{Env: *keyPasswordEnv}, partnerCerts)
+	partProps, err := o.applyProfile()
 	if err != nil {
-		return fmt.Errorf("send-as4: %w", err)
+		return err
 	}
-	signer, ok := key.(crypto.Signer)
-	if !ok {
-		return fmt.Errorf("send-as4: %s is not a signing key", *keyFile)
+	files := o.fs.Args()
+	if err := o.requireFlags(files); err != nil {
+		return err
 	}
-	receiptSigners := cfgSigners
-	if *receiptCert != "" {
-		if receiptSigners, err = partners.ReadCertificates(*receiptCert); err != nil {
-			return fmt.Errorf("send-as4: -receipt-cert: %w", err)
-		}
+	c, err := o.client()
+	if err != nil {
+		return err
 	}
-	c := &client.Client{
-		Signer: signer, Certificate: cert, ReceiptSigners: receiptSigners,
-		HTTP: &http.Client{Timeout: *timeout}, AllowWeakKeys: *allowWeak, PKIPath: bdew, SpoolDir: *spoolDir,
+	msg, err := o.message(files, partProps)
+	if err != nil {
+		return err
 	}
-	if _, ok := signer.(*brainpool.PrivateKey); bdew && !ok {
-		return fmt.Errorf("send-as4: -profile bdew signs with a brainpoolP256r1 key; %s is %T", *keyFile, signer)
-	}
-	if *signAlg != "" {
-		if c.SignatureMethod, ok = signatureMethods[*signAlg]; !ok {
-			return fmt.Errorf("%w: unknown -sign-alg %q", errUsage, *signAlg)
-		}
-	}
-	if c.DigestMethod, ok = digestMethods[*digest]; !ok {
-		return fmt.Errorf("%w: unknown -digest %q", errUsage, *digest)
-	}
-	if *encryptCert != "none" && (*encryptCert != "" || len(cfgEncrypt) > 0) {
-		certs := cfgEncrypt
-		if *encryptCert != "" {
-			if certs, err = partners.ReadCertificates(*encryptCert); err != nil {
-				return fmt.Errorf("send-as4: -encrypt-cert: %w", err)
-			}
-		}
-		enc := &client.Encryption{Recipient: certs[0]}
-		if enc.Options.Content, ok = contentCiphers[*cipher]; !ok {
-			return fmt.Errorf("%w: unknown -cipher %q", errUsage, *cipher)
-		}
-		if enc.Options.KeyTransport, ok = keyTransports[*keyTransport]; !ok {
-			return fmt.Errorf("%w: unknown -key-transport %q", errUsage, *keyTransport)
-		}
-		if _, isRSA := certs[0].PublicKey.(*rsa.PublicKey); !isRSA {
-			enc.Options.KeyTransport = "" // X25519 key agreement chooses its own
-		}
-		if bdew {
-			if _, ok := certs[0].PublicKey.(*brainpool.PublicKey); !ok {
-				return fmt.Errorf("send-as4: -profile bdew encrypts for a brainpoolP256r1 key; -encrypt-cert has a %T key", certs[0].PublicKey)
-			}
-			enc.KeyReference = xmlenc.ByX509SKI
-		}
-		c.Encryption = enc
-	}
-
-	msg := &client.Message{
-		MessageID: *messageID, ConversationID: *conversation,
-		From: as4.PartyID{Value: *from, Type: *fromType}, To: as4.PartyID{Value: *to, Type: *toType},
-		AgreementRef: *agreement, PMode: *pmode,
-		Service: *service, ServiceType: *serviceType, Action: *action,
-		// The BDEW profile (on ENTSOG's) has an empty eb:ConversationId,
-		// which phase4's BDEW sender always writes (bdewFlags refuses
-		// -conversation).
-		EmptyConversationID: bdew,
-	}
-	for _, f := range files {
-		st, err := os.Stat(f)
-		if err != nil {
-			return fmt.Errorf("send-as4: %w", err)
-		}
-		if !st.Mode().IsRegular() {
-			return fmt.Errorf("send-as4: %s is not a regular file", f)
-		}
-		mt := *mimeType
-		if mt == "" {
-			mt = typeByExtension(f)
-		}
-		p := client.Payload{MimeType: mt, Compress: *compress,
-			Open: func() (io.ReadCloser, error) { return os.Open(f) }, Size: st.Size()}
-		if len(msg.Payloads) == 0 {
-			// The BDEW part properties describe the main payload, the
-			// first FILE, as phase4's BDEW sender writes them.
-			p.Properties = partProps
-		}
-		msg.Payloads = append(msg.Payloads, p)
-	}
-
 	// The message is built as a stream into a spool file (every file
 	// gzipped into a spool file of its own, digested, then encrypted as it
 	// is written after the envelope), in fixed memory, and sent from there,
 	// with its length, as often as asked.
-	bar := newProgress(stderr, *quiet)
+	bar := newProgress(stderr, *o.quiet)
 	bar.phase("preparing")
 	if bar != nil {
 		c.Progress = bar.update
@@ -304,25 +120,12 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		c.HTTP.Transport = progressTransport{bar, c.HTTP.Transport}
 	}
 	failed := 0
-	for i := 1; i <= *repeat; i++ {
-		if *repeat > 1 {
-			fmt.Fprintf(stdout, "send %d of %d\n", i, *repeat)
+	for i := 1; i <= *o.repeat; i++ {
+		if *o.repeat > 1 {
+			fmt.Fprintf(stdout, "send %d of %d\n", i, *o.repeat)
 		}
-		deadline := time.Now().Add(*retryFor)
-		resp, err := postAS4(c, *url, out, *timeout)
-		for errors.Is(err, client.ErrNoSignal) && resp.Status == http.StatusServiceUnavailable && time.Now().Before(deadline) {
-			pause := min(max(retryAfter(resp.RetryAfter), time.Second), time.Until(deadline))
-			fmt.Fprintf(stdout, "busy: HTTP 503; resending in %s\n", pause.Round(time.Second))
-			time.Sleep(pause)
-			resp, err = postAS4(c, *url, out, *timeout)
-		}
-		if resp != nil && *saveReceipt != "" {
-			if werr := os.WriteFile(*saveReceipt, resp.Body, 0o644); werr != nil {
-				fmt.Fprintln(stderr, "send-as4: saving the answer:", werr)
-			}
-		}
-		if err := reportAS4(stdout, out, len(msg.Payloads), resp, err); err != nil {
-			if *repeat == 1 {
+		if err := o.sendAndVerifyReceipt(stdout, stderr, c, out, len(msg.Payloads)); err != nil {
+			if *o.repeat == 1 {
 				return err
 			}
 			fmt.Fprintln(stdout, err)
@@ -330,9 +133,297 @@ func sendAS4(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("send-as4: %d of %d sends of %s not acknowledged", failed, *repeat, out.MessageID)
+		return fmt.Errorf("send-as4: %d of %d sends of %s not acknowledged", failed, *o.repeat, out.MessageID)
 	}
 	return nil
+}
+
+// sendAS4Options are the flags of `gateway send-as4`, completed from the
+// configuration.
+type sendAS4Options struct {
+	fs                                                *flag.FlagSet
+	cfgPath, partnerID, url, keyFile, certFile        *string
+	keyPasswordEnv, receiptCert, encryptCert          *string
+	from, fromType, to, toType, service, serviceType  *string
+	action, agreement, pmode, conversation, messageID *string
+	mimeType, signAlg, digest, cipher, keyTransport   *string
+	saveReceipt, profile, spoolDir                    *string
+	compress, allowWeak, quiet                        *bool
+	timeout, retryFor                                 *time.Duration
+	repeat                                            *int
+	bdewParts                                         bdewPartProperties
+	// From the configuration: the gateway's receipt signers and
+	// encryption certificates, the partner's certificates.
+	cfgSigners, cfgEncrypt []*x509.Certificate
+	partnerCerts           []string
+	// bdew: -profile bdew.
+	bdew bool
+}
+
+// parseSendAS4Flags reads the command line of `gateway send-as4`.
+func parseSendAS4Flags(args []string, stderr io.Writer) (*sendAS4Options, error) {
+	fs := flag.NewFlagSet("send-as4", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, sendAS4Usage)
+		fs.PrintDefaults()
+	}
+	o := &sendAS4Options{fs: fs}
+	o.cfgPath = fs.String("config", "", "gateway YAML file: send as -partner to this gateway")
+	o.partnerID = fs.String("partner", "", "partner id (with -config): its AS4 agreement supplies the flags not given")
+	o.url = fs.String("url", "", "the receiver's AS4 endpoint URL (required; default with -config: http(s)://listen + as4.path)")
+	o.keyFile = fs.String("key", "", "our private key that signs the message: PEM, DER or PKCS#12 (required)")
+	o.certFile = fs.String("cert", "", "our certificate of -key: PEM, DER or PKCS#12 (required unless -key is a PKCS#12 file holding it)")
+	o.keyPasswordEnv = fs.String("key-password-env", "", "environment variable holding the password of a PKCS#12 -key")
+	o.receiptCert = fs.String("receipt-cert", "", "PEM file with the receiver's certificate(s) that sign receipts (required)")
+	o.encryptCert = fs.String("encrypt-cert", "", "the receiver's encryption certificate (RSA or X25519); empty sends signed only")
+	o.from = fs.String("from", "", "our eb:From PartyId (required)")
+	o.fromType = fs.String("from-type", "", "type of -from")
+	o.to = fs.String("to", "", "the receiver's eb:To PartyId (required)")
+	o.toType = fs.String("to-type", "", "type of -to")
+	o.service = fs.String("service", "", "eb:Service (required)")
+	o.serviceType = fs.String("service-type", "", "type of -service")
+	o.action = fs.String("action", "", "eb:Action (required)")
+	o.agreement = fs.String("agreement", "", "eb:AgreementRef")
+	o.pmode = fs.String("pmode", "", "eb:AgreementRef/@pmode (with -config: the id of the partner's P-Mode to send under)")
+	o.conversation = fs.String("conversation", "", "eb:ConversationId (default: the message id; -profile bdew sends it empty)")
+	o.messageID = fs.String("message-id", "", "eb:MessageId (default: a new UUID); resend with the same id to test duplicate handling")
+	o.mimeType = fs.String("mime", "", "MIME type of every FILE (default: from the file extension)")
+	o.compress = fs.Bool("compress", true, "gzip the attachments (CompressionType application/gzip)")
+	o.signAlg = fs.String("sign-alg", "", "rsa-sha256, rsa-sha384, rsa-sha512, ecdsa-sha256/384/512 or eddsa-ed25519 (default: by key)")
+	o.digest = fs.String("digest", "sha256", "reference digest: sha256, sha384 or sha512")
+	o.cipher = fs.String("cipher", "aes128-gcm", "content encryption: aes128-gcm, aes192-gcm or aes256-gcm")
+	o.keyTransport = fs.String("key-transport", "rsa-oaep-mgf1p", "RSA key transport: rsa-oaep-mgf1p or rsa-oaep (xmlenc 1.1, MGF1-SHA256)")
+	o.timeout = fs.Duration("timeout", 2*time.Minute, "HTTP timeout")
+	o.allowWeak = fs.Bool("allow-weak-keys", false, "accept RSA keys of 1024 to 2047 bits for the receipt signer and the encryption certificate (legacy receivers)")
+	o.saveReceipt = fs.String("save-receipt", "", "write the answer (receipt or error signal) to this file")
+	o.profile = fs.String("profile", "", "bdew: send as the BDEW AS4 profile prescribes (see above)")
+	bdewParts := &o.bdewParts
+	fs.StringVar(&bdewParts.documentType, "bdew-document-type", "", "with -profile bdew: PartProperty BDEWDocumentType of the first FILE (e.g. UTILMD, A01)")
+	fs.StringVar(&bdewParts.documentNo, "bdew-document-no", "", "with -profile bdew: PartProperty BDEWDocumentNo of the first FILE")
+	fs.StringVar(&bdewParts.documentDate, "bdew-document-date", "", "with -profile bdew: PartProperty BDEWDocumentDate of the first FILE, as written (e.g. 2025-01-01)")
+	fs.StringVar(&bdewParts.fulfillmentDate, "bdew-fulfillment-date", "", "with -profile bdew: PartProperty BDEWFulfillmentDate of the first FILE, as written (a date or, for schedules, an interval)")
+	fs.StringVar(&bdewParts.subjectPartyID, "bdew-subject-party-id", "", "with -profile bdew: PartProperty BDEWSubjectPartyID of the first FILE")
+	fs.StringVar(&bdewParts.subjectPartyRole, "bdew-subject-party-role", "", "with -profile bdew: PartProperty BDEWSubjectPartyRole of the first FILE")
+	fs.StringVar(&bdewParts.applicationReference, "bdew-application-reference", "", "with -profile bdew: PartProperty BDEWApplicationReference of the first FILE")
+	o.quiet = fs.Bool("quiet", false, "no progress bar (it is shown only when stderr is a terminal)")
+	o.spoolDir = fs.String("spool-dir", "", "where the message is built before it is sent: room for about twice its size (default: the system's temporary directory)")
+	o.repeat = fs.Int("repeat", 1, "send the identical bytes this many times (duplicates after the first)")
+	o.retryFor = fs.Duration("retry-for", 0, "on HTTP 503 (message in flight, store unavailable) resend after Retry-After for up to this long")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if *o.repeat < 1 {
+		return nil, fmt.Errorf("%w: -repeat must be at least 1", errUsage)
+	}
+	return o, nil
+}
+
+// completeFromConfig fills the flags not given from the partner's AS4
+// agreement when -config or -partner names one.
+func (o *sendAS4Options) completeFromConfig() error {
+	if *o.cfgPath == "" && *o.partnerID == "" {
+		return nil
+	}
+	d, err := as4FromConfig(*o.cfgPath, *o.partnerID, *o.pmode, *o.to, *o.toType)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		flag  *string
+		value string
+	}{
+		{o.url, d.url}, {o.from, d.from}, {o.fromType, d.fromType}, {o.to, d.to}, {o.toType, d.toType}, {o.service, d.service},
+		{o.serviceType, d.serviceType}, {o.action, d.action}, {o.agreement, d.agreement}, {o.profile, d.profile},
+	} {
+		if *f.flag == "" {
+			*f.flag = f.value
+		}
+	}
+	o.cfgSigners, o.cfgEncrypt, o.partnerCerts = d.receiptSigners, d.encryptCerts, d.partnerCerts
+	if *o.encryptCert == "" && len(o.cfgEncrypt) == 0 {
+		return fmt.Errorf("send-as4: no certificate of %s's identity keys can be encrypted for; give -encrypt-cert (or -encrypt-cert none)", *o.cfgPath)
+	}
+	return nil
+}
+
+// applyProfile applies -profile bdew (refusing flags that contradict it)
+// and returns the BDEW part properties of the first FILE.
+func (o *sendAS4Options) applyProfile() ([]as4.Property, error) {
+	switch *o.profile {
+	case "":
+	case partners.ProfileBDEW:
+		o.bdew = true
+		encrypt := *o.encryptCert
+		if encrypt == "" && len(o.cfgEncrypt) > 0 {
+			encrypt = "(the configuration's)"
+		} else if encrypt == "none" {
+			encrypt = ""
+		}
+		if err := bdewFlags(o.fs, encrypt, *o.signAlg, *o.digest, *o.cipher, *o.compress); err != nil {
+			return nil, err
+		}
+		if *o.fromType == "" {
+			*o.fromType = partners.PartyTypeGLN
+		}
+		if *o.toType == "" {
+			*o.toType = partners.PartyTypeGLN
+		}
+		if *o.agreement == "" {
+			*o.agreement = partners.BDEWAgreement
+		}
+	default:
+		return nil, fmt.Errorf("%w: unknown -profile %q (bdew)", errUsage, *o.profile)
+	}
+	partProps, err := o.bdewParts.properties()
+	if err != nil {
+		return nil, err
+	}
+	if len(partProps) > 0 && !o.bdew {
+		return nil, fmt.Errorf("%w: the -bdew-… part properties need -profile bdew", errUsage)
+	}
+	return partProps, nil
+}
+
+// requireFlags refuses a command line without the flags every message
+// needs, or without a FILE.
+func (o *sendAS4Options) requireFlags(files []string) error {
+	for name, v := range map[string]string{"-url": *o.url, "-key": *o.keyFile, "-receipt-cert": *o.receiptCert,
+		"-from": *o.from, "-to": *o.to, "-service": *o.service, "-action": *o.action} {
+		if v == "" && !(name == "-receipt-cert" && len(o.cfgSigners) > 0) {
+			return fmt.Errorf("%w: send-as4 needs %s (see gateway send-as4 -h)", errUsage, name)
+		}
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("%w: send-as4 needs at least one FILE to send", errUsage)
+	}
+	return nil
+}
+
+// client is the AS4 client that signs with our key, encrypts for the
+// receiver and verifies its receipts.
+func (o *sendAS4Options) client() (*client.Client, error) {
+	cert, key, err := signingPair(*o.certFile, *o.keyFile, certs.Password{Env: *o.keyPasswordEnv}, o.partnerCerts)
+	if err != nil {
+		return nil, fmt.Errorf("send-as4: %w", err)
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("send-as4: %s is not a signing key", *o.keyFile)
+	}
+	receiptSigners := o.cfgSigners
+	if *o.receiptCert != "" {
+		if receiptSigners, err = partners.ReadCertificates(*o.receiptCert); err != nil {
+			return nil, fmt.Errorf("send-as4: -receipt-cert: %w", err)
+		}
+	}
+	c := &client.Client{
+		Signer: signer, Certificate: cert, ReceiptSigners: receiptSigners,
+		HTTP: &http.Client{Timeout: *o.timeout}, AllowWeakKeys: *o.allowWeak, PKIPath: o.bdew, SpoolDir: *o.spoolDir,
+	}
+	if _, ok := signer.(*brainpool.PrivateKey); o.bdew && !ok {
+		return nil, fmt.Errorf("send-as4: -profile bdew signs with a brainpoolP256r1 key; %s is %T", *o.keyFile, signer)
+	}
+	if *o.signAlg != "" {
+		if c.SignatureMethod, ok = signatureMethods[*o.signAlg]; !ok {
+			return nil, fmt.Errorf("%w: unknown -sign-alg %q", errUsage, *o.signAlg)
+		}
+	}
+	if c.DigestMethod, ok = digestMethods[*o.digest]; !ok {
+		return nil, fmt.Errorf("%w: unknown -digest %q", errUsage, *o.digest)
+	}
+	if *o.encryptCert != "none" && (*o.encryptCert != "" || len(o.cfgEncrypt) > 0) {
+		if c.Encryption, err = o.encryption(); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// encryption is how the message is encrypted for the receiver's
+// certificate (-encrypt-cert, else the configuration's).
+func (o *sendAS4Options) encryption() (*client.Encryption, error) {
+	certs := o.cfgEncrypt
+	if *o.encryptCert != "" {
+		var err error
+		if certs, err = partners.ReadCertificates(*o.encryptCert); err != nil {
+			return nil, fmt.Errorf("send-as4: -encrypt-cert: %w", err)
+		}
+	}
+	enc := &client.Encryption{Recipient: certs[0]}
+	var ok bool
+	if enc.Options.Content, ok = contentCiphers[*o.cipher]; !ok {
+		return nil, fmt.Errorf("%w: unknown -cipher %q", errUsage, *o.cipher)
+	}
+	if enc.Options.KeyTransport, ok = keyTransports[*o.keyTransport]; !ok {
+		return nil, fmt.Errorf("%w: unknown -key-transport %q", errUsage, *o.keyTransport)
+	}
+	if _, isRSA := certs[0].PublicKey.(*rsa.PublicKey); !isRSA {
+		enc.Options.KeyTransport = "" // X25519 key agreement chooses its own
+	}
+	if o.bdew {
+		if _, ok := certs[0].PublicKey.(*brainpool.PublicKey); !ok {
+			return nil, fmt.Errorf("send-as4: -profile bdew encrypts for a brainpoolP256r1 key; -encrypt-cert has a %T key", certs[0].PublicKey)
+		}
+		enc.KeyReference = xmlenc.ByX509SKI
+	}
+	return enc, nil
+}
+
+// message is the user message with every FILE as a payload.
+func (o *sendAS4Options) message(files []string, partProps []as4.Property) (*client.Message, error) {
+	msg := &client.Message{
+		MessageID: *o.messageID, ConversationID: *o.conversation,
+		From: as4.PartyID{Value: *o.from, Type: *o.fromType}, To: as4.PartyID{Value: *o.to, Type: *o.toType},
+		AgreementRef: *o.agreement, PMode: *o.pmode,
+		Service: *o.service, ServiceType: *o.serviceType, Action: *o.action,
+		// The BDEW profile (on ENTSOG's) has an empty eb:ConversationId,
+		// which phase4's BDEW sender always writes (bdewFlags refuses
+		// -conversation).
+		EmptyConversationID: o.bdew,
+	}
+	for _, f := range files {
+		st, err := os.Stat(f)
+		if err != nil {
+			return nil, fmt.Errorf("send-as4: %w", err)
+		}
+		if !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("send-as4: %s is not a regular file", f)
+		}
+		mt := *o.mimeType
+		if mt == "" {
+			mt = typeByExtension(f)
+		}
+		p := client.Payload{MimeType: mt, Compress: *o.compress,
+			Open: func() (io.ReadCloser, error) { return os.Open(f) }, Size: st.Size()}
+		if len(msg.Payloads) == 0 {
+			// The BDEW part properties describe the main payload, the
+			// first FILE, as phase4's BDEW sender writes them.
+			p.Properties = partProps
+		}
+		msg.Payloads = append(msg.Payloads, p)
+	}
+	return msg, nil
+}
+
+// sendAndVerifyReceipt posts out once (again after Retry-After while the
+// gateway answers 503, up to -retry-for), saves the answer with
+// -save-receipt and reports the verified receipt or the failure.
+func (o *sendAS4Options) sendAndVerifyReceipt(stdout, stderr io.Writer, c *client.Client, out *client.Outgoing, payloads int) error {
+	deadline := time.Now().Add(*o.retryFor)
+	resp, err := postAS4(c, *o.url, out, *o.timeout)
+	for errors.Is(err, client.ErrNoSignal) && resp.Status == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+		pause := min(max(retryAfter(resp.RetryAfter), time.Second), time.Until(deadline))
+		fmt.Fprintf(stdout, "busy: HTTP 503; resending in %s\n", pause.Round(time.Second))
+		time.Sleep(pause)
+		resp, err = postAS4(c, *o.url, out, *o.timeout)
+	}
+	if resp != nil && *o.saveReceipt != "" {
+		if werr := os.WriteFile(*o.saveReceipt, resp.Body, 0o644); werr != nil {
+			fmt.Fprintln(stderr, "send-as4: saving the answer:", werr)
+		}
+	}
+	return reportAS4(stdout, out, payloads, resp, err)
 }
 
 // postAS4 posts out once, within timeout.

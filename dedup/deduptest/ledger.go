@@ -613,32 +613,61 @@ func expired(t T, c context.Context, l dedup.Ledger, before time.Time, limit int
 	return out
 }
 
+// windowGroup checks the interchange windows: reuse after the window,
+// ExpiredInterchanges, the history of replaced rows and their deletion, on
+// interchanges aged together.
 func (k ledgerKit) windowGroup(t T) {
+	g := k.startAgedInterchanges(t)
+	t.Run("window", g.windowChecks)
+	t.Run("expired", g.expiredChecks)
+	t.Run("history", g.historyChecks)
+	t.Run("delete", g.deleteChecks)
+}
+
+// agedInterchanges are the interchanges of windowGroup, set up at once and
+// then aged past the short window W together, with what their set-up
+// reported.
+type agedInterchanges struct {
+	c context.Context
+	l dedup.Ledger
+	W time.Duration
+
+	reuse, forever, aged, young, held, spare, remove, longer, recForevr, hist, histDel *agedRow
+	// recent and extended got a duplicate inside their window W.
+	recent, extended        *agedRow
+	recentMid, setUpDone    time.Time
+	recentDupErr, extendErr error
+}
+
+// startAgedInterchanges sets up the interchanges of windowGroup and waits
+// until the window W of those that have it has passed.
+func (k ledgerKit) startAgedInterchanges(t T) *agedInterchanges {
 	c := ctx(t)
 	l := k.ledger(t, dedup.Options{})
 	W := LedgerWindow
-	var (
-		reuse     = startAged(t, c, l, W, true)
-		forever   = startAged(t, c, l, 0, true)
-		aged      = startAged(t, c, l, W, true)
-		young     = startAged(t, c, l, time.Hour, true)
-		held      = startAged(t, c, l, W, false)
-		spare     = startAged(t, c, l, W, true)
-		remove    = startAged(t, c, l, W, true)
-		longer    = startAged(t, c, l, time.Hour, true)
-		recForevr = startAged(t, c, l, 0, true)
-		hist      = startAged(t, c, l, W, true)
-		histDel   = startAged(t, c, l, W, true)
-		// recent and extended get a duplicate inside their window W below:
-		// created last, right before it, so that a slow set-up of the
-		// others cannot let their window pass first.
-		recent   = startAged(t, c, l, W, true)
-		extended = startAged(t, c, l, W, true)
-	)
+	g := &agedInterchanges{c: c, l: l, W: W,
+		reuse:     startAged(t, c, l, W, true),
+		forever:   startAged(t, c, l, 0, true),
+		aged:      startAged(t, c, l, W, true),
+		young:     startAged(t, c, l, time.Hour, true),
+		held:      startAged(t, c, l, W, false),
+		spare:     startAged(t, c, l, W, true),
+		remove:    startAged(t, c, l, W, true),
+		longer:    startAged(t, c, l, time.Hour, true),
+		recForevr: startAged(t, c, l, 0, true),
+		hist:      startAged(t, c, l, W, true),
+		histDel:   startAged(t, c, l, W, true),
+	}
+	// recent and extended get a duplicate inside their window W below:
+	// created last, right before it, so that a slow set-up of the
+	// others cannot let their window pass first.
+	g.recent = startAged(t, c, l, W, true)
+	g.extended = startAged(t, c, l, W, true)
+	recent, extended := g.recent, g.extended
 	// A duplicate inside the window moves recent's LastSeen past
 	// recentMid; one with a longer window extends extended's.
 	tick()
-	recentMid := time.Now()
+	g.recentMid = time.Now()
 	tick()
 	recentDup, recentDupErr := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: recent.ic, PayloadSHA256: recent.hash,
 		MessageID: NewMessageID(t), Window: W})
@@ -652,257 +681,275 @@ func (k ledgerKit) windowGroup(t T) {
 	if extendErr == nil && extendDup.Outcome != dedup.Duplicate {
 		extendErr = fmt.Errorf("set-up slower than the %v window: the delivery inside it was %v, not a duplicate", W, extendDup.Outcome)
 	}
-	setUpDone := time.Now()
+	g.recentDupErr, g.extendErr = recentDupErr, extendErr
+	g.setUpDone = time.Now()
 	time.Sleep(2 * W)
+	return g
+}
 
-	t.Run("window", func(t T) {
-		t.Run("reuse", func(t T) {
-			reuse.check(t)
-			m2, h2 := NewMessageID(t), PayloadHash("reuse")
-			d := claimIC(t, c, l, reuse.ic, h2, m2, W)
-			mustClaimed(t, d, "delivery after the window passed")
-			if !d.Reused {
-				t.Errorf("delivery after the window passed: Reused not set")
-			}
-			if d.Token == reuse.first.Token {
-				t.Errorf("window reuse kept the old token")
-			}
-			mustFresh(t, record(t, c, l, reuse.ic.Key), reuse.ic, d, h2, m2, W, "record after reuse")
-			mustInFlight(t, claimIC(t, c, l, reuse.ic, h2, NewMessageID(t), W), "delivery while the reuse holds it")
-			mustOK(t, l.AcceptInterchange(c, reuse.ic.Key, d.Token), "Accept of the reuse")
-			mustLedgerDuplicate(t, claimIC(t, c, l, reuse.ic, PayloadHash("x"), NewMessageID(t), W), h2, 1,
-				"delivery after the reuse was accepted")
-		})
-		t.Run("keeps-young", func(t T) {
-			ic, h := NewInterchange(t), PayloadHash("young")
-			claimAcceptIC(t, c, l, ic, h, NewMessageID(t), time.Hour)
-			mustLedgerDuplicate(t, claimIC(t, c, l, ic, h, NewMessageID(t), time.Hour), h, 1, "delivery within a 1h window")
-		})
-		t.Run("recorded-longer", func(t T) {
-			longer.check(t)
-			mustLedgerDuplicate(t, claimIC(t, c, l, longer.ic, longer.hash, NewMessageID(t), W), longer.hash, 1,
-				"delivery with a shorter window of an interchange accepted with a 1h window")
-			if r := record(t, c, l, longer.ic.Key); r.Window != time.Hour || r.State != "accepted" {
-				t.Errorf("record after the shorter-window delivery: window %v, state %s; want 1h, accepted", r.Window, r.State)
-			}
-		})
-		t.Run("extended-by-duplicate", func(t T) {
-			extended.check(t)
-			mustOK(t, extendErr, "set-up: duplicate delivery with a 1h window")
-			if r := record(t, c, l, extended.ic.Key); r.Window != time.Hour {
-				t.Errorf("window after a duplicate delivery with a 1h window: %v, want 1h (the longest that applies)", r.Window)
-			}
-			if got := expired(t, c, l, time.Now().Add(time.Second), 0)[extended.ic.Key]; len(got) != 0 {
-				t.Errorf("ExpiredInterchanges listed an interchange whose window a later delivery extended to 1h")
-			}
-			mustLedgerDuplicate(t, claimIC(t, c, l, extended.ic, extended.hash, NewMessageID(t), W), extended.hash, 2,
-				"delivery with the first, passed window of an interchange a later delivery extended to 1h")
-		})
-		t.Run("recorded-forever", func(t T) {
-			recForevr.check(t)
-			mustLedgerDuplicate(t, claimIC(t, c, l, recForevr.ic, recForevr.hash, NewMessageID(t), W), recForevr.hash, 1,
-				"delivery with a window of an interchange accepted with window 0 (unique forever)")
-		})
-		t.Run("supersede", func(t T) {
-			ic, h := NewInterchange(t), PayloadHash("superseded")
-			first := claimAcceptIC(t, c, l, ic, h, NewMessageID(t), time.Hour)
-			m2, h2 := NewMessageID(t), PayloadHash("supersedes")
-			d, err := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: h2, TransportKey: NewKey(t),
-				MessageID: m2, Window: W, Supersede: true})
-			mustOK(t, err, "ClaimInterchange with Supersede")
-			mustClaimed(t, d, "Supersede of an accepted interchange inside its window")
-			if !d.Reused || d.Token == first.Token {
-				t.Errorf("Supersede: Reused %v, same token %v; want a reuse with a new token", d.Reused, d.Token == first.Token)
-			}
-			mustFresh(t, record(t, c, l, ic.Key), ic, d, h2, m2, W, "record after Supersede")
-			d2, err := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: h2, TransportKey: NewKey(t),
-				MessageID: NewMessageID(t), Window: W, Supersede: true})
-			mustOK(t, err, "ClaimInterchange with Supersede of a claim in flight")
-			mustInFlight(t, d2, "Supersede of a claim in flight")
-			mustOK(t, l.AcceptInterchange(c, ic.Key, d.Token), "Accept of the superseding claim")
-			mustLedgerDuplicate(t, claimIC(t, c, l, ic, h2, NewMessageID(t), W), h2, 1, "delivery after the superseding claim was accepted")
-		})
-		t.Run("forever", func(t T) {
-			forever.check(t)
-			mustLedgerDuplicate(t, claimIC(t, c, l, forever.ic, forever.hash, NewMessageID(t), 0), forever.hash, 1,
-				"delivery with window 0 of an old interchange")
-		})
+// windowChecks: a delivery after the window reuses the interchange; one inside the longest window that applies is a duplicate.
+func (g *agedInterchanges) windowChecks(t T) {
+	c, l, W := g.c, g.l, g.W
+	reuse, longer, extended, recForevr, forever, extendErr := g.reuse, g.longer, g.extended, g.recForevr, g.forever, g.extendErr
+	t.Run("reuse", func(t T) {
+		reuse.check(t)
+		m2, h2 := NewMessageID(t), PayloadHash("reuse")
+		d := claimIC(t, c, l, reuse.ic, h2, m2, W)
+		mustClaimed(t, d, "delivery after the window passed")
+		if !d.Reused {
+			t.Errorf("delivery after the window passed: Reused not set")
+		}
+		if d.Token == reuse.first.Token {
+			t.Errorf("window reuse kept the old token")
+		}
+		mustFresh(t, record(t, c, l, reuse.ic.Key), reuse.ic, d, h2, m2, W, "record after reuse")
+		mustInFlight(t, claimIC(t, c, l, reuse.ic, h2, NewMessageID(t), W), "delivery while the reuse holds it")
+		mustOK(t, l.AcceptInterchange(c, reuse.ic.Key, d.Token), "Accept of the reuse")
+		mustLedgerDuplicate(t, claimIC(t, c, l, reuse.ic, PayloadHash("x"), NewMessageID(t), W), h2, 1,
+			"delivery after the reuse was accepted")
 	})
-	t.Run("expired", func(t T) {
-		t.Run("lists-passed-window", func(t T) {
-			aged.check(t)
-			got := expired(t, c, l, time.Now().Add(time.Second), 0)[aged.ic.Key]
-			if len(got) != 1 {
-				t.Fatalf("ExpiredInterchanges listed the interchange whose window passed %d times, want once", len(got))
-			}
-			r := got[0]
-			if r.Interchange != aged.ic || r.State != "accepted" || r.Window != W || !r.FirstSeen.Equal(aged.first.FirstSeen) ||
-				r.PayloadSHA256 != aged.hash || !slices.Equal(r.MessageIDs, []string{aged.msgID}) {
-				t.Errorf("listed record %+v does not match the interchange", r)
-			}
-			recs, err := l.ExpiredInterchanges(c, time.Now().Add(time.Second), 1)
-			mustOK(t, err, "ExpiredInterchanges with limit 1")
-			if len(recs) != 1 {
-				t.Errorf("ExpiredInterchanges with limit 1 returned %d records", len(recs))
-			}
-		})
-		t.Run("never-forever", func(t T) {
-			forever.check(t)
-			if got := expired(t, c, l, time.Now().Add(time.Hour), 0)[forever.ic.Key]; len(got) != 0 {
-				t.Errorf("ExpiredInterchanges listed an interchange with window 0 (unique forever)")
-			}
-		})
-		t.Run("keeps-inside-window", func(t T) {
-			young.check(t)
-			if got := expired(t, c, l, time.Now().Add(time.Hour), 0)[young.ic.Key]; len(got) != 0 {
-				t.Errorf("ExpiredInterchanges listed an interchange inside its 1h window")
-			}
-		})
-		t.Run("never-claims", func(t T) {
-			held.check(t)
-			if got := expired(t, c, l, time.Now().Add(time.Hour), 0)[held.ic.Key]; len(got) != 0 {
-				t.Errorf("ExpiredInterchanges listed a claim in progress")
-			}
-			mustOK(t, l.AcceptInterchange(c, held.ic.Key, held.first.Token), "Accept of the claim")
-		})
-		t.Run("last-seen-before", func(t T) {
-			recent.check(t)
-			mustOK(t, recentDupErr, "set-up: duplicate delivery inside the window")
-			if got := expired(t, c, l, setUpDone.Add(-time.Hour), 0)[recent.ic.Key]; len(got) != 0 {
-				t.Errorf("ExpiredInterchanges(an hour before it was seen) listed the interchange")
-			}
-			if got := expired(t, c, l, recentMid, 0)[recent.ic.Key]; len(got) != 0 {
-				t.Errorf("ExpiredInterchanges listed an interchange last seen after before")
-			}
-			if got := expired(t, c, l, time.Now().Add(time.Second), 0)[recent.ic.Key]; len(got) != 1 {
-				t.Errorf("ExpiredInterchanges(now+1s) did not list the interchange whose stored window passed")
-			}
-		})
+	t.Run("keeps-young", func(t T) {
+		ic, h := NewInterchange(t), PayloadHash("young")
+		claimAcceptIC(t, c, l, ic, h, NewMessageID(t), time.Hour)
+		mustLedgerDuplicate(t, claimIC(t, c, l, ic, h, NewMessageID(t), time.Hour), h, 1, "delivery within a 1h window")
 	})
-	t.Run("history", func(t T) {
-		t.Run("keeps-replaced", func(t T) {
-			hist.check(t)
-			q := dedup.InterchangeQuery{Reference: hist.ic.Reference}
+	t.Run("recorded-longer", func(t T) {
+		longer.check(t)
+		mustLedgerDuplicate(t, claimIC(t, c, l, longer.ic, longer.hash, NewMessageID(t), W), longer.hash, 1,
+			"delivery with a shorter window of an interchange accepted with a 1h window")
+		if r := record(t, c, l, longer.ic.Key); r.Window != time.Hour || r.State != "accepted" {
+			t.Errorf("record after the shorter-window delivery: window %v, state %s; want 1h, accepted", r.Window, r.State)
+		}
+	})
+	t.Run("extended-by-duplicate", func(t T) {
+		extended.check(t)
+		mustOK(t, extendErr, "set-up: duplicate delivery with a 1h window")
+		if r := record(t, c, l, extended.ic.Key); r.Window != time.Hour {
+			t.Errorf("window after a duplicate delivery with a 1h window: %v, want 1h (the longest that applies)", r.Window)
+		}
+		if got := expired(t, c, l, time.Now().Add(time.Second), 0)[extended.ic.Key]; len(got) != 0 {
+			t.Errorf("ExpiredInterchanges listed an interchange whose window a later delivery extended to 1h")
+		}
+		mustLedgerDuplicate(t, claimIC(t, c, l, extended.ic, extended.hash, NewMessageID(t), W), extended.hash, 2,
+			"delivery with the first, passed window of an interchange a later delivery extended to 1h")
+	})
+	t.Run("recorded-forever", func(t T) {
+		recForevr.check(t)
+		mustLedgerDuplicate(t, claimIC(t, c, l, recForevr.ic, recForevr.hash, NewMessageID(t), W), recForevr.hash, 1,
+			"delivery with a window of an interchange accepted with window 0 (unique forever)")
+	})
+	t.Run("supersede", func(t T) {
+		ic, h := NewInterchange(t), PayloadHash("superseded")
+		first := claimAcceptIC(t, c, l, ic, h, NewMessageID(t), time.Hour)
+		m2, h2 := NewMessageID(t), PayloadHash("supersedes")
+		d, err := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: h2, TransportKey: NewKey(t),
+			MessageID: m2, Window: W, Supersede: true})
+		mustOK(t, err, "ClaimInterchange with Supersede")
+		mustClaimed(t, d, "Supersede of an accepted interchange inside its window")
+		if !d.Reused || d.Token == first.Token {
+			t.Errorf("Supersede: Reused %v, same token %v; want a reuse with a new token", d.Reused, d.Token == first.Token)
+		}
+		mustFresh(t, record(t, c, l, ic.Key), ic, d, h2, m2, W, "record after Supersede")
+		d2, err := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: h2, TransportKey: NewKey(t),
+			MessageID: NewMessageID(t), Window: W, Supersede: true})
+		mustOK(t, err, "ClaimInterchange with Supersede of a claim in flight")
+		mustInFlight(t, d2, "Supersede of a claim in flight")
+		mustOK(t, l.AcceptInterchange(c, ic.Key, d.Token), "Accept of the superseding claim")
+		mustLedgerDuplicate(t, claimIC(t, c, l, ic, h2, NewMessageID(t), W), h2, 1, "delivery after the superseding claim was accepted")
+	})
+	t.Run("forever", func(t T) {
+		forever.check(t)
+		mustLedgerDuplicate(t, claimIC(t, c, l, forever.ic, forever.hash, NewMessageID(t), 0), forever.hash, 1,
+			"delivery with window 0 of an old interchange")
+	})
+}
+
+// expiredChecks: ExpiredInterchanges lists accepted interchanges whose window passed, and only those.
+func (g *agedInterchanges) expiredChecks(t T) {
+	c, l, W := g.c, g.l, g.W
+	aged, forever, young, held, recent := g.aged, g.forever, g.young, g.held, g.recent
+	recentMid, setUpDone, recentDupErr := g.recentMid, g.setUpDone, g.recentDupErr
+	t.Run("lists-passed-window", func(t T) {
+		aged.check(t)
+		got := expired(t, c, l, time.Now().Add(time.Second), 0)[aged.ic.Key]
+		if len(got) != 1 {
+			t.Fatalf("ExpiredInterchanges listed the interchange whose window passed %d times, want once", len(got))
+		}
+		r := got[0]
+		if r.Interchange != aged.ic || r.State != "accepted" || r.Window != W || !r.FirstSeen.Equal(aged.first.FirstSeen) ||
+			r.PayloadSHA256 != aged.hash || !slices.Equal(r.MessageIDs, []string{aged.msgID}) {
+			t.Errorf("listed record %+v does not match the interchange", r)
+		}
+		recs, err := l.ExpiredInterchanges(c, time.Now().Add(time.Second), 1)
+		mustOK(t, err, "ExpiredInterchanges with limit 1")
+		if len(recs) != 1 {
+			t.Errorf("ExpiredInterchanges with limit 1 returned %d records", len(recs))
+		}
+	})
+	t.Run("never-forever", func(t T) {
+		forever.check(t)
+		if got := expired(t, c, l, time.Now().Add(time.Hour), 0)[forever.ic.Key]; len(got) != 0 {
+			t.Errorf("ExpiredInterchanges listed an interchange with window 0 (unique forever)")
+		}
+	})
+	t.Run("keeps-inside-window", func(t T) {
+		young.check(t)
+		if got := expired(t, c, l, time.Now().Add(time.Hour), 0)[young.ic.Key]; len(got) != 0 {
+			t.Errorf("ExpiredInterchanges listed an interchange inside its 1h window")
+		}
+	})
+	t.Run("never-claims", func(t T) {
+		held.check(t)
+		if got := expired(t, c, l, time.Now().Add(time.Hour), 0)[held.ic.Key]; len(got) != 0 {
+			t.Errorf("ExpiredInterchanges listed a claim in progress")
+		}
+		mustOK(t, l.AcceptInterchange(c, held.ic.Key, held.first.Token), "Accept of the claim")
+	})
+	t.Run("last-seen-before", func(t T) {
+		recent.check(t)
+		mustOK(t, recentDupErr, "set-up: duplicate delivery inside the window")
+		if got := expired(t, c, l, setUpDone.Add(-time.Hour), 0)[recent.ic.Key]; len(got) != 0 {
+			t.Errorf("ExpiredInterchanges(an hour before it was seen) listed the interchange")
+		}
+		if got := expired(t, c, l, recentMid, 0)[recent.ic.Key]; len(got) != 0 {
+			t.Errorf("ExpiredInterchanges listed an interchange last seen after before")
+		}
+		if got := expired(t, c, l, time.Now().Add(time.Second), 0)[recent.ic.Key]; len(got) != 1 {
+			t.Errorf("ExpiredInterchanges(now+1s) did not list the interchange whose stored window passed")
+		}
+	})
+}
+
+// historyChecks: a reused or superseded accepted row is kept as history until DeleteReplaced.
+func (g *agedInterchanges) historyChecks(t T) {
+	c, l, W := g.c, g.l, g.W
+	hist, histDel := g.hist, g.histDel
+	t.Run("keeps-replaced", func(t T) {
+		hist.check(t)
+		q := dedup.InterchangeQuery{Reference: hist.ic.Reference}
+		if got := replaced(t, c, l, q); len(got) != 0 {
+			t.Fatalf("ReplacedInterchanges before any reuse: %s", keysOf(got))
+		}
+		m2, h2 := NewMessageID(t), PayloadHash("reuse of a kept row")
+		d := claimIC(t, c, l, hist.ic, h2, m2, W)
+		mustClaimed(t, d, "reuse after the window passed")
+		got := replaced(t, c, l, q)
+		if len(got) != 1 {
+			t.Fatalf("ReplacedInterchanges after the reuse listed %d rows, want the replaced one", len(got))
+		}
+		mustReplaced(t, got[0], hist, d, "the replaced row")
+		for _, q := range []dedup.InterchangeQuery{{Partner: hist.ic.Partner}, {MessageID: hist.msgID},
+			{Reference: hist.ic.Reference, From: hist.first.FirstSeen, To: time.Now().Add(time.Hour)}} {
+			if got := replaced(t, c, l, q); len(got) != 1 || got[0].Key != hist.ic.Key {
+				t.Errorf("ReplacedInterchanges(%+v) listed %s, want the replaced row", q, keysOf(got))
+			}
+		}
+		for _, q := range []dedup.InterchangeQuery{{Partner: "other-" + randomHex(t, 4)}, {MessageID: m2},
+			{Reference: hist.ic.Reference, To: hist.first.FirstSeen}} {
 			if got := replaced(t, c, l, q); len(got) != 0 {
-				t.Fatalf("ReplacedInterchanges before any reuse: %s", keysOf(got))
+				t.Errorf("ReplacedInterchanges(%+v) listed %s, want nothing", q, keysOf(got))
 			}
-			m2, h2 := NewMessageID(t), PayloadHash("reuse of a kept row")
-			d := claimIC(t, c, l, hist.ic, h2, m2, W)
-			mustClaimed(t, d, "reuse after the window passed")
-			got := replaced(t, c, l, q)
-			if len(got) != 1 {
-				t.Fatalf("ReplacedInterchanges after the reuse listed %d rows, want the replaced one", len(got))
-			}
-			mustReplaced(t, got[0], hist, d, "the replaced row")
-			for _, q := range []dedup.InterchangeQuery{{Partner: hist.ic.Partner}, {MessageID: hist.msgID},
-				{Reference: hist.ic.Reference, From: hist.first.FirstSeen, To: time.Now().Add(time.Hour)}} {
-				if got := replaced(t, c, l, q); len(got) != 1 || got[0].Key != hist.ic.Key {
-					t.Errorf("ReplacedInterchanges(%+v) listed %s, want the replaced row", q, keysOf(got))
-				}
-			}
-			for _, q := range []dedup.InterchangeQuery{{Partner: "other-" + randomHex(t, 4)}, {MessageID: m2},
-				{Reference: hist.ic.Reference, To: hist.first.FirstSeen}} {
-				if got := replaced(t, c, l, q); len(got) != 0 {
-					t.Errorf("ReplacedInterchanges(%+v) listed %s, want nothing", q, keysOf(got))
-				}
-			}
-			mustFresh(t, record(t, c, l, hist.ic.Key), hist.ic, d, h2, m2, W, "the current row after the reuse")
-			mustOK(t, l.AcceptInterchange(c, hist.ic.Key, d.Token), "Accept of the reuse")
-			if got := replaced(t, c, l, q); len(got) != 1 {
-				t.Errorf("ReplacedInterchanges after the reuse was accepted listed %d rows, want 1", len(got))
-			}
-		})
-		t.Run("supersede", func(t T) {
-			ic, h, m := NewInterchange(t), PayloadHash("kept on supersede"), NewMessageID(t)
-			first := claimAcceptIC(t, c, l, ic, h, m, time.Hour)
-			d, err := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: PayloadHash("drift"),
-				TransportKey: NewKey(t), MessageID: NewMessageID(t), Window: time.Hour, Supersede: true})
-			mustOK(t, err, "ClaimInterchange with Supersede")
-			mustClaimed(t, d, "Supersede")
-			got := replaced(t, c, l, dedup.InterchangeQuery{Reference: ic.Reference})
-			if len(got) != 1 {
-				t.Fatalf("ReplacedInterchanges after Supersede listed %d rows, want the superseded one", len(got))
-			}
-			mustReplaced(t, got[0], &agedRow{ic: ic, msgID: m, hash: h, first: first}, d, "the superseded row")
-		})
-		t.Run("only-accepted", func(t T) {
-			ic, h := NewInterchange(t), PayloadHash("abandoned")
-			d := claimIC(t, c, l, ic, h, NewMessageID(t), W)
-			mustClaimed(t, d, "first claim")
-			mustOK(t, l.AbandonInterchange(c, ic.Key, d.Token), "Abandon")
-			mustClaimed(t, claimIC(t, c, l, ic, h, NewMessageID(t), W), "reclaim after abandon")
-			if got := replaced(t, c, l, dedup.InterchangeQuery{Reference: ic.Reference}); len(got) != 0 {
-				t.Errorf("ReplacedInterchanges listed %d rows after a reclaim of an abandoned row, want none (it was never accepted)", len(got))
-			}
-		})
-		t.Run("delete", func(t T) {
-			histDel.check(t)
-			d := claimIC(t, c, l, histDel.ic, histDel.hash, NewMessageID(t), W)
-			mustClaimed(t, d, "reuse after the window passed")
-			q := dedup.InterchangeQuery{Reference: histDel.ic.Reference}
-			listed := replaced(t, c, l, q)
-			if len(listed) != 1 {
-				t.Fatalf("ReplacedInterchanges listed %d rows, want 1", len(listed))
-			}
-			n, err := l.DeleteReplaced(c, append(listed, listed...))
-			mustOK(t, err, "DeleteReplaced")
-			if n != 1 {
-				t.Errorf("DeleteReplaced removed %d rows, want 1", n)
-			}
-			if got := replaced(t, c, l, q); len(got) != 0 {
-				t.Errorf("ReplacedInterchanges after DeleteReplaced listed %d rows", len(got))
-			}
-			if r := record(t, c, l, histDel.ic.Key); !r.FirstSeen.Equal(d.FirstSeen) {
-				t.Errorf("DeleteReplaced touched the current row: %+v", r)
-			}
-		})
+		}
+		mustFresh(t, record(t, c, l, hist.ic.Key), hist.ic, d, h2, m2, W, "the current row after the reuse")
+		mustOK(t, l.AcceptInterchange(c, hist.ic.Key, d.Token), "Accept of the reuse")
+		if got := replaced(t, c, l, q); len(got) != 1 {
+			t.Errorf("ReplacedInterchanges after the reuse was accepted listed %d rows, want 1", len(got))
+		}
+	})
+	t.Run("supersede", func(t T) {
+		ic, h, m := NewInterchange(t), PayloadHash("kept on supersede"), NewMessageID(t)
+		first := claimAcceptIC(t, c, l, ic, h, m, time.Hour)
+		d, err := l.ClaimInterchange(c, dedup.InterchangeClaim{Interchange: ic, PayloadSHA256: PayloadHash("drift"),
+			TransportKey: NewKey(t), MessageID: NewMessageID(t), Window: time.Hour, Supersede: true})
+		mustOK(t, err, "ClaimInterchange with Supersede")
+		mustClaimed(t, d, "Supersede")
+		got := replaced(t, c, l, dedup.InterchangeQuery{Reference: ic.Reference})
+		if len(got) != 1 {
+			t.Fatalf("ReplacedInterchanges after Supersede listed %d rows, want the superseded one", len(got))
+		}
+		mustReplaced(t, got[0], &agedRow{ic: ic, msgID: m, hash: h, first: first}, d, "the superseded row")
+	})
+	t.Run("only-accepted", func(t T) {
+		ic, h := NewInterchange(t), PayloadHash("abandoned")
+		d := claimIC(t, c, l, ic, h, NewMessageID(t), W)
+		mustClaimed(t, d, "first claim")
+		mustOK(t, l.AbandonInterchange(c, ic.Key, d.Token), "Abandon")
+		mustClaimed(t, claimIC(t, c, l, ic, h, NewMessageID(t), W), "reclaim after abandon")
+		if got := replaced(t, c, l, dedup.InterchangeQuery{Reference: ic.Reference}); len(got) != 0 {
+			t.Errorf("ReplacedInterchanges listed %d rows after a reclaim of an abandoned row, want none (it was never accepted)", len(got))
+		}
 	})
 	t.Run("delete", func(t T) {
-		t.Run("spares-reuse", func(t T) {
-			spare.check(t)
-			listed := expired(t, c, l, time.Now().Add(time.Second), 0)[spare.ic.Key]
-			if len(listed) != 1 {
-				t.Fatalf("ExpiredInterchanges did not list the interchange (%d times)", len(listed))
-			}
-			m2, h2 := NewMessageID(t), PayloadHash("reused meanwhile")
-			d := claimIC(t, c, l, spare.ic, h2, m2, W)
-			mustClaimed(t, d, "reuse after listing")
-			n, err := l.DeleteInterchanges(c, listed)
-			mustOK(t, err, "DeleteInterchanges of the listed row, reused meanwhile")
-			mustOK(t, l.AcceptInterchange(c, spare.ic.Key, d.Token), "Accept of the reuse")
-			n2, err := l.DeleteInterchanges(c, listed)
-			mustOK(t, err, "DeleteInterchanges after the reuse was accepted")
-			if n != 0 || n2 != 0 {
-				t.Errorf("DeleteInterchanges removed %d, then %d rows; want 0 (the row was reused meanwhile)", n, n2)
-			}
-			r, err := l.Interchange(c, spare.ic.Key)
-			if err != nil {
-				t.Fatalf("the reuse is gone: %v", err)
-			}
-			if r.State != "accepted" || !r.FirstSeen.Equal(d.FirstSeen) || !slices.Equal(r.MessageIDs, []string{m2}) {
-				t.Errorf("the reuse changed: %+v", r)
-			}
-		})
-		t.Run("removes-listed", func(t T) {
-			remove.check(t)
-			listed := expired(t, c, l, time.Now().Add(time.Second), 0)[remove.ic.Key]
-			if len(listed) != 1 {
-				t.Fatalf("ExpiredInterchanges did not list the interchange (%d times)", len(listed))
-			}
-			n, err := l.DeleteInterchanges(c, append(listed, listed...))
-			mustOK(t, err, "DeleteInterchanges")
-			if n != 1 {
-				t.Errorf("DeleteInterchanges removed %d rows, want 1", n)
-			}
-			if _, err := l.Interchange(c, remove.ic.Key); !errors.Is(err, dedup.ErrNotFound) {
-				t.Errorf("Interchange after delete: %v, want ErrNotFound", err)
-			}
-			d := claimIC(t, c, l, remove.ic, remove.hash, NewMessageID(t), W)
-			mustClaimed(t, d, "delivery after delete")
-			if d.Reused {
-				t.Errorf("delivery after delete: Reused set")
-			}
-		})
+		histDel.check(t)
+		d := claimIC(t, c, l, histDel.ic, histDel.hash, NewMessageID(t), W)
+		mustClaimed(t, d, "reuse after the window passed")
+		q := dedup.InterchangeQuery{Reference: histDel.ic.Reference}
+		listed := replaced(t, c, l, q)
+		if len(listed) != 1 {
+			t.Fatalf("ReplacedInterchanges listed %d rows, want 1", len(listed))
+		}
+		n, err := l.DeleteReplaced(c, append(listed, listed...))
+		mustOK(t, err, "DeleteReplaced")
+		if n != 1 {
+			t.Errorf("DeleteReplaced removed %d rows, want 1", n)
+		}
+		if got := replaced(t, c, l, q); len(got) != 0 {
+			t.Errorf("ReplacedInterchanges after DeleteReplaced listed %d rows", len(got))
+		}
+		if r := record(t, c, l, histDel.ic.Key); !r.FirstSeen.Equal(d.FirstSeen) {
+			t.Errorf("DeleteReplaced touched the current row: %+v", r)
+		}
+	})
+}
+
+// deleteChecks: DeleteInterchanges removes the listed rows, never one reused since it was listed.
+func (g *agedInterchanges) deleteChecks(t T) {
+	c, l, W := g.c, g.l, g.W
+	spare, remove := g.spare, g.remove
+	t.Run("spares-reuse", func(t T) {
+		spare.check(t)
+		listed := expired(t, c, l, time.Now().Add(time.Second), 0)[spare.ic.Key]
+		if len(listed) != 1 {
+			t.Fatalf("ExpiredInterchanges did not list the interchange (%d times)", len(listed))
+		}
+		m2, h2 := NewMessageID(t), PayloadHash("reused meanwhile")
+		d := claimIC(t, c, l, spare.ic, h2, m2, W)
+		mustClaimed(t, d, "reuse after listing")
+		n, err := l.DeleteInterchanges(c, listed)
+		mustOK(t, err, "DeleteInterchanges of the listed row, reused meanwhile")
+		mustOK(t, l.AcceptInterchange(c, spare.ic.Key, d.Token), "Accept of the reuse")
+		n2, err := l.DeleteInterchanges(c, listed)
+		mustOK(t, err, "DeleteInterchanges after the reuse was accepted")
+		if n != 0 || n2 != 0 {
+			t.Errorf("DeleteInterchanges removed %d, then %d rows; want 0 (the row was reused meanwhile)", n, n2)
+		}
+		r, err := l.Interchange(c, spare.ic.Key)
+		if err != nil {
+			t.Fatalf("the reuse is gone: %v", err)
+		}
+		if r.State != "accepted" || !r.FirstSeen.Equal(d.FirstSeen) || !slices.Equal(r.MessageIDs, []string{m2}) {
+			t.Errorf("the reuse changed: %+v", r)
+		}
+	})
+	t.Run("removes-listed", func(t T) {
+		remove.check(t)
+		listed := expired(t, c, l, time.Now().Add(time.Second), 0)[remove.ic.Key]
+		if len(listed) != 1 {
+			t.Fatalf("ExpiredInterchanges did not list the interchange (%d times)", len(listed))
+		}
+		n, err := l.DeleteInterchanges(c, append(listed, listed...))
+		mustOK(t, err, "DeleteInterchanges")
+		if n != 1 {
+			t.Errorf("DeleteInterchanges removed %d rows, want 1", n)
+		}
+		if _, err := l.Interchange(c, remove.ic.Key); !errors.Is(err, dedup.ErrNotFound) {
+			t.Errorf("Interchange after delete: %v, want ErrNotFound", err)
+		}
+		d := claimIC(t, c, l, remove.ic, remove.hash, NewMessageID(t), W)
+		mustClaimed(t, d, "delivery after delete")
+		if d.Reused {
+			t.Errorf("delivery after delete: Reused set")
+		}
 	})
 }
 

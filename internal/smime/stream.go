@@ -345,198 +345,286 @@ func (r *StreamResult) clone() StreamResult {
 	return c
 }
 
+// unwrapStream reads the layers of a message one after the other (each
+// step below reads one) until the payload, which it then reads. *dec is
+// the decryption still running while the layers after it are read, if
+// any; UnwrapStream settles its outcome.
 func unwrapStream(header Header, body Section, opts StreamOptions, dec **decryptRun) (*StreamResult, error) {
 	*dec = nil
-	maxLayers, maxSize, maxRatio, maxCompressed := opts.layerLimits()
-	var inflated, compressedBase, encryptedSize int64
-	compressedLayers := 0
-	res := &StreamResult{}
-	cur := &streamEntity{Header: header, Body: body}
-	var innerUnsigned *Section
+	w := &layerWalk{opts: opts, dec: dec, res: &StreamResult{}, cur: &streamEntity{Header: header, Body: body}}
+	w.maxLayers, w.maxSize, w.maxRatio, w.maxCompressed = opts.layerLimits()
 	for {
-		if len(res.Layers) > maxLayers {
-			return res, fmt.Errorf("smime: %w: more than %d S/MIME layers", ErrMalformedMIME, maxLayers)
-		}
-		mt, params, err := cur.mediaType()
+		step, err := w.unwrapLayer()
 		if err != nil {
-			return res, fmt.Errorf("smime: %w", err)
+			return w.res, err
 		}
-		if mt == "multipart/signed" {
-			content, err := res.verifySignedStream(cur, params, opts)
-			if err != nil {
-				return res, fmt.Errorf("smime: %w", err)
-			}
-			cur = content
-			continue
+		switch step {
+		case layerBarePayload:
+			return w.res, nil
+		case layerPayload:
+			return w.readPayload()
 		}
-		if !isPKCS7Mime(mt, params, &Entity{Header: cur.Header}) {
-			break
-		}
-		der, err := cmsBodyStream(cur, opts)
-		if err != nil {
-			return res, fmt.Errorf("smime: %w", err)
-		}
-		kind, err := cms.ContentTypeStream(der.Reader())
-		if err != nil {
-			return res, fmt.Errorf("smime: %s: %w", mt, err)
-		}
-		f, err := opts.NewFile()
-		if err != nil {
-			return res, fmt.Errorf("smime: %w", err)
-		}
-		var n int64
-		var innerR io.ReaderAt = f
-		switch kind {
-		case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
-			res.Layers = append(res.Layers, LayerEncrypted)
-			var info cms.DecryptInfo
-			var err error
-			if !opts.sequential && !res.Encrypted && *dec == nil {
-				// The decrypter writes the layer file while the next
-				// layers are read from it as it grows (two cores); the
-				// outcome is settled in UnwrapStream.
-				d := &decryptRun{g: newPassableLayer(f), mt: mt, before: res.clone()}
-				go func() {
-					var err error
-					d.info, err = cms.DecryptStream(der.readerAt(), der.N, opts.Keys, d.g)
-					d.g.finish(err)
-				}()
-				d.g.waitFor(maxHeaderBytes + 1)
-				if !d.g.complete() {
-					*dec = d
-					pipelinedDecrypts.Add(1)
-					res.Encrypted = true
-					encryptedSize = der.N
-					innerR, n = d.g, openSize
-					break
-				}
-				// A small layer: decrypted already, go on as one after
-				// the other.
-				n, err = d.g.wait()
-				info = d.info
-			} else {
-				info, err = cms.DecryptStream(der.readerAt(), der.N, opts.Keys, f)
-				if err == nil {
-					n, err = f.Seek(0, io.SeekCurrent)
-				}
-			}
-			if errors.Is(err, cms.ErrInvalidBER) {
-				// A broken encoding: in memory this is found before the
-				// layer is known; report it the same way.
-				res.Layers = res.Layers[:len(res.Layers)-1]
-				return res, fmt.Errorf("smime: %s: %w", mt, err)
-			}
-			if !res.Encrypted {
-				res.Decryption = info
-			}
-			if err != nil {
-				return res, fmt.Errorf("smime: %w", err)
-			}
-			res.Encrypted = true
-		case cms.TypeCompressedData:
-			res.Layers = append(res.Layers, LayerCompressed)
-			if compressedLayers++; compressedLayers > maxCompressed {
-				return res, fmt.Errorf("smime: more than %d nested compressed layers: %w", maxCompressed, cms.ErrTooLarge)
-			}
-			lim := limits.Inflation{MaxBytes: maxSize, MaxRatio: maxRatio}
-			if compressedBase == 0 {
-				compressedBase = der.N
-				if d := *dec; d != nil && der.R == io.ReaderAt(d.g) {
-					// The layer is being decrypted: its size is known at
-					// the end; until then the encrypted layer's, a little
-					// larger, is the ratio's base. UnwrapStream checks the
-					// ratio again against the real size.
-					compressedBase = encryptedSize
-					d.compressed, d.compressedAt, d.lim = true, der.Off, lim
-				}
-			}
-			// The inflater writes the layer file while, when the layer
-			// is multipart/signed, this goroutine splits and hashes it as
-			// it grows (two cores, one pass); the layer is used only once
-			// both have ended without error.
-			g := newGrowingLayer(f)
-			passing := *dec != nil && der.R == io.ReaderAt((*dec).g)
-			go func() {
-				if passing {
-					// Once the inflater has ended, nobody reads the
-					// decrypted layer: the decrypter runs to its end.
-					defer (*dec).g.release()
-				}
-				_, err := cms.DecompressStream(der.readerAt(), der.N, g, lim, func(total int64) error {
-					if inflated+total > maxSize {
-						return fmt.Errorf("compressed layers inflate beyond %d bytes in total: %w", maxSize, limits.ErrTooLarge)
-					}
-					if err := lim.CheckRatio(inflated+total, compressedBase); err != nil {
-						return fmt.Errorf("compressed layers in total: %w", err)
-					}
-					return nil
-				})
-				g.finish(err)
-			}()
-			before := *res
-			content, pipelined, verr := res.signedWhileInflating(g, opts, func() {
-				if passing {
-					// Only the inflater reads the decrypted layer, from
-					// memory: it is never written to disk.
-					(*dec).g.passThrough()
-				}
-			})
-			if verr != nil {
-				g.stop()
-			}
-			n, err = g.wait()
-			if err != nil && !(verr != nil && errors.Is(err, errLayerAborted)) {
-				// The inflater's refusal is the reason, whatever the
-				// split made of the cut layer.
-				*res = before
-				if errors.Is(err, cms.ErrInvalidBER) {
-					res.Layers = res.Layers[:len(res.Layers)-1]
-					return res, fmt.Errorf("smime: %s: %w", mt, err)
-				}
-				return res, fmt.Errorf("smime: %w", err)
-			}
-			inflated += n
-			if d := *dec; d != nil && d.compressed {
-				d.inflated = inflated
-				if d.inflated == n {
-					d.beforeInflate = before
-					d.beforeInflate.Layers = slices.Clone(before.Layers)
-				}
-			}
-			res.Compressed = true
-			if verr != nil {
-				return res, fmt.Errorf("smime: %w", verr)
-			}
-			if pipelined {
-				for _, s := range []*Section{&content.Body, &content.Raw, &res.mic.sec, &res.bodySum.sec} {
-					g.onFile(s)
-				}
-				inner := Section{R: f, N: n}
-				innerUnsigned = &inner
-				cur = content
-				continue
-			}
-		case cms.TypeSignedData:
-			return res, fmt.Errorf("smime: opaque signed-data: %w", ErrNotStreamable)
-		default:
-			return res, fmt.Errorf("smime: %s holds CMS %s: %w", mt, kind, cms.ErrUnsupportedAlgorithm)
-		}
-		inner := Section{R: innerR, N: n}
-		innerUnsigned = &inner
-		next, err := parseStreamEntity(inner)
-		if err != nil || !hasMIMEHeader(next.Header) {
-			res.Bare = true
-			res.Body = inner
-			res.ContentType = opts.DefaultContentType
-			if res.ContentType == "" {
-				res.ContentType = DefaultContentType
-			}
-			res.MediaType, _, _ = parseMediaType(res.ContentType)
-			res.setUnsignedMICStream(inner, inner, opts.Options)
-			return res, nil
-		}
-		cur = next
 	}
+}
+
+// layerWalk is the state of unwrapStream as it goes from layer to layer.
+type layerWalk struct {
+	opts StreamOptions
+	dec  **decryptRun
+	// The limits, with their defaults.
+	maxLayers, maxCompressed int
+	maxSize                  int64
+	maxRatio                 float64
+	// inflated counts the bytes of all compressed layers; compressedBase
+	// is the first compressed layer's size, the ratio's base;
+	// encryptedSize the size of the layer being decrypted.
+	inflated, compressedBase, encryptedSize int64
+	compressedLayers                        int
+	res                                     *StreamResult
+	// cur is the entity being read; innerUnsigned the content of the
+	// last encrypted or compressed layer (the unsigned MIC's entity).
+	cur           *streamEntity
+	innerUnsigned *Section
+}
+
+// layerStep says what unwrapLayer found.
+type layerStep int
+
+const (
+	layerNext        layerStep = iota // cur is the next layer
+	layerPayload                      // cur is the payload
+	layerBarePayload                  // the last layer held the payload without a MIME header; res is complete
+)
+
+// unwrapLayer removes the layer cur: a signature (verified as it is
+// read), an encryption or a compression.
+func (w *layerWalk) unwrapLayer() (layerStep, error) {
+	res, opts := w.res, w.opts
+	if len(res.Layers) > w.maxLayers {
+		return 0, fmt.Errorf("smime: %w: more than %d S/MIME layers", ErrMalformedMIME, w.maxLayers)
+	}
+	mt, params, err := w.cur.mediaType()
+	if err != nil {
+		return 0, fmt.Errorf("smime: %w", err)
+	}
+	if mt == "multipart/signed" {
+		content, err := res.verifySignedStream(w.cur, params, opts)
+		if err != nil {
+			return 0, fmt.Errorf("smime: %w", err)
+		}
+		w.cur = content
+		return layerNext, nil
+	}
+	if !isPKCS7Mime(mt, params, &Entity{Header: w.cur.Header}) {
+		return layerPayload, nil
+	}
+	der, err := cmsBodyStream(w.cur, opts)
+	if err != nil {
+		return 0, fmt.Errorf("smime: %w", err)
+	}
+	kind, err := cms.ContentTypeStream(der.Reader())
+	if err != nil {
+		return 0, fmt.Errorf("smime: %s: %w", mt, err)
+	}
+	f, err := opts.NewFile()
+	if err != nil {
+		return 0, fmt.Errorf("smime: %w", err)
+	}
+	var n int64
+	var innerR io.ReaderAt = f
+	switch kind {
+	case cms.TypeEnvelopedData, cms.TypeAuthEnvelopedData:
+		if innerR, n, err = w.decryptLayer(mt, der, f); err != nil {
+			return 0, err
+		}
+	case cms.TypeCompressedData:
+		var signedInside bool
+		if n, signedInside, err = w.inflateLayer(mt, der, f); err != nil {
+			return 0, err
+		}
+		if signedInside {
+			return layerNext, nil
+		}
+	case cms.TypeSignedData:
+		return 0, fmt.Errorf("smime: opaque signed-data: %w", ErrNotStreamable)
+	default:
+		return 0, fmt.Errorf("smime: %s holds CMS %s: %w", mt, kind, cms.ErrUnsupportedAlgorithm)
+	}
+	return w.enterLayerContent(Section{R: innerR, N: n}), nil
+}
+
+// decryptLayer decrypts an encrypted layer into f. The first encrypted
+// layer of a message larger than maxHeaderBytes is decrypted while the
+// layers after it are read from its growing output (*w.dec, unless
+// StreamOptions.sequential); it returns the layer's content and size
+// (openSize while it grows).
+func (w *layerWalk) decryptLayer(mt string, der Section, f *os.File) (io.ReaderAt, int64, error) {
+	res, opts, dec := w.res, w.opts, w.dec
+	res.Layers = append(res.Layers, LayerEncrypted)
+	var info cms.DecryptInfo
+	var n int64
+	var err error
+	if !opts.sequential && !res.Encrypted && *dec == nil {
+		// The decrypter writes the layer file while the next
+		// layers are read from it as it grows (two cores); the
+		// outcome is settled in UnwrapStream.
+		d := &decryptRun{g: newPassableLayer(f), mt: mt, before: res.clone()}
+		go func() {
+			var err error
+			d.info, err = cms.DecryptStream(der.readerAt(), der.N, opts.Keys, d.g)
+			d.g.finish(err)
+		}()
+		d.g.waitFor(maxHeaderBytes + 1)
+		if !d.g.complete() {
+			*dec = d
+			pipelinedDecrypts.Add(1)
+			res.Encrypted = true
+			w.encryptedSize = der.N
+			return d.g, openSize, nil
+		}
+		// A small layer: decrypted already, go on as one after
+		// the other.
+		n, err = d.g.wait()
+		info = d.info
+	} else {
+		info, err = cms.DecryptStream(der.readerAt(), der.N, opts.Keys, f)
+		if err == nil {
+			n, err = f.Seek(0, io.SeekCurrent)
+		}
+	}
+	if errors.Is(err, cms.ErrInvalidBER) {
+		// A broken encoding: in memory this is found before the
+		// layer is known; report it the same way.
+		res.Layers = res.Layers[:len(res.Layers)-1]
+		return nil, 0, fmt.Errorf("smime: %s: %w", mt, err)
+	}
+	if !res.Encrypted {
+		res.Decryption = info
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("smime: %w", err)
+	}
+	res.Encrypted = true
+	return f, n, nil
+}
+
+// inflateLayer decompresses a compressed layer into f, within the size
+// and ratio limits of all compressed layers together. When the layer is
+// multipart/signed it is verified while it is inflated: signedInside
+// reports that w.cur is then the signed content.
+func (w *layerWalk) inflateLayer(mt string, der Section, f *os.File) (n int64, signedInside bool, err error) {
+	res, opts, dec := w.res, w.opts, w.dec
+	res.Layers = append(res.Layers, LayerCompressed)
+	if w.compressedLayers++; w.compressedLayers > w.maxCompressed {
+		return 0, false, fmt.Errorf("smime: more than %d nested compressed layers: %w", w.maxCompressed, cms.ErrTooLarge)
+	}
+	lim := limits.Inflation{MaxBytes: w.maxSize, MaxRatio: w.maxRatio}
+	if w.compressedBase == 0 {
+		w.compressedBase = der.N
+		if d := *dec; d != nil && der.R == io.ReaderAt(d.g) {
+			// The layer is being decrypted: its size is known at
+			// the end; until then the encrypted layer's, a little
+			// larger, is the ratio's base. UnwrapStream checks the
+			// ratio again against the real size.
+			w.compressedBase = w.encryptedSize
+			d.compressed, d.compressedAt, d.lim = true, der.Off, lim
+		}
+	}
+	// The inflater writes the layer file while, when the layer
+	// is multipart/signed, this goroutine splits and hashes it as
+	// it grows (two cores, one pass); the layer is used only once
+	// both have ended without error.
+	g := newGrowingLayer(f)
+	passing := *dec != nil && der.R == io.ReaderAt((*dec).g)
+	inflated, compressedBase, maxSize := w.inflated, w.compressedBase, w.maxSize
+	go func() {
+		if passing {
+			// Once the inflater has ended, nobody reads the
+			// decrypted layer: the decrypter runs to its end.
+			defer (*dec).g.release()
+		}
+		_, err := cms.DecompressStream(der.readerAt(), der.N, g, lim, func(total int64) error {
+			if inflated+total > maxSize {
+				return fmt.Errorf("compressed layers inflate beyond %d bytes in total: %w", maxSize, limits.ErrTooLarge)
+			}
+			if err := lim.CheckRatio(inflated+total, compressedBase); err != nil {
+				return fmt.Errorf("compressed layers in total: %w", err)
+			}
+			return nil
+		})
+		g.finish(err)
+	}()
+	before := *res
+	content, pipelined, verr := res.signedWhileInflating(g, opts, func() {
+		if passing {
+			// Only the inflater reads the decrypted layer, from
+			// memory: it is never written to disk.
+			(*dec).g.passThrough()
+		}
+	})
+	if verr != nil {
+		g.stop()
+	}
+	n, err = g.wait()
+	if err != nil && !(verr != nil && errors.Is(err, errLayerAborted)) {
+		// The inflater's refusal is the reason, whatever the
+		// split made of the cut layer.
+		*res = before
+		if errors.Is(err, cms.ErrInvalidBER) {
+			res.Layers = res.Layers[:len(res.Layers)-1]
+			return 0, false, fmt.Errorf("smime: %s: %w", mt, err)
+		}
+		return 0, false, fmt.Errorf("smime: %w", err)
+	}
+	w.inflated += n
+	if d := *dec; d != nil && d.compressed {
+		d.inflated = w.inflated
+		if d.inflated == n {
+			d.beforeInflate = before
+			d.beforeInflate.Layers = slices.Clone(before.Layers)
+		}
+	}
+	res.Compressed = true
+	if verr != nil {
+		return 0, false, fmt.Errorf("smime: %w", verr)
+	}
+	if !pipelined {
+		return n, false, nil
+	}
+	for _, s := range []*Section{&content.Body, &content.Raw, &res.mic.sec, &res.bodySum.sec} {
+		g.onFile(s)
+	}
+	inner := Section{R: f, N: n}
+	w.innerUnsigned = &inner
+	w.cur = content
+	return n, true, nil
+}
+
+// enterLayerContent goes on to the content of an encrypted or compressed
+// layer: the next entity, or the payload itself when it has no MIME
+// header (a bare payload, of the default content type).
+func (w *layerWalk) enterLayerContent(inner Section) layerStep {
+	res, opts := w.res, w.opts
+	w.innerUnsigned = &inner
+	next, err := parseStreamEntity(inner)
+	if err != nil || !hasMIMEHeader(next.Header) {
+		res.Bare = true
+		res.Body = inner
+		res.ContentType = opts.DefaultContentType
+		if res.ContentType == "" {
+			res.ContentType = DefaultContentType
+		}
+		res.MediaType, _, _ = parseMediaType(res.ContentType)
+		res.setUnsignedMICStream(inner, inner, opts.Options)
+		return layerBarePayload
+	}
+	w.cur = next
+	return layerNext
+}
+
+// readPayload reads the payload entity cur, the innermost one.
+func (w *layerWalk) readPayload() (*StreamResult, error) {
+	res, cur, opts := w.res, w.cur, w.opts
 	res.PayloadReached = true
 	payload, err := decodeBodyStream(cur, opts, false)
 	if err != nil {
@@ -552,8 +640,8 @@ func unwrapStream(header Header, body Section, opts StreamOptions, dec **decrypt
 		res.ContentType = res.MediaType
 	}
 	res.Filename = (&Entity{Header: cur.Header}).Filename()
-	if innerUnsigned != nil {
-		res.setUnsignedMICStream(*innerUnsigned, payload, opts.Options)
+	if w.innerUnsigned != nil {
+		res.setUnsignedMICStream(*w.innerUnsigned, payload, opts.Options)
 	} else {
 		res.setUnsignedMICStream(Section{}, payload, opts.Options)
 	}

@@ -50,71 +50,17 @@ type SignOptions struct {
 // re-parsing: Sign sets doc.WriteSettings so that attribute whitespace and
 // carriage returns are written as character references.
 func Sign(doc *etree.Document, atts []Attachment, opts SignOptions) error {
-	if opts.Signer == nil || opts.Certificate == nil {
-		return errors.New("wssec: sign: signer and certificate are required")
-	}
-	pub, ok := opts.Signer.Public().(interface{ Equal(crypto.PublicKey) bool })
-	if !ok || !pub.Equal(opts.Certificate.PublicKey) {
-		return errors.New("wssec: sign: the certificate does not belong to the signing key")
-	}
-	if opts.SignatureMethod == "" {
-		m, err := defaultSignatureMethod(opts.Signer.Public())
-		if err != nil {
-			return err
-		}
-		opts.SignatureMethod = m
-	}
-	sigAlg, err := lookupSignatureAlgorithm(opts.SignatureMethod, true)
+	sigAlg, digestHash, err := completeSignOptions(&opts)
 	if err != nil {
-		return fmt.Errorf("wssec: sign: %w", err)
+		return err
 	}
-	if opts.DigestMethod == "" {
-		opts.DigestMethod = AlgSHA256
-	}
-	digestHash, err := lookupDigest(opts.DigestMethod, true)
+	env, messaging, err := locateSignedHeaders(doc)
 	if err != nil {
-		return fmt.Errorf("wssec: sign: %w", err)
+		return err
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Rand == nil {
-		opts.Rand = rand.Reader
-	}
-
-	env, err := locateEnvelope(doc)
+	newID, err := idAllocator(env, opts.Rand)
 	if err != nil {
-		return fmt.Errorf("wssec: sign: %w", err)
-	}
-	if len(env.securityHeaders()) > 0 {
-		return errors.New("wssec: sign: the envelope already has a wsse:Security header")
-	}
-	if env.header == nil {
-		return errors.New("wssec: sign: the envelope has no SOAP Header")
-	}
-	messaging, err := env.messaging()
-	if err != nil {
-		return fmt.Errorf("wssec: sign: %w", err)
-	}
-	if messaging == nil {
-		return errors.New("wssec: sign: the envelope has no eb:Messaging header")
-	}
-	ids, err := buildIDIndex(env.root)
-	if err != nil {
-		return fmt.Errorf("wssec: sign: %w", err)
-	}
-	newID := func(prefix string) (string, error) {
-		for {
-			var b [16]byte
-			if _, err := io.ReadFull(opts.Rand, b[:]); err != nil {
-				return "", fmt.Errorf("wssec: sign: random id: %w", err)
-			}
-			id := prefix + hex.EncodeToString(b[:])
-			if ids[id] == nil {
-				ids[id] = env.root // reserve
-				return id, nil
-			}
-		}
+		return err
 	}
 	messagingID, err := ensureWSUID(messaging, "id-", newID)
 	if err != nil {
@@ -124,9 +70,132 @@ func Sign(doc *etree.Document, atts []Attachment, opts SignOptions) error {
 	if err != nil {
 		return err
 	}
-
 	// The header, inserted first so that canonicalisation sees the final
 	// namespace context.
+	sec := insertSecurityHeader(env)
+	var parts []signedPart
+	if opts.TimestampTTL > 0 {
+		ts, err := addTimestamp(sec, opts, newID)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, ts)
+	}
+	bstID, tokenType, err := addSecurityToken(sec, opts, newID)
+	if err != nil {
+		return err
+	}
+	content, err := signedContent(messaging, messagingID, env.body, bodyID, atts, digestHash)
+	if err != nil {
+		return err
+	}
+	parts = append(parts, content...)
+	if err := addSignature(sec, parts, opts, sigAlg, digestHash, newID, bstID, tokenType); err != nil {
+		return err
+	}
+	// Serialise tabs, line ends and carriage returns in attribute values and
+	// carriage returns in text as character references: written literally,
+	// the receiver's parser would normalise them and the digests would break.
+	doc.WriteSettings.CanonicalAttrVal = true
+	doc.WriteSettings.CanonicalText = true
+	doc.WriteSettings.AttrSingleQuote = false
+	return nil
+}
+
+// signedPart is one reference of the signature: an element by its wsu:Id
+// (its canonical octets) or an attachment by its cid: URL (its digest).
+type signedPart struct {
+	uri       string
+	transform string
+	octets    []byte
+	sum       []byte // the digest, when there are no octets (attachments are digested as streams)
+}
+
+// completeSignOptions checks the signer and fills in the defaults of opts;
+// it returns the signature and digest algorithms.
+func completeSignOptions(opts *SignOptions) (signatureAlgorithm, crypto.Hash, error) {
+	if opts.Signer == nil || opts.Certificate == nil {
+		return signatureAlgorithm{}, 0, errors.New("wssec: sign: signer and certificate are required")
+	}
+	pub, ok := opts.Signer.Public().(interface{ Equal(crypto.PublicKey) bool })
+	if !ok || !pub.Equal(opts.Certificate.PublicKey) {
+		return signatureAlgorithm{}, 0, errors.New("wssec: sign: the certificate does not belong to the signing key")
+	}
+	if opts.SignatureMethod == "" {
+		m, err := defaultSignatureMethod(opts.Signer.Public())
+		if err != nil {
+			return signatureAlgorithm{}, 0, err
+		}
+		opts.SignatureMethod = m
+	}
+	sigAlg, err := lookupSignatureAlgorithm(opts.SignatureMethod, true)
+	if err != nil {
+		return signatureAlgorithm{}, 0, fmt.Errorf("wssec: sign: %w", err)
+	}
+	if opts.DigestMethod == "" {
+		opts.DigestMethod = AlgSHA256
+	}
+	digestHash, err := lookupDigest(opts.DigestMethod, true)
+	if err != nil {
+		return signatureAlgorithm{}, 0, fmt.Errorf("wssec: sign: %w", err)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Rand == nil {
+		opts.Rand = rand.Reader
+	}
+	return sigAlg, digestHash, nil
+}
+
+// locateSignedHeaders finds the SOAP envelope of doc, without a
+// wsse:Security header yet, and its eb:Messaging header.
+func locateSignedHeaders(doc *etree.Document) (*soapEnvelope, *etree.Element, error) {
+	env, err := locateEnvelope(doc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("wssec: sign: %w", err)
+	}
+	if len(env.securityHeaders()) > 0 {
+		return nil, nil, errors.New("wssec: sign: the envelope already has a wsse:Security header")
+	}
+	if env.header == nil {
+		return nil, nil, errors.New("wssec: sign: the envelope has no SOAP Header")
+	}
+	messaging, err := env.messaging()
+	if err != nil {
+		return nil, nil, fmt.Errorf("wssec: sign: %w", err)
+	}
+	if messaging == nil {
+		return nil, nil, errors.New("wssec: sign: the envelope has no eb:Messaging header")
+	}
+	return env, messaging, nil
+}
+
+// idAllocator returns a function that makes random wsu:Ids (prefix and
+// 32 hex digits) used nowhere else in env.
+func idAllocator(env *soapEnvelope, rnd io.Reader) (func(prefix string) (string, error), error) {
+	ids, err := buildIDIndex(env.root)
+	if err != nil {
+		return nil, fmt.Errorf("wssec: sign: %w", err)
+	}
+	return func(prefix string) (string, error) {
+		for {
+			var b [16]byte
+			if _, err := io.ReadFull(rnd, b[:]); err != nil {
+				return "", fmt.Errorf("wssec: sign: random id: %w", err)
+			}
+			id := prefix + hex.EncodeToString(b[:])
+			if ids[id] == nil {
+				ids[id] = env.root // reserve
+				return id, nil
+			}
+		}
+	}, nil
+}
+
+// insertSecurityHeader inserts an empty wsse:Security header, marked
+// mustUnderstand, as the first child of the SOAP Header.
+func insertSecurityHeader(env *soapEnvelope) *etree.Element {
 	sec := etree.NewElement("wsse:Security")
 	sec.CreateAttr("xmlns:wsse", NamespaceWSSE)
 	sec.CreateAttr("xmlns:wsu", NamespaceWSU)
@@ -143,35 +212,35 @@ func Sign(doc *etree.Document, atts []Attachment, opts SignOptions) error {
 		sec.CreateAttr(soapPrefix+":mustUnderstand", "1")
 	}
 	env.header.InsertChildAt(0, sec)
+	return sec
+}
 
-	type signedPart struct {
-		uri       string
-		transform string
-		octets    []byte
-		sum       []byte // the digest, when there are no octets (attachments are digested as streams)
-	}
-	var parts []signedPart
-
-	if opts.TimestampTTL > 0 {
-		tsID, err := newID("TS-")
-		if err != nil {
-			return err
-		}
-		now := opts.Now().UTC()
-		ts := sec.CreateElement("wsu:Timestamp")
-		ts.CreateAttr("wsu:Id", tsID)
-		ts.CreateElement("wsu:Created").SetText(now.Format("2006-01-02T15:04:05.000Z"))
-		ts.CreateElement("wsu:Expires").SetText(now.Add(opts.TimestampTTL).Format("2006-01-02T15:04:05.000Z"))
-		c, err := canonicalize(ts, c14nMethod{exclusive: true}, "", nil)
-		if err != nil {
-			return fmt.Errorf("wssec: sign: timestamp: %w", err)
-		}
-		parts = append(parts, signedPart{"#" + tsID, AlgExcC14N, c, nil})
-	}
-
-	bstID, err := newID("X509-")
+// addTimestamp adds a wsu:Timestamp to sec (Created now, Expires after
+// opts.TimestampTTL) and returns its signed part.
+func addTimestamp(sec *etree.Element, opts SignOptions, newID func(string) (string, error)) (signedPart, error) {
+	tsID, err := newID("TS-")
 	if err != nil {
-		return err
+		return signedPart{}, err
+	}
+	now := opts.Now().UTC()
+	ts := sec.CreateElement("wsu:Timestamp")
+	ts.CreateAttr("wsu:Id", tsID)
+	ts.CreateElement("wsu:Created").SetText(now.Format("2006-01-02T15:04:05.000Z"))
+	ts.CreateElement("wsu:Expires").SetText(now.Add(opts.TimestampTTL).Format("2006-01-02T15:04:05.000Z"))
+	c, err := canonicalize(ts, c14nMethod{exclusive: true}, "", nil)
+	if err != nil {
+		return signedPart{}, fmt.Errorf("wssec: sign: timestamp: %w", err)
+	}
+	return signedPart{"#" + tsID, AlgExcC14N, c, nil}, nil
+}
+
+// addSecurityToken adds our certificate to sec as a
+// wsse:BinarySecurityToken (X509v3, or X509PKIPathv1 with opts.PKIPath)
+// and returns its wsu:Id and ValueType.
+func addSecurityToken(sec *etree.Element, opts SignOptions, newID func(string) (string, error)) (bstID, tokenType string, err error) {
+	bstID, err = newID("X509-")
+	if err != nil {
+		return "", "", err
 	}
 	bst := sec.CreateElement("wsse:BinarySecurityToken")
 	bst.CreateAttr("EncodingType", EncodingBase64Binary)
@@ -179,35 +248,47 @@ func Sign(doc *etree.Document, atts []Attachment, opts SignOptions) error {
 	if opts.PKIPath {
 		tokenType = ValueTypeX509PKIPathv1
 		if token, err = pkiPath(opts.Certificate, opts.Chain); err != nil {
-			return fmt.Errorf("wssec: sign: %w", err)
+			return "", "", fmt.Errorf("wssec: sign: %w", err)
 		}
 	}
 	bst.CreateAttr("ValueType", tokenType)
 	bst.CreateAttr("wsu:Id", bstID)
 	bst.SetText(base64.StdEncoding.EncodeToString(token))
+	return bstID, tokenType, nil
+}
 
+// signedContent canonicalises the eb:Messaging header and the SOAP Body
+// and digests every attachment (Attachment-Content-Signature-Transform).
+func signedContent(messaging *etree.Element, messagingID string, body *etree.Element, bodyID string, atts []Attachment, digestHash crypto.Hash) ([]signedPart, error) {
+	var parts []signedPart
 	for _, p := range []struct {
 		el *etree.Element
 		id string
-	}{{messaging, messagingID}, {env.body, bodyID}} {
+	}{{messaging, messagingID}, {body, bodyID}} {
 		c, err := canonicalize(p.el, c14nMethod{exclusive: true}, "", nil)
 		if err != nil {
-			return fmt.Errorf("wssec: sign: %s: %w", p.el.Tag, err)
+			return nil, fmt.Errorf("wssec: sign: %s: %w", p.el.Tag, err)
 		}
 		parts = append(parts, signedPart{"#" + p.id, AlgExcC14N, c, nil})
 	}
 	for _, a := range atts {
 		cid := normalizeContentID(a.ContentID)
 		if cid == "" {
-			return errors.New("wssec: sign: attachment without Content-ID")
+			return nil, errors.New("wssec: sign: attachment without Content-ID")
 		}
 		d := digestHash.New()
 		if err := writeAttachmentOctets(d, a, false, Limits{}); err != nil {
-			return fmt.Errorf("wssec: sign: attachment %s: %w", cid, err)
+			return nil, fmt.Errorf("wssec: sign: attachment %s: %w", cid, err)
 		}
 		parts = append(parts, signedPart{cidURL(cid), AlgAttachmentContentSignature, nil, d.Sum(nil)})
 	}
+	return parts, nil
+}
 
+// addSignature adds the ds:Signature over parts to sec: SignedInfo with a
+// reference per part, its signature value, and a KeyInfo pointing to the
+// BinarySecurityToken.
+func addSignature(sec *etree.Element, parts []signedPart, opts SignOptions, sigAlg signatureAlgorithm, digestHash crypto.Hash, newID func(string) (string, error), bstID, tokenType string) error {
 	sigID, err := newID("SIG-")
 	if err != nil {
 		return err
@@ -242,13 +323,6 @@ func Sign(doc *etree.Document, atts []Attachment, opts SignOptions) error {
 	r := str.CreateElement("wsse:Reference")
 	r.CreateAttr("URI", "#"+bstID)
 	r.CreateAttr("ValueType", tokenType)
-
-	// Serialise tabs, line ends and carriage returns in attribute values and
-	// carriage returns in text as character references: written literally,
-	// the receiver's parser would normalise them and the digests would break.
-	doc.WriteSettings.CanonicalAttrVal = true
-	doc.WriteSettings.CanonicalText = true
-	doc.WriteSettings.AttrSingleQuote = false
 	return nil
 }
 
