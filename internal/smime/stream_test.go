@@ -204,7 +204,23 @@ func (s slowReaderAt) ReadAt(p []byte, off int64) (int, error) {
 // MaxSize (the inflater's refusal is the reason, not the cut layer's).
 func TestUnwrapStreamVerifiesWhileInflating(t *testing.T) {
 	sender, receiver, other, opts := streamParties(t)
-	payload := bytes.Repeat(testPayload(), 3000) // ~4.5 MB
+	// ~4.5 MB of EDI-like lines carrying seeded random text: it compresses
+	// to about 3 MB, so that the inflater reads many blocks through the
+	// slow reader and is still writing when the layer's header is read
+	// (a payload of repeated lines compressed to a few KB and the inflater
+	// could end first on a loaded machine: then the sequential path ran and
+	// this test failed about once in ten full runs).
+	rng := rand.New(rand.NewPCG(7, 9))
+	var pb bytes.Buffer
+	pb.Write(testPayload())
+	line := make([]byte, 60)
+	for pb.Len() < 4_500_000 {
+		for i := range line {
+			line[i] = 'A' + byte(rng.IntN(26))
+		}
+		fmt.Fprintf(&pb, "FTX+AAI+++%s'\n", line)
+	}
+	payload := pb.Bytes()
 	for _, enc := range []string{"", "aes128-gcm"} {
 		t.Run("enc="+enc, func(t *testing.T) {
 			b, err := Build(payload, "application/EDIFACT", "orders.edi", BuildOptions{
