@@ -283,6 +283,28 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatalf("%s: %v (at %s)", what, err, loc)
 		}
 	}
+	// openLink follows the link sel by navigating to its href, which waits
+	// for the new page to load: a click returns before the navigation, and
+	// an element looked up meanwhile can belong to the page being left
+	// ("Could not find node with given id", about once in ten runs on a
+	// loaded machine).
+	openLink := func(sel string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			a, err := chromedp.AttributeValue(chromedp.CSS(sel), "href")(ctx, tg)
+			if err != nil {
+				return err
+			}
+			if !a.Exists {
+				return fmt.Errorf("%s has no href", sel)
+			}
+			href := a.Value
+			if strings.HasPrefix(href, "/") {
+				href = f.admin + href
+			}
+			_, err = chromedp.Navigate(href)(ctx, tg)
+			return err
+		})
+	}
 	var text string
 	textOf := func(sel string) chromedp.Action[chromedp.Void] {
 		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
@@ -416,7 +438,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("quarantine list: %s", text)
 	}
 	run("open item",
-		chromedp.Click(chromedp.CSS(fmt.Sprintf(`a[data-message-id=%q]`, tr.q1))),
+		openLink(fmt.Sprintf(`a[data-message-id=%q]`, tr.q1)),
 		chromedp.WaitVisible(chromedp.CSS(`#release`)))
 	run("click release",
 		chromedp.Click(chromedp.CSS(`#release`)),
@@ -443,7 +465,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// Discard the second one with a reason.
 	run("discard",
-		chromedp.Click(chromedp.CSS(fmt.Sprintf(`a[data-message-id=%q]`, tr.q2))),
+		openLink(fmt.Sprintf(`a[data-message-id=%q]`, tr.q2)),
 		chromedp.WaitVisible(chromedp.CSS(`#reason`)),
 		chromedp.SendKeys(chromedp.CSS(`#reason`), "sent by mistake, confirmed with the partner"),
 		chromedp.Click(chromedp.CSS(`#discard`)),
