@@ -433,7 +433,7 @@ func (p *Pipeline) driftAudit(ctx context.Context, rec audit.Record, lg *slog.Lo
 // partner is told the message was not processed; under quarantine the
 // payloads are first kept for an operator, as one item (all payloads of a
 // message that drifted on its id; the one payload of a drifted interchange;
-// see quarantine.go).
+// quarantine, in business.go).
 func (d *delivery) driftReply(ctx context.Context, rec audit.Record, info driftInfo, pls []Payload) state {
 	p, lg := d.p, d.lg
 	kind, decision, st := Drift, decisionDrift, stateDrift
