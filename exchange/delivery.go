@@ -89,6 +89,10 @@ func (d *delivery) run(ctx context.Context) Reply {
 	return d.reply
 }
 
+// final reports whether s ends a delivery: no transition of states.go
+// leaves it, and its answer is d.reply.
+func (s state) final() bool { return s >= stateAccepted && s < stateEnd }
+
 // to records that the delivery reached st.
 func (d *delivery) to(st state) state {
 	d.path = append(d.path, st)

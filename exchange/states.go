@@ -116,9 +116,6 @@ func (s state) String() string {
 	return fmt.Sprintf("state(%d)", int(s))
 }
 
-// final reports whether s ends a delivery (no transition leaves it).
-func (s state) final() bool { return s >= stateAccepted && s < stateEnd }
-
 // The decisions the pipeline records in the audit trail (audit.Record's
 // Decision); decisionStates names the state each one marks.
 const (
