@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -62,33 +61,33 @@ func (p *Pipeline) CheckTxHandler() error {
 	return nil
 }
 
-// claimedTx is claimed's tail for a TxHandler. The reply is built first
-// (it is stored with the accept); then one store transaction accepts the
-// transport key (compare-and-set on token), runs the handler, writes the
-// handler and reply audit records (the store's own audit table joins the
-// transaction; other sinks, such as a JSON file, are written at once) and
-// accepts the held interchanges, and commits.
-func (p *Pipeline) claimedTx(ctx context.Context, in Inbound, token dedup.Token, held []heldInterchange,
-	release func(), rec audit.Record, lg *slog.Logger) Reply {
-	m := in.Message
+// runTxHandler is runHandler and accept in one step for a TxHandler. The
+// reply is built first (it is stored with the accept); then one store
+// transaction accepts the transport key (compare-and-set on token), runs the
+// handler, writes the handler and reply audit records (the store's own audit
+// table joins the transaction; other sinks, such as a JSON file, are written
+// at once) and accepts the held interchanges, and commits: stateAccepted,
+// or stateAbandoned (the handler failed), stateUnavailable or stateFailed.
+func (d *delivery) runTxHandler(ctx context.Context) state {
+	p, m, rec, lg, token, held := d.p, d.m, d.rec, d.lg, d.token, d.held
 	keeperFrom(ctx).stop() // from here the accept transaction holds the claim
 	acc, ok := p.Store.(dedup.TxAcceptor)
 	if !ok {
-		release()
+		d.releaseInterchanges(ctx)
 		p.abandon(ctx, m, token, lg)
-		return p.internalError(ctx, rec, lg, p.CheckTxHandler())
+		return d.internalError(ctx, rec, p.CheckTxHandler())
 	}
-	reply, err := in.Replies.Accepted(ctx)
+	reply, err := d.in.Replies.Accepted(ctx)
 	if err != nil {
-		release()
+		d.releaseInterchanges(ctx)
 		p.abandon(ctx, m, token, lg)
-		return p.internalError(ctx, rec, lg, err)
+		return d.internalError(ctx, rec, err)
 	}
 	stored, err := EncodeReply(reply)
 	if err != nil {
-		release()
+		d.releaseInterchanges(ctx)
 		p.abandon(ctx, m, token, lg)
-		return p.internalError(ctx, rec, lg, err)
+		return d.internalError(ctx, rec, err)
 	}
 	// The transaction is not bound to the partner's connection (a hang-up
 	// after the handler finished still commits); the handler's own ctx is.
@@ -98,12 +97,12 @@ func (p *Pipeline) claimedTx(ctx context.Context, in Inbound, token dedup.Token,
 	var herr error
 	err = acc.AcceptTx(tctx, m.TransportKey, token, stored, func(txctx context.Context, tx dedup.Tx) error {
 		started := time.Now()
-		herr = p.runTxHandler(ctx, txctx, budget, tx, m)
+		herr = p.callTxHandler(ctx, txctx, budget, tx, m)
 		p.HandlerTimes.Observe(time.Since(started))
 		if herr != nil {
 			return herr
 		}
-		if err := p.audit(txctx, rec, audit.StepHandler, "ok", "", nil); err != nil {
+		if err := p.audit(txctx, rec, audit.StepHandler, decisionOK, "", nil); err != nil {
 			return err
 		}
 		for _, h := range held {
@@ -111,34 +110,34 @@ func (p *Pipeline) claimedTx(ctx context.Context, in Inbound, token dedup.Token,
 				return fmt.Errorf("exchange: accept interchange %.16s…: %w", h.key, err)
 			}
 		}
-		return p.audit(txctx, rec, audit.StepReply, "accepted", reply.Disposition, nil)
+		return p.audit(txctx, rec, audit.StepReply, decisionAccepted, reply.Disposition, nil)
 	})
 	switch {
 	case err == nil:
 		if rec.Reference != "" {
 			lg = lg.With("reference", rec.Reference)
 		}
-		lg.Info("message accepted", "decision", "accepted", "disposition", reply.Disposition, "handler", "transactional")
-		return reply
+		lg.Info("message accepted", "decision", decisionAccepted, "disposition", reply.Disposition, "handler", "transactional")
+		return d.answer(stateAccepted, reply)
 	case herr != nil:
 		p.Stats.HandlerErrors.Add(1)
 		rec.Incident = NewIncident()
 		lg.Error("transactional handler failed; its writes rolled back, claim abandoned so the partner's retransmission is processed",
 			"decision", "abandoned", "incident", rec.Incident, "err", herr)
-		release()
+		d.releaseInterchanges(ctx)
 		p.abandon(ctx, m, token, lg)
-		p.auditBestEffort(ctx, rec, audit.StepHandler, "error", "", herr)
-		return p.failed(ctx, in, rec, lg, &Failure{Kind: HandlerFailed, Err: herr, Incident: rec.Incident})
+		p.auditBestEffort(ctx, rec, audit.StepHandler, decisionError, "", herr)
+		return d.fail(ctx, stateAbandoned, rec, &Failure{Kind: HandlerFailed, Err: herr, Incident: rec.Incident})
 	case errors.Is(err, dedup.ErrStaleClaim):
 		// Another delivery took the key over: the handler did not run here.
 		lg.Error("accept failed (claim taken over); handler not run, no positive reply sent", "err", err)
-		release()
-		return p.unavailable(ctx, rec, err)
+		d.releaseInterchanges(ctx)
+		return d.unavailable(ctx, rec, err)
 	default:
 		lg.Error("accept transaction failed; handler's writes rolled back, no positive reply sent", "err", err)
-		release()
+		d.releaseInterchanges(ctx)
 		p.abandon(ctx, m, token, lg)
-		return p.unavailable(ctx, rec, err)
+		return d.unavailable(ctx, rec, err)
 	}
 }
 
@@ -152,10 +151,10 @@ func (p *Pipeline) txHandlerBudget() time.Duration {
 	return p.Lease - margin
 }
 
-// runTxHandler calls the TxHandler with a ctx that carries the transaction
+// callTxHandler calls the TxHandler with a ctx that carries the transaction
 // (txctx's values), ends after budget and when the partner's request (reqCtx)
 // is cancelled; a panic becomes an error.
-func (p *Pipeline) runTxHandler(reqCtx, txctx context.Context, budget time.Duration, tx dedup.Tx, m *Message) (err error) {
+func (p *Pipeline) callTxHandler(reqCtx, txctx context.Context, budget time.Duration, tx dedup.Tx, m *Message) (err error) {
 	ctx, cancel := context.WithTimeout(txctx, budget)
 	defer cancel()
 	stop := context.AfterFunc(reqCtx, cancel)
