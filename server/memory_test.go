@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto"
@@ -16,7 +15,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +25,7 @@ import (
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/as4/endpoint"
 	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/heaptest"
 	"github.com/edigateway/gateway/internal/testbomb"
 )
 
@@ -54,21 +53,7 @@ func heapNow() uint64 {
 }
 
 // procStatus returns a kB field of /proc/self/status in bytes.
-func procStatus(field string) uint64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			n, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n << 10
-		}
-	}
-	return 0
-}
+func procStatus(field string) uint64 { return heaptest.ProcStatus(0, field) }
 
 func startProbe() *probe {
 	runtime.GC()

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +23,7 @@ import (
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/as4/endpoint"
+	"github.com/edigateway/gateway/internal/heaptest"
 )
 
 // The memory attacks of issue 22 (items 1, 2 and 4), repeated against the
@@ -76,21 +76,7 @@ func attackGatewayAdmin(t *testing.T, budget int64) (addr, admin string, cmd *ex
 }
 
 // rssOf returns a kB field of /proc/pid/status in bytes.
-func rssOf(pid int, field string) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n << 10
-		}
-	}
-	return 0
-}
+func rssOf(pid int, field string) int64 { return int64(heaptest.ProcStatus(pid, field)) }
 
 // rssPeak measures the peak growth of the resident set of pid over its
 // value when it starts, while run runs (VmHWM after resetting it through
