@@ -97,7 +97,7 @@ func TestDedupPurgeRefusesRetentionInsideWindow(t *testing.T) {
 	if code == 0 {
 		t.Errorf("purge with retention 1h and a 30-day window: exit 0 (%s), want a refusal", out.String())
 	}
-	if !strings.Contains(errb.String(), "shorter than partner demo's dedup window 720h0m0s") || !strings.Contains(errb.String(), "dedup purge refused") {
+	if !strings.Contains(errb.String(), "shorter than partner demo's AS4 dedup window plus twice its clock_skew, 720h10m0s") || !strings.Contains(errb.String(), "dedup purge refused") {
 		t.Errorf("stderr %q does not explain the refusal", errb.String())
 	}
 	be, err = store.Open(ctx, "sqlite:"+filepath.Join(dir, "gw.db"), dedup.Options{})

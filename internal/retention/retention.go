@@ -36,21 +36,28 @@ type Purger struct {
 
 // CheckWindows refuses a retention shorter than any partner's dedup window
 // (AS2 or AS4): purging transport keys inside a window would let a late
-// retransmission run the handler again. `serve` and `gateway dedup purge`
-// both call it before they purge.
+// retransmission run the handler again. For AS4 it is the window plus twice
+// the partner's clock skew: the endpoint refuses a message whose signed
+// time is older than window + skew, and that time may lie up to one skew
+// ahead of our clock when the message is accepted, so a captured message
+// is refused by its age before its transport key can be purged. `serve`
+// and `gateway dedup purge` both call it before they purge.
 func CheckWindows(retention time.Duration, ps []*partners.Partner) error {
 	for _, p := range ps {
 		var w time.Duration
+		why := "dedup window"
 		if p.AS2 != nil && p.AS2.DedupWindow.Std() > w {
 			w = p.AS2.DedupWindow.Std()
 		}
-		if p.AS4 != nil && p.AS4.DedupWindow.Std() > w {
-			w = p.AS4.DedupWindow.Std()
+		if p.AS4 != nil {
+			if aw := p.AS4.DedupWindow.Std() + 2*p.AS4.ClockSkew.Std(); aw > w {
+				w, why = aw, "AS4 dedup window plus twice its clock_skew"
+			}
 		}
 		if w > retention {
-			return fmt.Errorf("retention: retention %s is shorter than partner %s's dedup window %s (%s); "+
-				"purging would delete transport keys inside the window, so a late retransmission would run the handler again: "+
-				"raise retention to at least %s", retention, p.ID, w, p.File, w)
+			return fmt.Errorf("retention: retention %s is shorter than partner %s's %s, %s (%s); "+
+				"purging would delete transport keys a retransmission or a replayed message can still carry, so the handler would run again: "+
+				"raise retention to at least %s", retention, p.ID, why, w, p.File, w)
 		}
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/partners"
 )
 
 type clock struct {
@@ -131,5 +132,36 @@ func TestExportAnswersWhyARetryMadeNoInvoice(t *testing.T) {
 	ev, _ = Export(ctx, st, a, ExportQuery{Partner: "acme", From: base.Add(30 * time.Minute)})
 	if len(ev.Records) != 1 || ev.Records[0].MessageID != "m2" {
 		t.Errorf("time range: %+v", ev.Records)
+	}
+}
+
+// TestCheckWindowsCoversTheAS4ReplayGap: the AS4 endpoint refuses a message
+// whose signed time is older than the window plus the clock skew, and that
+// time may be one skew ahead of our clock at acceptance; a retention of just
+// the window purged the transport key while a replay of the captured message
+// could still pass the age check (within 2 × skew) and run the handler again.
+func TestCheckWindowsCoversTheAS4ReplayGap(t *testing.T) {
+	day := 24 * time.Hour
+	as4 := &partners.Partner{ID: "acme", AS4: &partners.AS4{DedupWindow: partners.Duration(30 * day), ClockSkew: partners.Duration(5 * time.Minute)}}
+	as2 := &partners.Partner{ID: "beta", AS2: &partners.AS2{DedupWindow: partners.Duration(7 * day)}}
+	for _, tc := range []struct {
+		retention time.Duration
+		ok        bool
+	}{
+		{30 * day, false},
+		{30*day + 5*time.Minute, false},
+		{30*day + 10*time.Minute, true},
+		{90 * day, true},
+	} {
+		err := CheckWindows(tc.retention, []*partners.Partner{as2, as4})
+		if (err == nil) != tc.ok {
+			t.Errorf("retention %s: %v, want ok=%v", tc.retention, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "clock_skew") {
+			t.Errorf("retention %s: %v does not name the clock skew", tc.retention, err)
+		}
+	}
+	if err := CheckWindows(7*day, []*partners.Partner{as2}); err != nil {
+		t.Errorf("AS2 only, retention = window: %v", err)
 	}
 }
