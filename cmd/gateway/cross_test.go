@@ -3,24 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
 	"database/sql"
-	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/audit"
-	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/dedup"
-	"github.com/edigateway/gateway/exchange"
 	"github.com/edigateway/gateway/inbox"
-	"github.com/edigateway/gateway/server"
 )
 
 // TestSameInterchangeViaAS2AndAS4 sends one EDIFACT interchange through AS2
@@ -28,28 +20,11 @@ import (
 // handler runs once, both partners get positive replies, and the ledger
 // shows both transport ids.
 func TestSameInterchangeViaAS2AndAS4(t *testing.T) {
-	demo := filepath.Dir(demoConfig(t))
-	cfg, err := config.Load(demoConfig(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cfg.Store = "sqlite:" + filepath.Join(dir, "gw.db")
-	cfg.Handler.Inbox = filepath.Join(dir, "inbox")
-	cfg.Audit.File = ""
-	s, err := server.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	srv := httptest.NewServer(s.Handler())
-	defer srv.Close()
+	g := newServedDemo(t)
+	s, demo := g.s, g.demo
 
 	edi := []byte("UNA:+.? 'UNB+UNOA:2+DEMO:14+GATEWAY:14+261130:1200+XPROTO1'UNH+1+INVOIC:D:96A:UN'BGM+380+INV-77+9'UNT+3+1'UNZ+1+XPROTO1'")
-	partner := readKeyPair(t, filepath.Join(demo, "partners", "demo-partner.pem"), filepath.Join(demo, "keys", "demo-partner.key"))
-	gw := readKeyPair(t, filepath.Join(demo, "keys", "gateway.pem"), filepath.Join(demo, "keys", "gateway.key"))
-	c := &as2client.Client{URL: srv.URL + "/as2", From: "DEMO", To: "GATEWAY", SignCert: partner.Cert, SignKey: partner.Key,
-		SignDigest: "sha256", RecipientCerts: []*x509.Certificate{gw.Cert}, Cipher: "aes128-cbc", MDN: as2client.MDNSync, SignedMDN: true}
+	c := g.as2
 	msg, err := c.Prepare(edi, "application/edifact", "invoice.edi")
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +37,7 @@ func TestSameInterchangeViaAS2AndAS4(t *testing.T) {
 	payload := filepath.Join(t.TempDir(), "invoice.edi")
 	os.WriteFile(payload, edi, 0o600)
 	var out, errb bytes.Buffer
-	code := run([]string{"send-as4", "-url", srv.URL + "/as4",
+	code := run([]string{"send-as4", "-url", g.url + "/as4",
 		"-key", filepath.Join(demo, "keys", "demo-partner.key"), "-cert", filepath.Join(demo, "partners", "demo-partner.pem"),
 		"-receipt-cert", filepath.Join(demo, "keys", "gateway.pem"), "-encrypt-cert", filepath.Join(demo, "keys", "gateway.pem"),
 		"-from", "urn:demo:partner", "-from-type", "urn:oasis:names:tc:ebcore:partyid-type:unregistered",
@@ -75,7 +50,7 @@ func TestSameInterchangeViaAS2AndAS4(t *testing.T) {
 		t.Fatalf("AS4 receipt: %s", out.String())
 	}
 
-	files, _ := inbox.Payloads(filepath.Join(dir, "inbox", "demo"))
+	files, _ := inbox.Payloads(filepath.Join(s.Config.Handler.Inbox, "demo"))
 	if len(files) != 1 {
 		t.Fatalf("inbox holds %d files, want 1", len(files))
 	}
@@ -102,34 +77,14 @@ func TestSameInterchangeViaAS2AndAS4(t *testing.T) {
 // days) under a new Message-ID: the window recorded when it was accepted
 // decides, so the AS2 resend is a duplicate and the handler does not run again.
 func TestInterchangeWindowRecordedAtAccept(t *testing.T) {
-	demo := filepath.Dir(demoConfig(t))
-	cfg, err := config.Load(demoConfig(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cfg.Store = "sqlite:" + filepath.Join(dir, "gw.db")
-	cfg.Handler.Inbox = filepath.Join(dir, "inbox")
-	cfg.Audit.File = ""
-	s, err := server.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var runs atomic.Int32
-	inner := s.Pipeline.Handler
-	s.SetHandler(exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error {
-		runs.Add(1)
-		return inner.Handle(ctx, m)
-	}))
-	srv := httptest.NewServer(s.Handler())
-	defer srv.Close()
+	g := newServedDemo(t)
+	s, demo, runs := g.s, g.demo, g.runs
 
 	edi := []byte("UNA:+.? 'UNB+UNOA:2+DEMO:14+GATEWAY:14+261130:1200+XWIN8'UNH+1+INVOIC:D:96A:UN'BGM+380+INV-78+9'UNT+3+1'UNZ+1+XWIN8'")
 	payload := filepath.Join(t.TempDir(), "invoice.edi")
 	os.WriteFile(payload, edi, 0o600)
 	var out, errb bytes.Buffer
-	code := run([]string{"send-as4", "-url", srv.URL + "/as4",
+	code := run([]string{"send-as4", "-url", g.url + "/as4",
 		"-key", filepath.Join(demo, "keys", "demo-partner.key"), "-cert", filepath.Join(demo, "partners", "demo-partner.pem"),
 		"-receipt-cert", filepath.Join(demo, "keys", "gateway.pem"), "-encrypt-cert", filepath.Join(demo, "keys", "gateway.pem"),
 		"-from", "urn:demo:partner", "-from-type", "urn:oasis:names:tc:ebcore:partyid-type:unregistered",
@@ -151,10 +106,7 @@ func TestInterchangeWindowRecordedAtAccept(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	partner := readKeyPair(t, filepath.Join(demo, "partners", "demo-partner.pem"), filepath.Join(demo, "keys", "demo-partner.key"))
-	gw := readKeyPair(t, filepath.Join(demo, "keys", "gateway.pem"), filepath.Join(demo, "keys", "gateway.key"))
-	c := &as2client.Client{URL: srv.URL + "/as2", From: "DEMO", To: "GATEWAY", SignCert: partner.Cert, SignKey: partner.Key,
-		SignDigest: "sha256", RecipientCerts: []*x509.Certificate{gw.Cert}, Cipher: "aes128-cbc", MDN: as2client.MDNSync, SignedMDN: true}
+	c := g.as2
 	msg, err := c.Prepare(edi, "application/edifact", "invoice.edi")
 	if err != nil {
 		t.Fatal(err)
