@@ -8,14 +8,6 @@ import (
 	"syscall"
 )
 
-// setProcessGroup starts the command in its own process group and makes
-// cancellation (the timeout) kill the whole group, so that children it
-// started do not outlive it.
-func setProcessGroup(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-}
-
 // superviseCommand runs cmd (path with args) under the supervisor that
 // kills its process group when the gateway dies (supervise_linux.go).
 // Should that not be possible, the command itself at least dies with the
@@ -30,12 +22,4 @@ func superviseCommand(cmd *exec.Cmd, path string, args []string, log *slog.Logge
 		return func() {}, func() {}
 	}
 	return started, done
-}
-
-// killProcessGroup kills what is left of the command's process group; the
-// group id cannot be reused while a member lives.
-func killProcessGroup(cmd *exec.Cmd) {
-	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
 }

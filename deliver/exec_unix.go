@@ -1,9 +1,8 @@
-//go:build unix && !linux
+//go:build unix
 
 package deliver
 
 import (
-	"log/slog"
 	"os/exec"
 	"syscall"
 )
@@ -22,9 +21,4 @@ func killProcessGroup(cmd *exec.Cmd) {
 	if cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
-}
-
-// superviseCommand: no supervisor on this system.
-func superviseCommand(cmd *exec.Cmd, path string, args []string, log *slog.Logger) (started, done func()) {
-	return func() {}, func() {}
 }
