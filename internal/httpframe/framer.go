@@ -171,32 +171,20 @@ func (f *framer) feed(b []byte) (pass int, ref *Refusal, err error) {
 				f.st, f.crlf = stChunkEnd, 0
 			}
 		case stChunkEnd:
-			for f.crlf < 2 {
-				if len(rest) == 0 {
-					return pass, nil, nil
-				}
-				if rest[0] != "\r\n"[f.crlf] {
-					return pass, nil, ErrFraming
-				}
-				f.crlf++
-				pass++
-				rest = rest[1:]
+			n, done, err := f.crlfOf(rest)
+			if pass += n; !done || err != nil {
+				return pass, nil, err
 			}
+			rest = rest[n:]
 			f.st = stChunkLine
 		case stTrailer:
 			// Only the empty trailer section: trailer fields are not
 			// followed (no AS2 or AS4 client sends them).
-			for f.crlf < 2 {
-				if len(rest) == 0 {
-					return pass, nil, nil
-				}
-				if rest[0] != "\r\n"[f.crlf] {
-					return pass, nil, ErrFraming
-				}
-				f.crlf++
-				pass++
-				rest = rest[1:]
+			n, done, err := f.crlfOf(rest)
+			if pass += n; !done || err != nil {
+				return pass, nil, err
 			}
+			rest = rest[n:]
 			f.st = stHead
 			f.completed++
 		}
@@ -409,3 +397,20 @@ func asciiEqualFold(b []byte, s string) bool {
 }
 
 func (r *Refusal) Error() string { return fmt.Sprintf("%d %s", r.Status, r.Reason) }
+
+// crlfOf consumes what rest holds of the CRLF that ends a chunk or the
+// trailer section (f.crlf counts the bytes of it already seen): n bytes of
+// it, done once both have come; ErrFraming for any other byte.
+func (f *framer) crlfOf(rest []byte) (n int, done bool, err error) {
+	for f.crlf < 2 {
+		if n == len(rest) {
+			return n, false, nil
+		}
+		if rest[n] != "\r\n"[f.crlf] {
+			return n, false, ErrFraming
+		}
+		f.crlf++
+		n++
+	}
+	return n, true, nil
+}
