@@ -175,7 +175,6 @@ func (f *framer) feed(b []byte) (pass int, ref *Refusal, err error) {
 			if pass += n; !done || err != nil {
 				return pass, nil, err
 			}
-			rest = rest[n:]
 			f.st = stChunkLine
 		case stTrailer:
 			// Only the empty trailer section: trailer fields are not
@@ -184,7 +183,6 @@ func (f *framer) feed(b []byte) (pass int, ref *Refusal, err error) {
 			if pass += n; !done || err != nil {
 				return pass, nil, err
 			}
-			rest = rest[n:]
 			f.st = stHead
 			f.completed++
 		}
