@@ -97,7 +97,8 @@ func Exercise(t *testing.T, open func(t *testing.T) outbound.Store) {
 //	                           the same MessageID for another partner is another message
 //	submit/idempotent          a known (Partner, IdempotencyKey) returns the first message, created false,
 //	                           without reading the payload; the key for another partner, or no key, is new
-//	submit/idempotent-concurrent  20 concurrent Submits with one key: one created, all return its ID
+//	submit/idempotent-concurrent  20 concurrent Submits with one key (their payloads read at the same
+//	                           time): one created, all return its ID
 //	submit/failed-payload      a payload reader failing midway stores nothing and leaves the key free
 //	lease/due-order            Lease hands out due messages, oldest NextAttempt first, up to limit, each
 //	                           with its own token and LeasedUntil; limit 0 hands out nothing
@@ -105,7 +106,7 @@ func Exercise(t *testing.T, open func(t *testing.T) outbound.Store) {
 //	lease/concurrent           8 concurrent leasers of 30 messages: each handed out exactly once
 //	lease/expiry               a lease that ran out is handed out again under a new token; the old token's
 //	                           Renew, Release, Posting, Retry, Awaiting, Delivered, Failed: ErrLeaseLost
-//	lease/awaiting-due         an AwaitingMDN message is handed out once its deadline passed
+//	lease/awaiting-due         an AwaitingMDN message is handed out once its deadline passed, and then held
 //	lease/tokens               a message not leased, or an empty or another message's token: ErrLeaseLost
 //	renew/keeps                Renew holds the message past its first lease
 //	renew/expired-not-taken    a lease that ran out but nobody took over may still be renewed and used
@@ -117,7 +118,8 @@ func Exercise(t *testing.T, open func(t *testing.T) outbound.Store) {
 //	final/failed               Failed: final with reason and evidence (or none)
 //	settle/awaiting            Settle of an AwaitingMDN message: delivered (or failed) with the evidence
 //	settle/leased              Settle of a leased Queued message: changed; the worker's outcome: ErrLeaseLost
-//	settle/final               Settle of a final message: unchanged, changed false (a duplicate MDN)
+//	settle/final               Settle of a delivered, failed or cancelled message: unchanged, changed false
+//	                           (a duplicate or late MDN)
 //	settle/not-found           Settle for another partner or an unknown transport id: ErrNotFound
 //	find/by-message-id         FindByMessageID finds the partner's message only
 //	list/filters               List: newest first, by Partner, States, Before, Limit; pages with Before

@@ -217,6 +217,7 @@ func (k kit) awaitingDue(t T) {
 		t.Errorf("message leased after the deadline: attempts %d, sent %q; want 1, [mic-1]", got[0].Attempts, got[0].Sent)
 	}
 	tok2 := got[0].LeaseToken
+	leaseNone(t, c, s, "while the message is leased again")
 	mustOK(t, s.Posting(c, m.ID, tok2, "mic-1"), "Posting of the second transmission (same MIC)")
 	mustOK(t, s.Retry(c, m.ID, tok2, time.Now().Add(time.Hour), "connection reset"), "Retry")
 	g := mustState(t, c, s, m.ID, outbound.Queued, 2, "connection reset", "", "after the second attempt")

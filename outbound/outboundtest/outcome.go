@@ -184,6 +184,26 @@ func (k kit) settleFinal(t T) {
 	if !after.Updated.Equal(before.Updated) {
 		t.Errorf("a duplicate Settle changed Updated from %v to %v", before.Updated, after.Updated)
 	}
+
+	// A failed or cancelled message is final too: a late positive MDN does
+	// not change it (an operator may Resend it).
+	f := queue(t, c, s, "acme")
+	mustOK(t, s.Failed(c, f.ID, leaseOnly(t, c, s, f.ID, time.Hour), "gave up", nil), "Failed")
+	x := queue(t, c, s, "acme")
+	mustOK(t, s.Cancel(c, x.ID, "operator"), "Cancel")
+	for _, m := range []struct {
+		m      outbound.Message
+		state  outbound.State
+		reason string
+	}{{f, outbound.Failed, "gave up"}, {x, outbound.Cancelled, "operator"}} {
+		got, changed, err := s.Settle(c, "acme", m.m.MessageID, true, "", testEvidence("processed"))
+		mustOK(t, err, "Settle of a final message")
+		if changed || got.State != m.state {
+			t.Errorf("Settle of a %s message: changed %v, state %q; want false, %s", m.state, changed, got.State, m.state)
+		}
+		g := mustState(t, c, s, m.m.ID, m.state, 0, "", m.reason, "after a late Settle")
+		sameEvidence(t, g.Evidence, nil, "after a late Settle")
+	}
 }
 
 func (k kit) settleNotFound(t T) {

@@ -3,6 +3,7 @@ package outboundtest
 import (
 	"bytes"
 	"errors"
+	"io"
 	mrand "math/rand/v2"
 	"strings"
 	"sync"
@@ -59,10 +60,7 @@ func (k kit) roundTrip(t T) {
 func (k kit) largePayload(t T) {
 	s, c := k.store(t), ctx(t)
 	payload := make([]byte, 5<<20)
-	r := mrand.New(mrand.NewPCG(1, 2))
-	for i := range payload {
-		payload[i] = byte(r.Uint32())
-	}
+	_, _ = mrand.NewChaCha8([32]byte{'o', 'b'}).Read(payload)
 	m := NewMessage(t, "acme")
 	got, created, err := s.Submit(c, m, &chunks{r: bytes.NewReader(payload), n: 3001})
 	mustOK(t, err, "Submit of 5 MiB")
@@ -198,6 +196,7 @@ func (k kit) idempotentConcurrent(t T) {
 		err     error
 	}
 	results := make(chan result, n)
+	g := newGate(n, 50*time.Millisecond)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range n {
@@ -207,7 +206,7 @@ func (k kit) idempotentConcurrent(t T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			got, created, err := s.Submit(c, m, strings.NewReader(strings.Repeat("x", 1000+i)))
+			got, created, err := s.Submit(c, m, g.reader(strings.Repeat("x", 1000+i)))
 			results <- result{got.ID, created, err}
 		}()
 	}
@@ -256,4 +255,44 @@ func (k kit) failedPayload(t T) {
 	if b := payloadOf(t, c, s, m.ID); !bytes.Equal(b, testPayload) {
 		t.Errorf("payload after the retried Submit: %q", b)
 	}
+}
+
+// gate holds the first read of each of n payloads until all n are being
+// read, or for at most wait, so that stores reading payloads concurrently
+// do so at the same time and a check-then-insert race shows.
+type gate struct {
+	n, started int
+	wait       time.Duration
+	mu         sync.Mutex
+	all        chan struct{}
+}
+
+func newGate(n int, wait time.Duration) *gate {
+	return &gate{n: n, wait: wait, all: make(chan struct{})}
+}
+
+func (g *gate) reader(s string) io.Reader { return &gated{g: g, r: strings.NewReader(s)} }
+
+type gated struct {
+	g      *gate
+	r      io.Reader
+	passed bool
+}
+
+func (r *gated) Read(p []byte) (int, error) {
+	if !r.passed {
+		r.passed = true
+		g := r.g
+		g.mu.Lock()
+		g.started++
+		if g.started == g.n {
+			close(g.all)
+		}
+		g.mu.Unlock()
+		select {
+		case <-g.all:
+		case <-time.After(g.wait):
+		}
+	}
+	return r.r.Read(p)
 }
