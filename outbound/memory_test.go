@@ -128,3 +128,24 @@ func TestMemorySubmitCancelled(t *testing.T) {
 type readerFunc func(p []byte) (int, error)
 
 func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// TestMemoryStatsByProtocol: a partner sending with both protocols has one
+// entry per protocol, sorted by partner then protocol.
+func TestMemoryStatsByProtocol(t *testing.T) {
+	ctx := context.Background()
+	m := outbound.NewMemory()
+	for i, p := range []outbound.Protocol{outbound.AS4, outbound.AS2, outbound.AS4} {
+		msg := testMessage(string(rune('a' + i)))
+		msg.Protocol = p
+		if _, _, err := m.Submit(ctx, msg, strings.NewReader("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := m.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 2 || st[0].Protocol != outbound.AS2 || st[0].Queued != 1 || st[1].Protocol != outbound.AS4 || st[1].Queued != 2 {
+		t.Fatalf("Stats: %+v, want acme/as2 with 1 queued, acme/as4 with 2", st)
+	}
+}
