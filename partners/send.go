@@ -356,9 +356,6 @@ func (s *AS4Send) validate(a *AS4, bad func(field, format string, a ...any)) {
 		if isPlainHTTP(s.URL) {
 			bad("as4.send.url", "the bdew profile requires TLS: an https URL")
 		}
-		if s.PMode.Agreement == "" {
-			s.PMode.Agreement = BDEWAgreement
-		}
 	}
 	pm := &s.PMode
 	for _, agreed := range a.PModes {
@@ -368,6 +365,9 @@ func (s *AS4Send) validate(a *AS4, bad func(field, format string, a ...any)) {
 			pm.ServiceType = firstSet(pm.ServiceType, agreed.ServiceType)
 			pm.Action = firstSet(pm.Action, agreed.Action)
 		}
+	}
+	if a.IsBDEW() && pm.Agreement == "" {
+		pm.Agreement = BDEWAgreement
 	}
 	if pm.ToPartyID == "" {
 		pm.ToPartyID, pm.ToPartyType = a.PartyID, firstSet(pm.ToPartyType, a.PartyType)

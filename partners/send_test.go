@@ -236,6 +236,8 @@ func TestSendValidationErrors(t *testing.T) {
 	as4 := func(send string) string { return "id: acme\n" + as4Head + "  send: " + send + "\n" }
 	for name, c := range map[string]struct{ file, want string }{
 		"no url":              {as2("{digest: sha256}"), "as2.send.url: required"},
+		"empty as2 send":      {as2(""), "as2.send.url: required"},
+		"empty as4 send":      {as4("~"), "as4.send.url: required"},
 		"relative url":        {as2("{url: /as2}"), `as2.send.url: "/as2" is not an absolute http(s) URL`},
 		"ftp url":             {as4("{url: \"ftp://acme.example/\"}"), `as4.send.url: "ftp://acme.example/" is not an absolute http(s) URL`},
 		"url without host":    {as2("{url: \"https:///as2\"}"), "as2.send.url: \"https:///as2\" is not an absolute http(s) URL"},
@@ -397,26 +399,36 @@ func TestSendBDEWFloor(t *testing.T) {
 	pki := bptest.New(t)
 	sigPEM, _ := os.ReadFile(pki.Issue("sw-sig", "/CN=9900000000002.sig", "digitalSignature").CertFile)
 	tlsPEM, _ := os.ReadFile(pki.Issue("sw-tls", "/CN=9900000000002.tls", "digitalSignature").CertFile)
+	agreement := ""
 	load := func(send string) (*Directory, string, error) {
 		dir := t.TempDir()
 		writeFile(t, dir, "sw-sig.pem", string(sigPEM))
 		writeFile(t, dir, "sw-tls.pem", string(tlsPEM))
-		writeFile(t, dir, "sw.yaml", bdewPartner("  send: "+send+"\n"))
+		writeFile(t, dir, "sw.yaml", strings.Replace(bdewPartner("  send: "+send+"\n"), "    - id: mp\n", "    - id: mp\n"+agreement, 1))
 		d, err := Load(dir)
 		return d, filepath.Join(dir, "sw.yaml"), err
 	}
-	d, _, err := load("{url: \"https://sw.example/as4\", encrypt: true}")
+	d, _, err := load("{url: \"https://sw.example/as4\", encrypt: true, pmode: {id: mp}}")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := d.Partners[0].AS4.Send
 	if !s.Encrypt || !s.Compress || !s.ReceiptRequired || s.PMode.Agreement != BDEWAgreement ||
+		s.PMode.Service != "https://www.bdew.de/as4/communication/services/MP" ||
 		s.PMode.ToPartyID != "9900000000002" || s.PMode.ToPartyType != PartyTypeGLN {
 		t.Errorf("bdew send %+v", *s)
 	}
 	if len(d.Warnings) != 0 {
 		t.Errorf("warnings %q", d.Warnings)
 	}
+	// The agreement of the P-Mode named comes before the profile's.
+	agreement = "      agreement: urn:bilateral\n"
+	if d, _, err = load("{url: \"https://sw.example/as4\", pmode: {id: mp}}"); err != nil {
+		t.Fatal(err)
+	} else if got := d.Partners[0].AS4.Send.PMode.Agreement; got != "urn:bilateral" {
+		t.Errorf("agreement %q, want the P-Mode's", got)
+	}
+	agreement = ""
 	_, file, err := load("{url: \"http://sw.example/as4\", encrypt: false, compress: false, receipt_required: false}")
 	for _, want := range []string{
 		file + ": as4.send.encrypt: the bdew profile requires it",
