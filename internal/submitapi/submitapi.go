@@ -48,6 +48,10 @@ const Prefix = "/api/v1/outbound"
 // (outbound.max_payload_bytes' default).
 const DefaultMaxPayload = int64(1 << 30)
 
+// AnswerTimeout bounds writing a submission's answer once its payload is
+// read.
+const AnswerTimeout = time.Minute
+
 // MaxIdempotencyKey bounds the Idempotency-Key header (bytes).
 const MaxIdempotencyKey = 256
 
@@ -325,9 +329,15 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("payload of %d bytes is larger than outbound.max_payload_bytes %d", r.ContentLength, a.MaxPayload), nil)
 		return
 	}
+	// A large payload takes longer than the server's WriteTimeout (the
+	// admin listener's is a minute, counted from the request's header):
+	// the answer's deadline starts when the payload has been read.
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{}) // not supported: the server's own deadline stays
 	b := &body{r: r.Body, h: sha256.New(), max: a.MaxPayload}
 	s.Payload = b
 	m, created, err := a.Submitter.Submit(r.Context(), s)
+	_ = rc.SetWriteDeadline(time.Now().Add(AnswerTimeout))
 	switch {
 	case b.tooLarge:
 		a.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("payload is larger than outbound.max_payload_bytes %d: nothing queued", a.MaxPayload), err)

@@ -348,3 +348,38 @@ func TestSubmitStreams200MiBWithBoundedHeap(t *testing.T) {
 		t.Fatalf("a 200 MiB POST allocated %d MiB: the payload is not streamed", alloc>>20)
 	}
 }
+
+// slow yields its bytes over more than the server's WriteTimeout.
+type slow struct {
+	chunks int
+	pause  time.Duration
+}
+
+func (s *slow) Read(b []byte) (int, error) {
+	if s.chunks == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(s.pause)
+	s.chunks--
+	return copy(b, "0123456789"), nil
+}
+
+func TestSubmitSlowerThanTheServersWriteTimeoutIsAnswered(t *testing.T) {
+	st := outbound.NewMemory()
+	srv := httptest.NewUnstartedServer(New(Config{Submitter: &submitter{store: st}, Store: st}))
+	srv.Config.WriteTimeout = 200 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	req, err := http.NewRequest("POST", srv.URL+Prefix+"/messages?partner=acme", &slow{chunks: 6, pause: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("a submission that took longer than WriteTimeout got no answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
