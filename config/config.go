@@ -96,6 +96,10 @@ type Config struct {
 	// Outbox tunes the queue of replies the gateway posts itself (AS2
 	// asynchronous MDNs): its leases and their heartbeat (outbox.go).
 	Outbox Outbox `mapstructure:"outbox"`
+	// Outbound configures sending to partners: the queue's workers and
+	// leases, the submission API's payload limit, the pickup directories
+	// (outbound.go).
+	Outbound Outbound `mapstructure:"outbound"`
 	// Identities are further local identities (AS2 names, ebMS parties),
 	// each with its own keys; Identity, when set, is the first.
 	Identities []Identity `mapstructure:"identities"`
@@ -545,7 +549,8 @@ func Load(path string) (*Config, error) {
 		for key, p := range map[string]*string{"tls.cert": &c.TLS.Cert, "tls.key": &c.TLS.Key, "partners": &c.Partners,
 			"handler.inbox": &c.Handler.Inbox, "audit.file": &c.Audit.File, "spool_dir": &c.SpoolDir,
 			"quarantine_dir": &c.QuarantineDir, "archive_dir": &c.ArchiveDir, "admin.token_file": &c.Admin.TokenFile,
-			"admin.tls.cert": &c.Admin.TLS.Cert, "admin.tls.key": &c.Admin.TLS.Key, "admin.tls.client_ca": &c.Admin.TLS.ClientCA} {
+			"admin.tls.cert": &c.Admin.TLS.Cert, "admin.tls.key": &c.Admin.TLS.Key, "admin.tls.client_ca": &c.Admin.TLS.ClientCA,
+			"outbound.pickup_dir": &c.Outbound.PickupDir} {
 			if fromFile(v, key) {
 				*p = resolve(base, *p)
 			}
@@ -786,6 +791,7 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("log_level: %q is not one of debug, info, warn, error", c.LogLevel))
 	}
 	errs = append(errs, c.Outbox.validate()...)
+	errs = append(errs, c.Outbound.validate()...)
 	if err := c.Peppol.validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -6,6 +6,7 @@
 //	gateway partners list [-config FILE]     partners, ids, certificates, windows
 //	gateway partners profile [-partner ID]   what a partner needs from us
 //	gateway messages [-config FILE] ...      recent messages from the audit
+//	gateway submit -partner ID -file PATH    queue a file to send through the running gateway
 //	gateway version                          print the version
 package main
 
@@ -78,6 +79,9 @@ func usage(w io.Writer) {
                                            write the month's OpenPeppol TSR and EUSR
   gateway send -file PATH [-url URL] ...   send an AS2 message and verify its MDN (-h for flags)
   gateway send-as4 -url URL ... FILE...    send an AS4 message and verify its receipt (-h for flags)
+  gateway submit -partner ID -file PATH [-wait 2m] [-config FILE | -url URL -token-file F]
+                                           queue PATH for the partner through the running gateway's
+                                           submission API; -wait until delivered (0) or failed (1)
 Every setting can be overridden by GATEWAY_* environment variables (see README).
 `)
 }
@@ -121,6 +125,8 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return sendAS2(args[1:], stdout, stderr)
 	case "send-as4":
 		return sendAS4(args[1:], stdout, stderr)
+	case "submit":
+		return submit(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "gateway", versionString())
 		return nil

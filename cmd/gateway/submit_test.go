@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edigateway/gateway/internal/submitapi"
+	"github.com/edigateway/gateway/outbound"
+)
+
+// fakeQueue is outbound.Queue's stand-in behind the submission API: it
+// knows partner "acme" (AS2).
+type fakeQueue struct{ store outbound.Store }
+
+func (q fakeQueue) Submit(ctx context.Context, s outbound.Submission) (outbound.Message, bool, error) {
+	if s.Partner != "acme" {
+		return outbound.Message{}, false, outbound.ErrNotFound
+	}
+	id := outbound.NewID(time.Now())
+	return q.store.Submit(ctx, outbound.Message{ID: id, MessageID: "<" + id + "@test>", Partner: s.Partner, Protocol: outbound.AS2,
+		IdempotencyKey: s.IdempotencyKey, Source: s.Source, Filename: s.Filename, ContentType: s.ContentType}, s.Payload)
+}
+
+const submitTestToken = "submit-test-token-0123456789"
+
+// submitAPI serves the submission API behind a bearer token check, as the
+// admin listener does.
+func submitAPI(t *testing.T) (*httptest.Server, *outbound.Memory) {
+	t.Helper()
+	st := outbound.NewMemory()
+	h := submitapi.New(submitapi.Config{Submitter: fakeQueue{st}, Store: st,
+		Errors: []submitapi.ErrorStatus{{Err: outbound.ErrNotFound, Status: http.StatusNotFound}}})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+submitTestToken {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, st
+}
+
+func submitFiles(t *testing.T) (payload, tokenFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	payload = filepath.Join(dir, "invoice.edi")
+	if err := os.WriteFile(payload, []byte("ISA*00*invoice~"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile = filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(submitTestToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return payload, tokenFile
+}
+
+func runSubmit(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := run(append([]string{"submit"}, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestSubmitCommandQueuesAFileOnce(t *testing.T) {
+	srv, st := submitAPI(t)
+	payload, tokenFile := submitFiles(t)
+	code, out, errOut := runSubmit("-url", srv.URL, "-token-file", tokenFile, "-partner", "acme", "-file", payload, "-content-type", "application/edi-x12")
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	ms, _ := st.List(context.Background(), outbound.Filter{})
+	if len(ms) != 1 {
+		t.Fatalf("%d messages", len(ms))
+	}
+	m := ms[0]
+	for _, want := range []string{"id:         " + m.ID, "message id: " + m.MessageID, "status:     " + srv.URL + submitapi.StatusURL(m.ID)} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if m.Filename != "invoice.edi" || m.ContentType != "application/edi-x12" || m.Source != "http" || !strings.HasPrefix(m.IdempotencyKey, "file-") {
+		t.Fatalf("queued %+v", m)
+	}
+	// Twice: queued once.
+	code, out, _ = runSubmit("-url", srv.URL, "-token-file", tokenFile, "-partner", "acme", "-file", payload)
+	if ms, _ := st.List(context.Background(), outbound.Filter{}); code != 0 || len(ms) != 1 || !strings.Contains(out, "already queued") || !strings.Contains(out, m.ID) {
+		t.Fatalf("second run: exit %d, %d messages:\n%s", code, len(ms), out)
+	}
+	// Another key: another message.
+	if code, _, _ = runSubmit("-url", srv.URL, "-token-file", tokenFile, "-partner", "acme", "-file", payload, "-idempotency-key", "other"); code != 0 {
+		t.Fatal("exit", code)
+	}
+	if ms, _ := st.List(context.Background(), outbound.Filter{}); len(ms) != 2 {
+		t.Fatalf("%d messages, want 2", len(ms))
+	}
+	// Refusals end with status 1 and the API's words; usage mistakes 2.
+	if code, _, errOut = runSubmit("-url", srv.URL, "-token-file", tokenFile, "-partner", "nobody", "-file", payload); code != 1 || !strings.Contains(errOut, "404") || !strings.Contains(errOut, "incident GW-") {
+		t.Fatalf("unknown partner: exit %d %s", code, errOut)
+	}
+	if code, _, errOut = runSubmit("-url", srv.URL, "-partner", "acme", "-file", payload); code != 1 || !strings.Contains(errOut, "401") {
+		t.Fatalf("without the token: exit %d %s", code, errOut)
+	}
+	if code, _, _ = runSubmit("-url", srv.URL, "-file", payload); code != 2 {
+		t.Fatalf("without -partner: exit %d", code)
+	}
+}
+
+func TestSubmitCommandWaitsForTheOutcome(t *testing.T) {
+	srv, st := submitAPI(t)
+	payload, tokenFile := submitFiles(t)
+	// The sender's stand-in: ends every message it leases, delivered for
+	// key "good", failed otherwise.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			ms, _ := st.Lease(ctx, 10, time.Minute)
+			for _, m := range ms {
+				if m.IdempotencyKey == "good" {
+					_ = st.Delivered(ctx, m.ID, m.LeaseToken, &outbound.Evidence{Kind: "mdn", Disposition: "processed", Signer: "CN=acme"})
+				} else {
+					_ = st.Failed(ctx, m.ID, m.LeaseToken, "decryption-failed", nil)
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	common := []string{"-url", srv.URL, "-token-file", tokenFile, "-partner", "acme", "-file", payload, "-wait", "10s", "-poll", "20ms"}
+	code, out, errOut := runSubmit(append(common, "-idempotency-key", "good")...)
+	if code != 0 || !strings.Contains(out, "delivered") || !strings.Contains(out, "signed by CN=acme") {
+		t.Fatalf("delivered: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runSubmit(append(common, "-idempotency-key", "bad")...)
+	if code != 1 || !strings.Contains(errOut, "failed: decryption-failed") {
+		t.Fatalf("failed: exit %d\n%s%s", code, out, errOut)
+	}
+	cancel()
+	// Never final within -wait: status 1, the message stays queued.
+	code, _, errOut = runSubmit("-url", srv.URL, "-token-file", tokenFile, "-partner", "acme", "-file", payload,
+		"-idempotency-key", "slow", "-wait", "100ms", "-poll", "20ms")
+	if code != 1 || !strings.Contains(errOut, "still queued after 100ms") {
+		t.Fatalf("timeout: exit %d %s", code, errOut)
+	}
+}
+
+func TestSubmitCommandReadsTheAdminAddressFromTheConfig(t *testing.T) {
+	srv, st := submitAPI(t)
+	payload, _ := submitFiles(t)
+	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	if err := os.WriteFile(cfg, []byte("listen: \":9999\"\nstore: \"memory:\"\nadmin:\n  listen: \""+addr+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GATEWAY_ADMIN_TOKEN", submitTestToken)
+	code, out, errOut := runSubmit("-config", cfg, "-partner", "acme", "-file", payload)
+	if ms, _ := st.List(context.Background(), outbound.Filter{}); code != 0 || len(ms) != 1 {
+		t.Fatalf("exit %d, %d messages\n%s%s", code, len(ms), out, errOut)
+	}
+	if got := dialable("0.0.0.0:8079"); got != "127.0.0.1:8079" {
+		t.Fatalf("dialable: %s", got)
+	}
+	if got := dialable(":8079"); got != "127.0.0.1:8079" {
+		t.Fatalf("dialable: %s", got)
+	}
+}
