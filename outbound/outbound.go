@@ -73,7 +73,7 @@ var (
 	ErrLeaseLost = errors.New("outbound: lease lost")
 	// ErrFinal: the operation needs a message that is not final (Cancel) or
 	// one that is (Resend).
-	ErrFinal = errors.New("outbound: message is in a final state")
+	ErrFinal    = errors.New("outbound: message is in a final state")
 	ErrNotFinal = errors.New("outbound: message is not in a final state")
 )
 
