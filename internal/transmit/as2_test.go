@@ -33,6 +33,11 @@ func identity(t testing.TB) func() transmit.Identity {
 // as2To returns a Transmitter sending to url as our gateway fixture
 // expects (AS2-To GATEWAY, its certificate), with s tuned by tune.
 func as2To(t testing.TB, url string, tune func(s *transmit.AS2Settings)) *transmit.AS2 {
+	return as2ToIn(t, url, t.TempDir(), tune)
+}
+
+// as2ToIn is as2To building its messages in spool.
+func as2ToIn(t testing.TB, url, spool string, tune func(s *transmit.AS2Settings)) *transmit.AS2 {
 	gw := theirs(t)
 	return transmit.NewAS2(identity(t), func(partner string) (*transmit.AS2Settings, error) {
 		if partner != "gw" {
@@ -43,7 +48,7 @@ func as2To(t testing.TB, url string, tune func(s *transmit.AS2Settings)) *transm
 			tune(s)
 		}
 		return s, nil
-	}, t.TempDir())
+	}, spool)
 }
 
 func as2Message(t testing.TB) *outbound.Message {

@@ -20,6 +20,11 @@ const unregistered = "urn:oasis:names:tc:ebcore:partyid-type:unregistered"
 // partner demo (its P-Mode demo-invoice), encrypted for the gateway and
 // requiring its signed receipt, with s tuned by tune.
 func as4To(t testing.TB, url string, tune func(s *transmit.AS4Settings)) *transmit.AS4 {
+	return as4ToIn(t, url, t.TempDir(), tune)
+}
+
+// as4ToIn is as4To building its messages in spool.
+func as4ToIn(t testing.TB, url, spool string, tune func(s *transmit.AS4Settings)) *transmit.AS4 {
 	gw := theirs(t)
 	return transmit.NewAS4(identity(t), func(partner string) (*transmit.AS4Settings, error) {
 		if partner != "gw" {
@@ -32,7 +37,7 @@ func as4To(t testing.TB, url string, tune func(s *transmit.AS4Settings)) *transm
 			tune(s)
 		}
 		return s, nil
-	}, t.TempDir())
+	}, spool)
 }
 
 func as4Message(t testing.TB) *outbound.Message {
