@@ -205,9 +205,15 @@ func judgeAS4(c *client.Client, s *AS4Settings, sent []string, out *client.Outgo
 		}
 		ev.Disposition = strings.Join(codes, " ")
 		a.Evidence = ev
-		if failure {
+		switch {
+		case resp.Status >= 500:
+			// A SOAP Receiver fault with HTTP 5xx: the partner could not
+			// process the message now and asks for a retransmission (our
+			// endpoint answers a failed handler so).
+			a.Outcome, a.Reason = outbound.Retry, "not delivered: the partner could not process the message now (HTTP "+fmt.Sprint(resp.Status)+"): "+snippet([]byte(se.Error()))
+		case failure:
 			a.Outcome, a.Reason = outbound.Refuse, snippet([]byte(se.Error()))
-		} else {
+		default:
 			a.Outcome, a.Reason = outbound.Retry, "not delivered: the partner answered with warnings and no receipt: "+snippet([]byte(se.Error()))
 		}
 	case errors.Is(err, client.ErrNotCovered) && resp.Receipt != nil:

@@ -163,3 +163,23 @@ func TestAS4StatusAnswers(t *testing.T) {
 		t.Fatalf("closed port: %+v", a)
 	}
 }
+
+// The gateway's handler fails: its signed EBMS:0004 comes with HTTP 500
+// and a SOAP Receiver fault, asking for a retransmission: retried, not
+// refused; the next attempt is delivered.
+func TestAS4ReceiverFaultRetried(t *testing.T) {
+	gw := serveGateway(t, gatewayOptions{})
+	gw.failNext(1)
+	tr := as4To(t, gw.URL+"/as4", nil)
+	m := as4Message(t)
+	a := attempt(t, tr, m, []byte(edi))
+	if a.Outcome != outbound.Retry || a.Status != 500 || !contains(a.Reason, "EBMS:0004") {
+		t.Fatalf("attempt %+v", a)
+	}
+	if a = attempt(t, tr, m, []byte(edi)); a.Outcome != outbound.Deliver {
+		t.Fatalf("second attempt %+v", a)
+	}
+	if got := gw.received(); len(got) != 1 {
+		t.Fatalf("handler received %+v", got)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -59,6 +60,15 @@ type served struct {
 	URL string
 	mu  sync.Mutex
 	got []receivedPayload
+	// fail makes the handler fail this many more times.
+	fail int
+}
+
+// failNext makes the handler fail the next n messages.
+func (s *served) failNext(n int) {
+	s.mu.Lock()
+	s.fail = n
+	s.mu.Unlock()
 }
 
 type receivedPayload struct {
@@ -115,6 +125,13 @@ func serveGateway(t testing.TB, o gatewayOptions) *served {
 	t.Cleanup(func() { srv.Close() })
 	s := &served{}
 	srv.SetHandler(exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error {
+		s.mu.Lock()
+		fail := s.fail > 0
+		s.fail--
+		s.mu.Unlock()
+		if fail {
+			return errors.New("the business system is down")
+		}
 		rc, err := m.Payloads[0].Open()
 		if err != nil {
 			return err
