@@ -131,7 +131,8 @@ func TestAS4ErrorSignalRefused(t *testing.T) {
 
 // HTTP answers that are no signal: 5xx retried with Retry-After, other
 // 4xx refused, a 2xx without a receipt retried unless no receipt is
-// required.
+// required; a closed port and a partner that does not answer within the
+// timeout are retried.
 func TestAS4StatusAnswers(t *testing.T) {
 	for _, c := range []struct {
 		status   int
@@ -161,6 +162,17 @@ func TestAS4StatusAnswers(t *testing.T) {
 	tr := as4To(t, "http://127.0.0.1:1/as4", nil)
 	if a := attempt(t, tr, as4Message(t), []byte(edi)); a.Outcome != outbound.Retry || !contains(a.Reason, "refused") {
 		t.Fatalf("closed port: %+v", a)
+	}
+	release := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		<-release
+	}))
+	defer hang.Close()
+	defer close(release)
+	tr = as4To(t, hang.URL, func(s *transmit.AS4Settings) { s.Timeout = 300 * time.Millisecond })
+	if a := attempt(t, tr, as4Message(t), []byte(edi)); a.Outcome != outbound.Retry || !contains(a.Reason, "timeout") {
+		t.Fatalf("hanging partner: %+v", a)
 	}
 }
 
