@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/edigateway/gateway/internal/cms"
@@ -318,7 +319,7 @@ func (c *Client) Send(ctx context.Context, m *Message) (*Result, error) {
 	defer resp.Body.Close()
 	rb, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	res.Elapsed = time.Since(start)
-	res.BytesSent = body.sent
+	res.BytesSent = body.sent.Load()
 	res.Status = resp.StatusCode
 	if err != nil {
 		return res, fmt.Errorf("as2client: read response to %s: %w", m.ID, err)
@@ -435,18 +436,21 @@ func QuoteName(n string) string {
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(n) + `"`
 }
 
+// progressReader counts the body bytes read. The transport reads the body
+// in its own goroutine, which may still be at it when Do returns (a partner
+// that answers before reading the whole body): sent is atomic.
 type progressReader struct {
 	r     io.Reader
-	sent  int64
+	sent  atomic.Int64
 	total int64
 	fn    func(sent, total int64)
 }
 
 func (p *progressReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
-	p.sent += int64(n)
+	sent := p.sent.Add(int64(n))
 	if p.fn != nil && (n > 0 || err == io.EOF) {
-		p.fn(p.sent, p.total)
+		p.fn(sent, p.total)
 	}
 	return n, err
 }
