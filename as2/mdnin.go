@@ -1,7 +1,6 @@
 package as2
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -200,18 +199,25 @@ func looksLikeMDN(h http.Header, peek []byte) bool {
 	return false
 }
 
-// peekedBody is a request body of which the first bytes were peeked.
+// peekedBody is a request body of which the first bytes were read: they
+// come first, then the rest straight from the body (or the error that cut
+// the peek short).
 type peekedBody struct {
-	*bufio.Reader
+	io.Reader
 	io.Closer
 }
 
+// errReader returns err on every read.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
 // isAsyncMDN decides whether the request is an asynchronous MDN: from its
 // headers, and for multipart/signed from its first mdnPeekBytes (the body
-// is replaced by one that still yields them; reads of more than what is
-// buffered go straight to the body, so a large signed message costs one
-// 8 KiB buffer). A signed MDN over the MDN limit is still recognised, and
-// refused with 413, not handed to the pipeline as a message.
+// is replaced by one that yields them again, then reads the rest straight
+// from the body: a signed message costs one 8 KiB read). A signed MDN over
+// the MDN limit is still recognised, and refused with 413, not handed to
+// the pipeline as a message.
 func (rc *as2Receipt) isAsyncMDN() bool {
 	r := rc.r
 	kind, _ := mdnKindOf(r.Header)
@@ -221,11 +227,23 @@ func (rc *as2Receipt) isAsyncMDN() bool {
 	case notAnMDN:
 		return false
 	}
-	br := bufio.NewReaderSize(r.Body, mdnPeekBytes)
-	// A short body, or an error, leaves less: the error comes again to
-	// whoever reads the body next, and is answered there.
-	peek, _ := br.Peek(mdnPeekBytes)
-	r.Body = peekedBody{br, r.Body}
+	peek := make([]byte, mdnPeekBytes)
+	n := 0
+	var err error
+	for n < len(peek) && err == nil {
+		var m int
+		m, err = r.Body.Read(peek[n:])
+		n += m
+	}
+	peek = peek[:n]
+	var rest io.Reader = r.Body
+	if err != nil {
+		// The body's end, or what cut it short (a body shorter than its
+		// Content-Length, too slow, too large): whoever reads the body
+		// next gets it as the body gave it, and answers it.
+		rest = errReader{err}
+	}
+	r.Body = peekedBody{io.MultiReader(bytes.NewReader(peek), rest), r.Body}
 	return looksLikeMDN(r.Header, peek)
 }
 
@@ -277,7 +295,7 @@ func (rc *as2Receipt) receiveMDN() {
 		m.answer(MDNVerdict{Status: http.StatusBadRequest, Reason: "the body is not a readable MDN"}, err)
 		return
 	}
-	if id := dedup.NormalizeMessageID(p.Report.OriginalMessageID); id != "" {
+	if id := dedup.NormalizeMessageID(clean(p.Report.OriginalMessageID)); id != "" && len(id) <= maxMessageIDLength {
 		m.original = id
 	}
 	m.disposition = dispositionText(p.Report.Disposition)

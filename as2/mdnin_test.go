@@ -1,14 +1,18 @@
 package as2
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/audit"
@@ -409,5 +413,99 @@ func TestLooksLikeMDN(t *testing.T) {
 		if got := looksLikeMDN(tc.h, tc.peek); got != tc.want {
 			t.Errorf("%s: looksLikeMDN = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestSignedBodyCutAfterPeek: a signed-only message (whose first bytes the
+// MDN detection reads) cut before its Content-Length still gets the answer
+// of a body that could not be read (400), whether the cut falls within the
+// peek or after it, streamed or in memory; the handler never runs.
+func TestSignedBodyCutAfterPeek(t *testing.T) {
+	for _, threshold := range []int64{1, -1} {
+		e := newEnv(t, envOptions{streamThreshold: threshold, mdnIn: &fakeMDNs{verdict: MDNVerdict{Status: http.StatusOK}}})
+		c := e.client()
+		// No MDN asked for: only then is a signed message peeked at.
+		c.Cipher, c.MDN = "", as2client.MDNNone
+		for _, size := range []int{4000, 400000} {
+			m := prepare(t, c, strings.Repeat("ISA*00*PO-LINE*0001~\n", size/21))
+			conn, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var head strings.Builder
+			fmt.Fprintf(&head, "POST /as2 HTTP/1.1\r\nHost: gw\r\nContent-Length: %d\r\n", len(m.Body))
+			for k, vs := range m.Header {
+				for _, v := range vs {
+					fmt.Fprintf(&head, "%s: %s\r\n", k, v)
+				}
+			}
+			head.WriteString("\r\n")
+			if _, err := conn.Write(append([]byte(head.String()), m.Body[:len(m.Body)/2]...)); err != nil {
+				t.Fatal(err)
+			}
+			conn.(*net.TCPConn).CloseWrite()
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			conn.Close()
+			if err != nil {
+				t.Fatalf("no answer to a cut body: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("threshold %d, %d bytes cut in half: HTTP %d, want 400", threshold, len(m.Body), resp.StatusCode)
+			}
+			if n := e.handler.count(m.ID); n != 0 {
+				t.Fatalf("handler ran %d times for a cut body", n)
+			}
+			if r, err := c.Send(context.Background(), m); err != nil || !r.OK() {
+				t.Fatalf("the whole message: %v %+v", err, r)
+			}
+		}
+	}
+}
+
+// onceErrBody yields data, then err once, then io.EOF: a body whose reader
+// does not repeat the error that cut it (net/http's own may not).
+type onceErrBody struct {
+	data []byte
+	err  error
+	sent bool
+}
+
+func (b *onceErrBody) Read(p []byte) (int, error) {
+	if len(b.data) > 0 {
+		n := copy(p, b.data)
+		b.data = b.data[n:]
+		return n, nil
+	}
+	if !b.sent {
+		b.sent = true
+		return 0, b.err
+	}
+	return 0, io.EOF
+}
+
+func (b *onceErrBody) Close() error { return nil }
+
+// TestPeekKeepsTheBodysError: the error that cuts a signed message short
+// within the MDN detection's peek is what the spooling sees next, even
+// from a body that would answer io.EOF afterwards: the message is refused
+// as unreadable, not taken for a complete one.
+func TestPeekKeepsTheBodysError(t *testing.T) {
+	e := newEnv(t, envOptions{mdnIn: &fakeMDNs{verdict: MDNVerdict{Status: http.StatusOK}}})
+	c := e.client()
+	c.Cipher, c.MDN = "", as2client.MDNNone
+	m := prepare(t, c, strings.Repeat("ISA*00*PO-LINE*0001~\n", 200))
+	req := httptest.NewRequest(http.MethodPost, "/as2", nil)
+	req.Header = m.Header.Clone()
+	req.ContentLength = int64(len(m.Body))
+	req.Body = &onceErrBody{data: bytes.Clone(m.Body[:len(m.Body)/2]), err: io.ErrUnexpectedEOF}
+	rec := httptest.NewRecorder()
+	e.ep.ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "could not be read") {
+		t.Fatalf("HTTP %d: %s", rec.Code, rec.Body.String())
+	}
+	if n := e.handler.count(m.ID); n != 0 {
+		t.Fatalf("handler ran %d times for a cut body", n)
 	}
 }
