@@ -11,6 +11,10 @@
 // §7.5.3 names for it, and nothing reaches the handler. Requests that are
 // not AS2 messages at all (no AS2-From, AS2-To or Message-ID) get HTTP 400;
 // bodies over the limit get HTTP 413.
+//
+// Asynchronous MDNs partners post for messages the gateway sent come to the
+// same URL; they are told from messages by their headers and first bytes
+// (mdnin.go) and go to Config.MDNs, never to the pipeline.
 package as2
 
 import (
@@ -104,6 +108,13 @@ type Config struct {
 	// Trust checks the signers of trust: ca partners (chain, name,
 	// revocation, with its cache); nil means a checker with defaults.
 	Trust *trust.Checker
+	// MDNs receives the asynchronous MDNs partners post for messages we
+	// sent (see MDNReceiver); nil: they are refused with HTTP 400.
+	MDNs MDNReceiver
+	// MaxMDNBytes limits an asynchronous MDN's body (default
+	// DefaultMaxMDNBytes, and never above the body limit); larger ones get
+	// HTTP 413.
+	MaxMDNBytes int64
 }
 
 // Endpoint is the AS2 receive endpoint; it implements http.Handler.
@@ -231,6 +242,10 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if rc.partner == nil {
 		rc.refuseUnknownPartner()
+		return
+	}
+	if rc.isAsyncMDN() {
+		rc.receiveMDN()
 		return
 	}
 	defer rc.removeSpooledBody()

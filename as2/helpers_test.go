@@ -228,6 +228,10 @@ type envOptions struct {
 	streamThreshold int64
 	// lease is the store's and the pipeline's lease (default a minute).
 	lease time.Duration
+	// mdnIn receives asynchronous MDNs for messages we sent (Config.MDNs);
+	// maxMDN is Config.MaxMDNBytes.
+	mdnIn  MDNReceiver
+	maxMDN int64
 }
 
 type syncBuffer struct {
@@ -329,7 +333,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 		ourID = "GATEWAY"
 	}
 	ep, err := NewEndpoint(Config{Partners: dir, OurID: ourID, Keys: ourKeys, Pipeline: pl, Outbox: ob,
-		Notify: disp.Notify, SpoolDir: root, MaxBodyBytes: o.maxBody, Log: log, Now: o.now, StreamThreshold: streamThreshold(o)})
+		Notify: disp.Notify, SpoolDir: root, MaxBodyBytes: o.maxBody, Log: log, Now: o.now, StreamThreshold: streamThreshold(o),
+		MDNs: o.mdnIn, MaxMDNBytes: o.maxMDN})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,11 @@ const (
 	// or discard of a quarantined payload, an outbox retry); Actor names
 	// who.
 	StepOperator Step = "operator"
+	// StepMDN is an asynchronous MDN a partner posted for a message the
+	// gateway sent: MessageID is its Original-Message-ID, Key the MDN's own
+	// transport key, Disposition the MDN's disposition, Decision accepted,
+	// rejected or unavailable (the HTTP status the partner got).
+	StepMDN Step = "mdn"
 )
 
 // Record is one audited step of one exchange.
