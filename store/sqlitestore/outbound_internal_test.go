@@ -1,0 +1,102 @@
+package sqlitestore
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/store/internal/outboundcheck"
+)
+
+func openOutbound(t testing.TB) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "gw.db"), dedup.Options{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func chunkCount(s *Store) func(t testing.TB) int {
+	return func(t testing.TB) int {
+		var n int
+		if err := s.db.QueryRow(`SELECT count(*) FROM outbound_chunks`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+}
+
+func TestOutboundIdempotentSubmit(t *testing.T) {
+	t.Parallel()
+	s := openOutbound(t)
+	outboundcheck.IdempotentSubmit(t, s.Outbound(), outboundcheck.Hooks{Chunks: chunkCount(s)})
+}
+
+func TestOutboundLargePayload(t *testing.T) {
+	s := openOutbound(t)
+	outboundcheck.LargePayload(t, s.Outbound())
+}
+
+func TestOutboundFailedSubmit(t *testing.T) {
+	t.Parallel()
+	s := openOutbound(t)
+	outboundcheck.FailedSubmit(t, s.Outbound(), outboundcheck.Hooks{Chunks: chunkCount(s)})
+}
+
+func TestOutboundLeaseFencing(t *testing.T) {
+	t.Parallel()
+	s := openOutbound(t)
+	outboundcheck.LeaseFencing(t, s.Outbound())
+}
+
+// bulkWaitingSQL inserts ?1 messages of partner bulk due in a day.
+const bulkWaitingSQL = `WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < ?1)
+INSERT INTO outbound_messages (id, partner, protocol, message_id, payload, size, sha256, state, next_attempt,
+	created, updated)
+SELECT printf('w%08d', i), 'bulk', 'as2', printf('<w%08d@gw.test>', i), printf('w%08d', i), 0, '', 'queued',
+	` + nowMS + ` + 86400000, ` + nowMS + `, ` + nowMS + ` FROM g`
+
+func TestOutboundBacklogLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("inserts 100,000 messages")
+	}
+	outboundcheck.BacklogLease(t, func(t testing.TB) outboundcheck.Backlog {
+		s := openOutbound(t)
+		return outboundcheck.Backlog{
+			Store: s.Outbound(),
+			Wait: func(t testing.TB, n int) {
+				if _, err := s.db.Exec(bulkWaitingSQL, n); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.db.Exec(`ANALYZE outbound_messages`); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Plan: func(t testing.TB) string {
+				rows, err := s.db.Query(`EXPLAIN QUERY PLAN `+obDueSQL, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer rows.Close()
+				var b strings.Builder
+				for rows.Next() {
+					var id, parent, notused int
+					var detail string
+					if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+						t.Fatal(err)
+					}
+					b.WriteString(detail + "\n")
+				}
+				return b.String()
+			},
+			PlanOK: func(plan string) bool {
+				return strings.Contains(plan, "SEARCH outbound_messages USING INDEX outbound_messages_due") &&
+					!strings.Contains(plan, "TEMP B-TREE")
+			},
+		}
+	})
+}
