@@ -51,9 +51,10 @@ WHERE partner = ?1 AND idempotency_key = ?2 AND idempotency_key <> ''`
 	obChunkSQL = `INSERT INTO outbound_chunks (payload, seq, data, written)
 SELECT ?1, ?2, ?3, ` + nowMS + ` WHERE EXISTS (SELECT 1 FROM outbound_uploads WHERE payload = ?1)`
 	obUploadDoneSQL = `DELETE FROM outbound_uploads WHERE payload = ?1`
-	obDropChunksSQL = `DELETE FROM outbound_chunks WHERE payload = ?1`
-	obReadChunkSQL  = `SELECT data FROM outbound_chunks WHERE payload = ?1 AND seq = ?2`
-	obPayloadSQL    = `SELECT payload, size FROM outbound_messages WHERE id = ?1`
+	obDropChunksSQL = `DELETE FROM outbound_chunks
+WHERE payload = ?1 AND NOT EXISTS (SELECT 1 FROM outbound_messages WHERE payload = ?1)`
+	obReadChunkSQL = `SELECT data FROM outbound_chunks WHERE payload = ?1 AND seq = ?2`
+	obPayloadSQL   = `SELECT payload, size FROM outbound_messages WHERE id = ?1`
 
 	// The message's row: ON CONFLICT DO NOTHING covers every unique index,
 	// so of concurrent submissions of one idempotency key one inserts and
@@ -218,30 +219,36 @@ func (o *Outbound) commitMessage(ctx context.Context, m outbound.Message, pid st
 func (o *Outbound) dropPayload(ctx context.Context, pid string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := o.dropUploads(ctx, []string{pid}); err != nil {
+	if _, err := o.dropUpload(ctx, pid, false); err != nil {
 		slog.Warn("outbound: removing the chunks of a payload not queued", "payload", pid, "err", err)
 	}
 }
 
-func (o *Outbound) dropUploads(ctx context.Context, pids []string) error {
-	for _, pid := range pids {
-		tx, err := o.db.BeginTx(ctx, nil)
-		if err != nil {
-			return wrap("outbound drop payload", err)
-		}
-		_, err = tx.ExecContext(ctx, obDropChunksSQL, pid)
-		if err == nil {
-			_, err = tx.ExecContext(ctx, obUploadDoneSQL, pid)
-		}
-		if err == nil {
-			err = tx.Commit()
-		}
-		tx.Rollback()
-		if err != nil {
-			return wrap("outbound drop payload", err)
-		}
+// dropUpload ends upload pid and removes its chunks, unless a message was
+// committed with them. A purge (orphan) removes the chunks only when it
+// is the one that ended the upload: a Submit committing the message at the
+// same time ends it in the message's transaction, and exactly one of the
+// two does.
+func (o *Outbound) dropUpload(ctx context.Context, pid string, orphan bool) (bool, error) {
+	tx, err := o.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
+	if err != nil {
+		return false, wrap("outbound drop payload", err)
 	}
-	return nil
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, obUploadDoneSQL, pid)
+	if err != nil {
+		return false, wrap("outbound drop payload", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || (orphan && n != 1) {
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, obDropChunksSQL, pid); err != nil {
+		return false, wrap("outbound drop payload", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return false, wrap("outbound drop payload", err)
+	}
+	return true, nil
 }
 
 // PurgeOrphanPayloads removes the chunks of payloads whose submission
@@ -270,10 +277,15 @@ func (o *Outbound) PurgeOrphanPayloads(ctx context.Context, olderThan time.Durat
 		if len(pids) == 0 {
 			return total, nil
 		}
-		if err := o.dropUploads(ctx, pids); err != nil {
-			return total, err
+		for _, pid := range pids {
+			dropped, err := o.dropUpload(ctx, pid, true)
+			if err != nil {
+				return total, err
+			}
+			if dropped {
+				total++
+			}
 		}
-		total += len(pids)
 	}
 }
 

@@ -2,9 +2,11 @@ package sqlitestore
 
 import (
 	"context"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/store/internal/outboundcheck"
@@ -99,4 +101,45 @@ func TestOutboundBacklogLease(t *testing.T) {
 			},
 		}
 	})
+}
+
+// TestOutboundPurgeOrphans: the chunks of an upload left by a crash are
+// removed once nothing was written to it for the age given; an upload still
+// being written and the payloads of messages stay.
+func TestOutboundPurgeOrphans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openOutbound(t)
+	m, _, err := s.Outbound().Submit(ctx, outboundcheck.Message("acme", ""), strings.NewReader("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO outbound_uploads VALUES ('crashed', ` + nowMS + ` - 7200000)`,
+		`INSERT INTO outbound_chunks VALUES ('crashed', 0, x'00', ` + nowMS + ` - 7200000)`,
+		`INSERT INTO outbound_chunks VALUES ('crashed', 1, x'00', ` + nowMS + ` - 7100000)`,
+		// started long ago, still writing
+		`INSERT INTO outbound_uploads VALUES ('slow', ` + nowMS + ` - 7200000)`,
+		`INSERT INTO outbound_chunks VALUES ('slow', 0, x'00', ` + nowMS + ` - 7200000)`,
+		`INSERT INTO outbound_chunks VALUES ('slow', 1, x'00', ` + nowMS + ` - 1000)`,
+	} {
+		if _, err := s.db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	n, err := s.OutboundQueue().PurgeOrphanPayloads(ctx, time.Hour)
+	if err != nil || n != 1 {
+		t.Fatalf("PurgeOrphanPayloads = %d, %v; want 1", n, err)
+	}
+	if got := chunkCount(s)(t); got != 3 {
+		t.Fatalf("%d chunks left, want 3 (the message's and the slow upload's)", got)
+	}
+	rc, err := s.Outbound().OpenPayload(ctx, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if b, err := io.ReadAll(rc); err != nil || string(b) != "kept" {
+		t.Fatalf("payload after the purge: %q, %v", b, err)
+	}
 }
