@@ -83,6 +83,15 @@ FROM generate_series(1, $1::int) AS i`, n)
 				}
 				return plan
 			},
+			Due: func(t testing.TB) {
+				var id string
+				err := s.Pool().QueryRow(ctx, `SELECT id FROM `+table+`
+WHERE state IN ('queued', 'awaiting-mdn') AND next_attempt <= now() AND (leased_until IS NULL OR leased_until <= now())
+ORDER BY next_attempt, id LIMIT 1`).Scan(&id)
+				if err != nil {
+					t.Fatal(err)
+				}
+			},
 			PlanOK: func(plan string) bool {
 				return strings.Contains(plan, "Index Scan using outbound_messages_due") && !strings.Contains(plan, "Seq Scan") &&
 					!strings.Contains(plan, "Sort")

@@ -79,7 +79,7 @@ func TestOutboundBacklogLease(t *testing.T) {
 				}
 			},
 			Plan: func(t testing.TB) string {
-				rows, err := s.db.Query(`EXPLAIN QUERY PLAN `+obDueSQL, 1)
+				rows, err := s.db.Query(`EXPLAIN QUERY PLAN `+obLeaseSQL, 1, 1000, "token")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -95,9 +95,15 @@ func TestOutboundBacklogLease(t *testing.T) {
 				}
 				return b.String()
 			},
+			Due: func(t testing.TB) {
+				var id string
+				if err := s.db.QueryRow(obDueSQL, 1).Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+			},
 			PlanOK: func(plan string) bool {
 				return strings.Contains(plan, "SEARCH outbound_messages USING INDEX outbound_messages_due") &&
-					!strings.Contains(plan, "TEMP B-TREE")
+					!strings.Contains(plan, "SCAN") && !strings.Contains(plan, "TEMP B-TREE")
 			},
 		}
 	})
