@@ -66,11 +66,13 @@ func (s *Store) Outbound() outbound.Store { return s.outbound }
 // OutboundQueue returns the outbound queue with its maintenance methods.
 func (s *Store) OutboundQueue() *Outbound { return s.outbound }
 
-// Submit implements outbound.Store. A zero m.Created is replaced by the
-// database clock.
+// Submit implements outbound.Store.
 func (o *Outbound) Submit(ctx context.Context, m outbound.Message, payload io.Reader) (outbound.Message, bool, error) {
-	if m.ID == "" || m.Partner == "" || m.MessageID == "" {
-		return outbound.Message{}, false, errors.New("pgstore: outbound submit: id, partner and message id are required")
+	switch {
+	case m.ID == "" || m.Partner == "" || m.MessageID == "" || m.Protocol == "":
+		return outbound.Message{}, false, errors.New("pgstore: outbound submit: id, partner, protocol and message id are required")
+	case payload == nil:
+		return outbound.Message{}, false, fmt.Errorf("pgstore: outbound submit %s: nil payload", m.ID)
 	}
 	if m.IdempotencyKey != "" {
 		got, err := o.byKey(ctx, m.Partner, m.IdempotencyKey)
@@ -146,10 +148,6 @@ func (o *Outbound) writePayload(ctx context.Context, pid string, r io.Reader) (i
 // commitMessage inserts the message row and ends its upload in one
 // transaction; inserted is false when a unique index refused the row.
 func (o *Outbound) commitMessage(ctx context.Context, m outbound.Message, pid string, size int64, sum string) (bool, error) {
-	var created *time.Time // NULL: the database clock
-	if !m.Created.IsZero() {
-		created = &m.Created
-	}
 	tx, err := o.pool.Begin(ctx)
 	if err != nil {
 		return false, wrap("outbound submit", err)
@@ -163,7 +161,7 @@ func (o *Outbound) commitMessage(ctx context.Context, m outbound.Message, pid st
 		return false, fmt.Errorf("pgstore: outbound submit %s: upload %s was purged as an orphan", m.ID, pid)
 	}
 	tag, err = tx.Exec(ctx, o.q.insert, m.ID, m.Partner, string(m.Protocol), m.MessageID, m.IdempotencyKey,
-		m.Source, m.ContentType, m.Filename, m.Subject, m.Service, m.Action, m.ConversationID, pid, size, sum, created)
+		m.Source, m.ContentType, m.Filename, m.Subject, m.Service, m.Action, m.ConversationID, pid, size, sum)
 	if err != nil {
 		return false, wrap("outbound submit", err)
 	}

@@ -48,7 +48,7 @@ SELECT $1, $2, $3, now() WHERE EXISTS (SELECT 1 FROM ` + uploads + ` WHERE paylo
 	filename, subject, service, action, conversation_id, payload, size, sha256, state, attempts, next_attempt,
 	created, updated)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 'queued', 0, now(),
-	coalesce($16::timestamptz, now()), now())
+	now(), now())
 ON CONFLICT DO NOTHING`,
 		orphans: `SELECT payload FROM ` + uploads + ` u
 WHERE started < now() - $1::bigint * interval '1 microsecond'
@@ -59,7 +59,8 @@ LIMIT 100`,
 		// The due messages are walked through outbound_messages_due and
 		// locked with SKIP LOCKED; a MATERIALIZED CTE is evaluated once
 		// (see the outbox's lease). A due message awaiting its MDN is
-		// leased to be sent again: it becomes queued.
+		// leased to be sent again: it becomes queued. Each message gets
+		// its own random fencing token.
 		due: `SELECT id FROM ` + t + `
 	WHERE state IN ('queued', 'awaiting-mdn') AND next_attempt <= now() AND (leased_until IS NULL OR leased_until <= now())
 	ORDER BY next_attempt, id LIMIT $1
@@ -93,7 +94,7 @@ FROM ` + t + ` GROUP BY partner, protocol ORDER BY partner, protocol`,
 	}
 	q.lease = `WITH due AS MATERIALIZED (` + q.due + `)
 UPDATE ` + t + ` AS o SET state = 'queued', leased_until = now() + $2::bigint * interval '1 microsecond',
-	lease_token = $3, updated = now()
+	lease_token = replace(gen_random_uuid()::text, '-', ''), updated = now()
 FROM due WHERE o.id = due.id
 RETURNING ` + prefixed("o.", outboundColumns)
 	return q
@@ -118,8 +119,7 @@ func (o *Outbound) Lease(ctx context.Context, limit int, lease time.Duration) ([
 	if limit <= 0 {
 		return nil, nil
 	}
-	token := outbound.NewLeaseToken()
-	out, err := o.query(ctx, "lease", o.q.lease, limit, ceilUS(lease), token)
+	out, err := o.query(ctx, "lease", o.q.lease, limit, ceilUS(lease))
 	if err != nil {
 		return nil, err
 	}

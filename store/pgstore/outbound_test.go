@@ -9,6 +9,8 @@ import (
 
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/internal/pgtest"
+	"github.com/edigateway/gateway/outbound"
+	"github.com/edigateway/gateway/outbound/outboundtest"
 	"github.com/edigateway/gateway/store/internal/outboundcheck"
 	"github.com/edigateway/gateway/store/pgstore"
 )
@@ -98,4 +100,9 @@ ORDER BY next_attempt, id LIMIT 1`).Scan(&id)
 			},
 		}
 	})
+}
+
+func TestOutboundContract(t *testing.T) {
+	t.Parallel()
+	outboundtest.Exercise(t, func(t *testing.T) outbound.Store { return openOutbound(t).Outbound() })
 }

@@ -63,7 +63,7 @@ WHERE payload = ?1 AND NOT EXISTS (SELECT 1 FROM outbound_messages WHERE payload
 	content_type, filename, subject, service, action, conversation_id, payload, size, sha256, state, attempts,
 	next_attempt, created, updated)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 'queued', 0, ` + nowMS + `,
-	coalesce(?16, ` + nowMS + `), ` + nowMS + `)
+	` + nowMS + `, ` + nowMS + `)
 ON CONFLICT DO NOTHING`
 
 	// An orphan: an upload with no chunk written for ?1 milliseconds.
@@ -99,11 +99,13 @@ func (s *Store) Outbound() outbound.Store { return s.outbound }
 // OutboundQueue returns the outbound queue with its maintenance methods.
 func (s *Store) OutboundQueue() *Outbound { return s.outbound }
 
-// Submit implements outbound.Store. A zero m.Created is replaced by SQLite's
-// clock.
+// Submit implements outbound.Store.
 func (o *Outbound) Submit(ctx context.Context, m outbound.Message, payload io.Reader) (outbound.Message, bool, error) {
-	if m.ID == "" || m.Partner == "" || m.MessageID == "" {
-		return outbound.Message{}, false, errors.New("sqlitestore: outbound submit: id, partner and message id are required")
+	switch {
+	case m.ID == "" || m.Partner == "" || m.MessageID == "" || m.Protocol == "":
+		return outbound.Message{}, false, errors.New("sqlitestore: outbound submit: id, partner, protocol and message id are required")
+	case payload == nil:
+		return outbound.Message{}, false, fmt.Errorf("sqlitestore: outbound submit %s: nil payload", m.ID)
 	}
 	if m.IdempotencyKey != "" {
 		got, err := o.byKey(ctx, m.Partner, m.IdempotencyKey)
@@ -179,10 +181,6 @@ func (o *Outbound) writePayload(ctx context.Context, pid string, r io.Reader) (i
 // commitMessage inserts the message row and ends its upload in one
 // transaction; inserted is false when a unique index refused the row.
 func (o *Outbound) commitMessage(ctx context.Context, m outbound.Message, pid string, size int64, sum string) (bool, error) {
-	var created any // NULL: SQLite's clock
-	if !m.Created.IsZero() {
-		created = m.Created.UnixMilli()
-	}
 	tx, err := o.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
 	if err != nil {
 		return false, wrap("outbound submit", err)
@@ -196,7 +194,7 @@ func (o *Outbound) commitMessage(ctx context.Context, m outbound.Message, pid st
 		return false, fmt.Errorf("sqlitestore: outbound submit %s: upload %s was purged as an orphan", m.ID, pid)
 	}
 	res, err = tx.ExecContext(ctx, obInsertSQL, m.ID, m.Partner, string(m.Protocol), m.MessageID, m.IdempotencyKey,
-		m.Source, m.ContentType, m.Filename, m.Subject, m.Service, m.Action, m.ConversationID, pid, size, sum, created)
+		m.Source, m.ContentType, m.Filename, m.Subject, m.Service, m.Action, m.ConversationID, pid, size, sum)
 	if err != nil {
 		return false, wrap("outbound submit", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/outbound"
+	"github.com/edigateway/gateway/outbound/outboundtest"
 	"github.com/edigateway/gateway/store/internal/outboundcheck"
 )
 
@@ -148,4 +150,9 @@ func TestOutboundPurgeOrphans(t *testing.T) {
 	if b, err := io.ReadAll(rc); err != nil || string(b) != "kept" {
 		t.Fatalf("payload after the purge: %q, %v", b, err)
 	}
+}
+
+func TestOutboundContract(t *testing.T) {
+	t.Parallel()
+	outboundtest.Exercise(t, func(t *testing.T) outbound.Store { return openOutbound(t).Outbound() })
 }

@@ -20,12 +20,13 @@ const obFenced = ` WHERE id = ?1 AND state = 'queued' AND ?2 <> '' AND lease_tok
 
 const (
 	// obLeaseSQL is one statement: SQLite runs it under its write lock, so
-	// two workers (or processes) never lease the same message. The
+	// two workers (or processes) never lease the same message. Each message
+	// gets its own random fencing token. The
 	// subquery walks outbound_messages_due from its start and stops after
 	// limit due messages, or at the first one not due yet. A due message
 	// awaiting its MDN is leased to be sent again: it becomes queued.
-	obLeaseSQL = `UPDATE outbound_messages SET state = 'queued', leased_until = ` + nowMS + ` + ?2, lease_token = ?3,
-	updated = ` + nowMS + `
+	obLeaseSQL = `UPDATE outbound_messages SET state = 'queued', leased_until = ` + nowMS + ` + ?2,
+	lease_token = lower(hex(randomblob(12))), updated = ` + nowMS + `
 WHERE id IN (` + obDueSQL + `)
 RETURNING ` + outboundColumns
 	obDueSQL = `SELECT id FROM outbound_messages
@@ -71,8 +72,7 @@ func (o *Outbound) Lease(ctx context.Context, limit int, lease time.Duration) ([
 	if limit <= 0 {
 		return nil, nil
 	}
-	token := outbound.NewLeaseToken()
-	out, err := o.query(ctx, "lease", obLeaseSQL, limit, ceilMS(lease), token)
+	out, err := o.query(ctx, "lease", obLeaseSQL, limit, ceilMS(lease))
 	if err != nil {
 		return nil, err
 	}
