@@ -2,8 +2,10 @@ package pgstore_test
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -105,4 +107,58 @@ ORDER BY next_attempt, id LIMIT 1`).Scan(&id)
 func TestOutboundContract(t *testing.T) {
 	t.Parallel()
 	outboundtest.Exercise(t, func(t *testing.T) outbound.Store { return openOutbound(t).Outbound() })
+}
+
+// TestOutboundContractTwoPools runs the kit against two stores (two pools)
+// on one schema used alternately, as two gateways of a fleet.
+func TestOutboundContractTwoPools(t *testing.T) {
+	t.Parallel()
+	outboundtest.Exercise(t, func(t *testing.T) outbound.Store {
+		dsn, schema := pgtest.Schema(t)
+		return outboundcheck.Alternate(open(t, dsn, schema, dedup.Options{}).Outbound(),
+			open(t, dsn, schema, dedup.Options{}).Outbound())
+	})
+}
+
+// TestOutboundPurgeOrphans: the chunks of an upload left by a crash are
+// removed once nothing was written to it for the age given; an upload still
+// being written and the payloads of messages stay.
+func TestOutboundPurgeOrphans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openOutbound(t)
+	m, _, err := s.Outbound().Submit(ctx, outboundcheck.Message("acme", ""), strings.NewReader("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uploads := pgx.Identifier{s.Schema(), "outbound_uploads"}.Sanitize()
+	chunks := pgx.Identifier{s.Schema(), "outbound_chunks"}.Sanitize()
+	for _, q := range []string{
+		`INSERT INTO ` + uploads + ` VALUES ('crashed', now() - interval '2 hours')`,
+		`INSERT INTO ` + chunks + ` VALUES ('crashed', 0, '\x00', now() - interval '2 hours')`,
+		`INSERT INTO ` + chunks + ` VALUES ('crashed', 1, '\x00', now() - interval '119 minutes')`,
+		// started long ago, still writing
+		`INSERT INTO ` + uploads + ` VALUES ('slow', now() - interval '2 hours')`,
+		`INSERT INTO ` + chunks + ` VALUES ('slow', 0, '\x00', now() - interval '2 hours')`,
+		`INSERT INTO ` + chunks + ` VALUES ('slow', 1, '\x00', now() - interval '1 second')`,
+	} {
+		if _, err := s.Pool().Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	n, err := s.OutboundQueue().PurgeOrphanPayloads(ctx, time.Hour)
+	if err != nil || n != 1 {
+		t.Fatalf("PurgeOrphanPayloads = %d, %v; want 1", n, err)
+	}
+	if got := chunkCount(s)(t); got != 3 {
+		t.Fatalf("%d chunks left, want 3 (the message's and the slow upload's)", got)
+	}
+	rc, err := s.Outbound().OpenPayload(ctx, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if b, err := io.ReadAll(rc); err != nil || string(b) != "kept" {
+		t.Fatalf("payload after the purge: %q, %v", b, err)
+	}
 }

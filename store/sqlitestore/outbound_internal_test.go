@@ -156,3 +156,21 @@ func TestOutboundContract(t *testing.T) {
 	t.Parallel()
 	outboundtest.Exercise(t, func(t *testing.T) outbound.Store { return openOutbound(t).Outbound() })
 }
+
+// TestOutboundContractTwoHandles runs the kit against two Store handles on
+// one file used alternately, as two gateway processes sharing a database.
+func TestOutboundContractTwoHandles(t *testing.T) {
+	t.Parallel()
+	outboundtest.Exercise(t, func(t *testing.T) outbound.Store {
+		path := filepath.Join(t.TempDir(), "gw.db")
+		open := func() *Store {
+			s, err := Open(context.Background(), path, dedup.Options{})
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}
+		return outboundcheck.Alternate(open().Outbound(), open().Outbound())
+	})
+}
