@@ -162,3 +162,9 @@ func TestOutboundPurgeOrphans(t *testing.T) {
 		t.Fatalf("payload after the purge: %q, %v", b, err)
 	}
 }
+
+func TestOutboundPurgeMidway(t *testing.T) {
+	t.Parallel()
+	s := openOutbound(t)
+	outboundcheck.PurgeMidway(t, s.Outbound(), s.OutboundQueue().PurgeOrphanPayloads, outboundcheck.Hooks{Chunks: chunkCount(s)})
+}

@@ -174,3 +174,9 @@ func TestOutboundContractTwoHandles(t *testing.T) {
 		return outboundcheck.Alternate(open().Outbound(), open().Outbound())
 	})
 }
+
+func TestOutboundPurgeMidway(t *testing.T) {
+	t.Parallel()
+	s := openOutbound(t)
+	outboundcheck.PurgeMidway(t, s.Outbound(), s.OutboundQueue().PurgeOrphanPayloads, outboundcheck.Hooks{Chunks: chunkCount(s)})
+}

@@ -409,3 +409,55 @@ func BacklogLease(t *testing.T, open func(t testing.TB) Backlog) {
 		float64(took[1][rounds/2])/float64(took[0][rounds/2]), calls,
 		float64(walk[1][rounds/2])/float64(walk[0][rounds/2]))
 }
+
+// purgingReader calls purge once after the first chunk was read.
+type purgingReader struct {
+	left  int
+	purge func()
+	read  int
+}
+
+func (p *purgingReader) Read(b []byte) (int, error) {
+	if p.left <= 0 {
+		return 0, io.EOF
+	}
+	if p.read >= 300<<10 && p.purge != nil {
+		time.Sleep(5 * time.Millisecond) // the purge's age is counted in milliseconds
+		p.purge()
+		p.purge = nil
+	}
+	n := min(len(b), p.left)
+	clear(b[:n])
+	p.left -= n
+	p.read += n
+	return n, nil
+}
+
+// PurgeMidway: a purge that takes a submission still being written for an
+// orphan (here: an age of 0) makes that submission fail; it never leaves a
+// message with part of its payload.
+func PurgeMidway(t *testing.T, s outbound.Store, purge func(ctx context.Context, olderThan time.Duration) (int, error), h Hooks) {
+	ctx := context.Background()
+	m := Message("acme", "")
+	var purged int
+	r := &purgingReader{left: 1 << 20, purge: func() {
+		var err error
+		if purged, err = purge(ctx, 0); err != nil {
+			t.Errorf("purge: %v", err)
+		}
+	}}
+	if _, _, err := s.Submit(ctx, m, r); err == nil {
+		t.Fatal("Submit whose upload was purged midway: no error")
+	}
+	if purged != 1 {
+		t.Fatalf("the purge removed %d uploads, want the one being written", purged)
+	}
+	if _, err := s.Get(ctx, m.ID); !errors.Is(err, outbound.ErrNotFound) {
+		t.Fatalf("Get after the purged Submit: %v, want ErrNotFound", err)
+	}
+	if h.Chunks != nil {
+		if n := h.Chunks(t); n != 0 {
+			t.Fatalf("%d chunk rows left", n)
+		}
+	}
+}
