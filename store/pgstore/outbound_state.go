@@ -19,6 +19,7 @@ type outboundQueries struct {
 	payload, insert, orphans                               string
 	due, lease, renew, release, posting, retry, awaiting   string
 	delivered, failed, settle, cancel, resend, list, stats string
+	listPartner                                            string
 }
 
 func buildOutboundQueries(schema string) outboundQueries {
@@ -82,9 +83,16 @@ RETURNING ` + outboundColumns,
 WHERE id = $1 AND state IN ('queued', 'awaiting-mdn')`,
 		resend: `UPDATE ` + t + ` SET state = 'queued', next_attempt = now(), reason = '', evidence = NULL, ` + released + `
 WHERE id = $1 AND state IN ('failed', 'cancelled')`,
+		// List walks outbound_messages_created (or, for one partner,
+		// outbound_messages_partner_created) down from $3 (a page's
+		// bound), so a page costs the same however deep it is.
 		list: `SELECT ` + outboundColumns + ` FROM ` + t + `
-WHERE ($1 = '' OR partner = $1) AND (cardinality($2::text[]) = 0 OR state = ANY($2::text[]))
-	AND ($3::timestamptz IS NULL OR created < $3::timestamptz)
+WHERE $1 = '' AND created < coalesce($3::timestamptz, 'infinity')
+	AND (cardinality($2::text[]) = 0 OR state = ANY($2::text[]))
+ORDER BY created DESC, id DESC LIMIT $4`,
+		listPartner: `SELECT ` + outboundColumns + ` FROM ` + t + `
+WHERE partner = $1 AND created < coalesce($3::timestamptz, 'infinity')
+	AND (cardinality($2::text[]) = 0 OR state = ANY($2::text[]))
 ORDER BY created DESC, id DESC LIMIT $4`,
 		stats: `SELECT partner, protocol, count(*) FILTER (WHERE state = 'queued'),
 	min(created) FILTER (WHERE state = 'queued'), count(*) FILTER (WHERE state = 'awaiting-mdn'),
@@ -276,7 +284,11 @@ func (o *Outbound) List(ctx context.Context, f outbound.Filter) ([]outbound.Mess
 	if !f.Before.IsZero() {
 		before = &f.Before
 	}
-	return o.query(ctx, "list", o.q.list, f.Partner, states, before, limit)
+	q := o.q.list
+	if f.Partner != "" {
+		q = o.q.listPartner
+	}
+	return o.query(ctx, "list", q, f.Partner, states, before, limit)
 }
 
 // Stats implements outbound.Store.

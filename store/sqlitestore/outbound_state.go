@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -55,10 +56,15 @@ WHERE id = ?1 AND state IN ('queued', 'awaiting-mdn')`
 	evidence = NULL, ` + leaseReleased + `
 WHERE id = ?1 AND state IN ('failed', 'cancelled')`
 
-	// ?2: a JSON array of states (empty: all).
+	// List walks outbound_messages_created (or, for one partner,
+	// outbound_messages_partner_created) down from ?3 (a page's bound), so
+	// a page costs the same however deep it is. ?2: a JSON array of states
+	// (empty: all).
 	obListSQL = `SELECT ` + outboundColumns + ` FROM outbound_messages
-WHERE (?1 = '' OR partner = ?1) AND (?2 = '[]' OR state IN (SELECT value FROM json_each(?2)))
-	AND (?3 = 0 OR created < ?3)
+WHERE ?1 = '' AND created < ?3 AND (?2 = '[]' OR state IN (SELECT value FROM json_each(?2)))
+ORDER BY created DESC, id DESC LIMIT ?4`
+	obListPartnerSQL = `SELECT ` + outboundColumns + ` FROM outbound_messages
+WHERE partner = ?1 AND created < ?3 AND (?2 = '[]' OR state IN (SELECT value FROM json_each(?2)))
 ORDER BY created DESC, id DESC LIMIT ?4`
 	obStatsSQL = `SELECT partner, protocol, count(*) FILTER (WHERE state = 'queued'),
 	min(created) FILTER (WHERE state = 'queued'), count(*) FILTER (WHERE state = 'awaiting-mdn'),
@@ -214,11 +220,15 @@ func (o *Outbound) List(ctx context.Context, f outbound.Filter) ([]outbound.Mess
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: outbound list: %w", err)
 	}
-	var before int64
+	before := int64(math.MaxInt64)
 	if !f.Before.IsZero() {
 		before = f.Before.UnixMilli()
 	}
-	return o.query(ctx, "list", obListSQL, f.Partner, string(sj), before, limit)
+	q := obListSQL
+	if f.Partner != "" {
+		q = obListPartnerSQL
+	}
+	return o.query(ctx, "list", q, f.Partner, string(sj), before, limit)
 }
 
 // Stats implements outbound.Store.
