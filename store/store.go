@@ -1,6 +1,6 @@
 // Package store opens the backend (dedup store, business ledger, reply
-// outbox and audit sink, all in one database) named by the gateway's store
-// URL:
+// outbox, outbound queue and audit sink, all in one database) named by the
+// gateway's store URL:
 //
 //	memory:                       in process memory; NOT durable (tests, demos)
 //	sqlite:PATH                   SQLite database file PATH (created with its directory)
@@ -19,6 +19,7 @@ import (
 
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/outbound"
 	"github.com/edigateway/gateway/outbox"
 	"github.com/edigateway/gateway/store/pgstore"
 	"github.com/edigateway/gateway/store/sqlitestore"
@@ -26,27 +27,32 @@ import (
 
 // Backend is everything the gateway keeps in its database: the transport
 // dedup store, the business interchange ledger, the outbox of replies to
-// post (AS2 asynchronous MDNs) and the audit sink. For the SQL backends all
-// four share one database and the sink is durable: its Write fails when the
-// record cannot be stored.
+// post (AS2 asynchronous MDNs), the outbound queue of messages to send and
+// the audit sink. For the SQL backends all five share one database and the
+// sink is durable: its Write fails when the record cannot be stored.
 type Backend interface {
 	dedup.Store
 	dedup.Ledger
 	Outbox() outbox.Store
+	Outbound() outbound.Store
 	AuditSink() audit.Sink
 }
 
 // Memory is the memory: backend: its dedup store is also its ledger, its
-// queued replies stay in Queue and its audit records in Audit. None of it
-// survives the process.
+// queued replies stay in Queue, the messages to send in Outgoing and its
+// audit records in Audit. None of it survives the process.
 type Memory struct {
 	*dedup.MemoryStore
-	Queue *outbox.Memory
-	Audit *audit.Memory
+	Queue    *outbox.Memory
+	Outgoing *outbound.Memory
+	Audit    *audit.Memory
 }
 
 // Outbox returns m.Queue.
 func (m *Memory) Outbox() outbox.Store { return m.Queue }
+
+// Outbound returns m.Outgoing.
+func (m *Memory) Outbound() outbound.Store { return m.Outgoing }
 
 // AuditSink returns m.Audit.
 func (m *Memory) AuditSink() audit.Sink { return m.Audit }
@@ -70,7 +76,8 @@ func Open(ctx context.Context, storeURL string, opts dedup.Options) (Backend, er
 		if rest != "" {
 			return nil, fmt.Errorf("store: memory: takes no path: %w", ErrUnsupportedURL)
 		}
-		return &Memory{MemoryStore: dedup.NewMemoryStore(opts), Queue: outbox.NewMemory(), Audit: &audit.Memory{}}, nil
+		return &Memory{MemoryStore: dedup.NewMemoryStore(opts), Queue: outbox.NewMemory(), Outgoing: outbound.NewMemory(),
+			Audit: &audit.Memory{}}, nil
 	case "sqlite":
 		path := strings.TrimPrefix(rest, "//")
 		if path == "" {

@@ -14,6 +14,8 @@ import (
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/dedup/deduptest"
 	"github.com/edigateway/gateway/internal/pgtest"
+	"github.com/edigateway/gateway/outbound"
+	"github.com/edigateway/gateway/outbound/outboundtest"
 	"github.com/edigateway/gateway/outbox"
 	"github.com/edigateway/gateway/store"
 	"github.com/edigateway/gateway/store/pgstore"
@@ -54,9 +56,21 @@ func TestMemoryBackendOutboxContract(t *testing.T) {
 	})
 }
 
+func TestMemoryBackendOutboundContract(t *testing.T) {
+	t.Parallel()
+	outboundtest.Exercise(t, func(t *testing.T) outbound.Store {
+		b, err := store.Open(context.Background(), "memory:", dedup.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.Outbound()
+	})
+}
+
 // roundTrip claims, accepts, sees the duplicate, does the same for an
-// interchange in the ledger, queues and leases a reply and writes an audit
-// record: every part of the backend in one database.
+// interchange in the ledger, queues and leases a reply, submits and leases
+// a message to send and writes an audit record: every part of the backend
+// in one database.
 func roundTrip(t *testing.T, b store.Backend) {
 	t.Helper()
 	ctx := context.Background()
@@ -78,6 +92,13 @@ func roundTrip(t *testing.T, b store.Backend) {
 	}
 	if got, err := b.Outbox().Lease(ctx, 10, time.Minute); err != nil || len(got) != 1 || got[0].ID != del.ID {
 		t.Fatalf("outbox lease: %+v %v", got, err)
+	}
+	om := outboundtest.NewMessage(t, "acme")
+	if _, created, err := b.Outbound().Submit(ctx, om, strings.NewReader("ISA*00~")); err != nil || !created {
+		t.Fatalf("outbound submit: created %v, %v", created, err)
+	}
+	if got, err := b.Outbound().Lease(ctx, 10, time.Minute); err != nil || len(got) != 1 || got[0].ID != om.ID {
+		t.Fatalf("outbound lease: %+v %v", got, err)
 	}
 	key := deduptest.NewKey(t)
 	d, err := b.Claim(ctx, dedup.ClaimRequest{Key: key, PayloadSHA256: "h"})

@@ -17,8 +17,9 @@
 //
 // The same schema holds the business interchange ledger (Store implements
 // dedup.Ledger with the same one-statement claim, see ClaimInterchange), the
-// outbox of replies to post (Outbox, leased with FOR UPDATE SKIP LOCKED) and
-// the audit records (AuditSink), each with its own migrations component.
+// outbox of replies to post (Outbox, leased with FOR UPDATE SKIP LOCKED), the
+// queue of messages to send (Outbound, leased the same way) and the audit
+// records (AuditSink), each with its own migrations component.
 package pgstore
 
 import (
@@ -114,6 +115,8 @@ type Store struct {
 	renew  string
 	audit  *AuditSink
 	outbox *Outbox
+	// outbound is the queue of messages to send (outbound.go)
+	outbound *Outbound
 
 	closeOnce sync.Once
 }
@@ -156,6 +159,7 @@ func Open(ctx context.Context, dsn string, opts dedup.Options, options ...Option
 		lq: buildLedgerQueries(cfg.schema), renew: renewQuery(cfg.schema)}
 	s.audit = newAuditSink(pool, cfg.schema)
 	s.outbox = &Outbox{pool: pool, q: buildOutboxQueries(cfg.schema)}
+	s.outbound = &Outbound{pool: pool, q: buildOutboundQueries(cfg.schema)}
 	for _, m := range []struct {
 		component string
 		fsys      fs.FS
@@ -164,6 +168,7 @@ func Open(ctx context.Context, dsn string, opts dedup.Options, options ...Option
 		{Component, migrations, "migrations"},
 		{LedgerComponent, ledgerMigrations, "migrations/ledger"},
 		{OutboxComponent, outboxMigrations, "migrations/outbox"},
+		{OutboundComponent, outboundMigrations, "migrations/outbound"},
 	} {
 		sub, err := fs.Sub(m.fsys, m.dir)
 		if err != nil {

@@ -12,8 +12,9 @@
 // embedded, versioned migrations recorded in the gateway_migrations table.
 //
 // The same database holds the business interchange ledger (Store implements
-// dedup.Ledger, see ClaimInterchange), the outbox of replies to post (Outbox)
-// and the audit records (AuditSink), each with its own migrations component.
+// dedup.Ledger, see ClaimInterchange), the outbox of replies to post (Outbox),
+// the queue of messages to send (Outbound) and the audit records
+// (AuditSink), each with its own migrations component.
 package sqlitestore
 
 import (
@@ -94,6 +95,8 @@ type Store struct {
 	lease  time.Duration
 	audit  *AuditSink
 	outbox *Outbox
+	// outbound is the queue of messages to send (outbound.go)
+	outbound *Outbound
 
 	closeOnce sync.Once
 	closeErr  error
@@ -144,6 +147,7 @@ func Open(ctx context.Context, path string, opts dedup.Options, options ...Optio
 	db.SetConnMaxIdleTime(0)
 	s := &Store{db: db, lease: opts.WithDefaults().Lease}
 	s.outbox = &Outbox{db: db}
+	s.outbound = &Outbound{db: db}
 	if err := s.init(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -175,6 +179,7 @@ func (s *Store) init(ctx context.Context) error {
 		{Component, migrations, "migrations"},
 		{LedgerComponent, ledgerMigrations, "migrations/ledger"},
 		{OutboxComponent, outboxMigrations, "migrations/outbox"},
+		{OutboundComponent, outboundMigrations, "migrations/outbound"},
 	} {
 		sub, err := fs.Sub(m.fsys, m.dir)
 		if err != nil {
