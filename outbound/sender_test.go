@@ -446,9 +446,11 @@ func TestSenderStop(t *testing.T) {
 	st := outbound.NewMemory()
 	started, proceed := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	tr := newTransmitter(func(context.Context, outbound.Message, int) outbound.Attempt {
+	var cutShort atomic.Bool
+	tr := newTransmitter(func(ctx context.Context, _ outbound.Message, _ int) outbound.Attempt {
 		once.Do(func() { close(started) })
 		<-proceed
+		cutShort.Store(ctx.Err() != nil)
 		return outbound.Attempt{Outcome: outbound.Deliver}
 	})
 	ms := []outbound.Message{submit(t, st, "a"), submit(t, st, "b"), submit(t, st, "c")}
@@ -471,6 +473,9 @@ func TestSenderStop(t *testing.T) {
 	}
 	close(proceed)
 	r.stop(t)
+	if cutShort.Load() {
+		t.Fatal("the attempt in flight had its context cancelled before the stop timeout")
+	}
 	if got := get(t, st, ms[0].ID); got.State != outbound.Delivered {
 		t.Fatalf("the attempt in flight did not record its outcome: %+v", got)
 	}
