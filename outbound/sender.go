@@ -515,8 +515,10 @@ func (s *Sender) decide(m Message, pol RetryPolicy, a Attempt, posted bool) outc
 		o.decision, o.next = OutcomeRetry, next
 		return o
 	}
+	// Given up: what the last attempt received (if anything) is no
+	// partner's final word; the reason says what happened.
 	m.Attempts = attempts
-	o.decision, o.reason = OutcomeGaveUp, giveUpReason(m, now, o.reason)
+	o.decision, o.reason, o.evidence = OutcomeGaveUp, giveUpReason(m, now, o.reason), nil
 	return o
 }
 

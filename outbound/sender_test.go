@@ -132,7 +132,8 @@ func TestSenderGivesUp(t *testing.T) {
 	clk := newClock()
 	st := outbound.NewMemory(outbound.MemoryClock(clk.Now))
 	tr := newTransmitter(func(_ context.Context, _ outbound.Message, n int) outbound.Attempt {
-		return outbound.Attempt{Outcome: outbound.Retry, Reason: fmt.Sprintf("connection refused #%d", n)}
+		return outbound.Attempt{Outcome: outbound.Retry, Reason: fmt.Sprintf("connection refused #%d", n),
+			Evidence: &outbound.Evidence{Kind: "mdn", Disposition: "unverifiable"}}
 	})
 	aud, obs := &auditLog{}, &observer{}
 	pol := outbound.RetryPolicy{First: 10 * time.Minute, Factor: 1, Max: time.Hour, GiveUpAfter: 25 * time.Minute}
@@ -149,6 +150,9 @@ func TestSenderGivesUp(t *testing.T) {
 	waitFor(t, "failed", func() bool { got = get(t, st, m.ID); return got.State == outbound.Failed })
 	if want := "gave up after 3 attempts over 20m0s: connection refused #3"; got.Reason != want {
 		t.Fatalf("reason %q, want %q", got.Reason, want)
+	}
+	if got.Evidence != nil {
+		t.Fatalf("a give-up kept the last retried attempt's answer as the final evidence: %+v", got.Evidence)
 	}
 	clk.Advance(time.Hour)
 	r.s.Notify()
