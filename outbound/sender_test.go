@@ -301,7 +301,12 @@ func TestSenderTwoSendersExactlyOnce(t *testing.T) {
 	}
 	cfg := outbound.SenderConfig{Store: st, Transmitters: map[outbound.Protocol]outbound.Transmitter{outbound.AS2: tr},
 		Workers: 4, Batch: 8, Poll: 5 * time.Millisecond, Lease: 5 * time.Second}
-	a, b := start(t, cfg), start(t, cfg)
+	obsA, obsB := &observer{}, &observer{}
+	began := time.Now()
+	cfg.Observer = obsA
+	a := start(t, cfg)
+	cfg.Observer = obsB
+	b := start(t, cfg)
 	waitFor(t, "every message delivered", func() bool {
 		for _, id := range ids {
 			if get(t, st, id).State != outbound.Delivered {
@@ -310,8 +315,11 @@ func TestSenderTwoSendersExactlyOnce(t *testing.T) {
 		}
 		return true
 	})
+	elapsed := time.Since(began)
 	a.stop(t)
 	b.stop(t)
+	t.Logf("%d messages delivered in %v by two senders (%d and %d attempts)", total, elapsed.Round(time.Millisecond),
+		len(obsA.list()), len(obsB.list()))
 	for _, id := range ids {
 		if c := tr.count(id); c != 1 {
 			t.Errorf("message %s transmitted %d times", id, c)
