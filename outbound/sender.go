@@ -127,6 +127,10 @@ func NewSender(cfg SenderConfig) *Sender {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.Heartbeat >= cfg.Lease {
+		cfg.Log.Warn("outbound: the heartbeat is not shorter than the lease: a slow attempt loses its message to another worker",
+			"heartbeat", cfg.Heartbeat, "lease", cfg.Lease)
+	}
 	return &Sender{cfg: cfg, wake: make(chan struct{}, 1)}
 }
 
