@@ -48,11 +48,14 @@ const (
 	OutcomeRetry     = "retry"
 	OutcomeAwaiting  = "awaiting"
 	OutcomeGaveUp    = "gave-up"
+	// OutcomeLeaseLost is observed (not audited, nothing recorded) when
+	// the message was no longer this Sender's when its attempt ended.
+	OutcomeLeaseLost = "lease-lost"
 )
 
-// Observer is told of every attempt's outcome (OutcomeDelivered, …) and
-// how long its transmission took (0 for a give-up decided before any
-// transmission), for metrics.
+// Observer is told of every attempt's outcome (OutcomeDelivered, …,
+// OutcomeLeaseLost) and how long its transmission took (0 for a give-up
+// decided before any transmission), for metrics.
 type Observer interface {
 	Attempt(partner string, p Protocol, outcome string, d time.Duration)
 }
@@ -394,6 +397,12 @@ func (s *Sender) heartbeat(ctx context.Context, done <-chan struct{}, h *holding
 	}
 }
 
+func (s *Sender) observe(m Message, outcome string, d time.Duration) {
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.Attempt(m.Partner, m.Protocol, outcome, d)
+	}
+}
+
 // policy returns m's partner's retry schedule.
 func (s *Sender) policy(m Message) RetryPolicy {
 	if s.cfg.Policy == nil {
@@ -430,6 +439,7 @@ func (s *Sender) attempt(ctx, stop context.Context, h *holdings, m Message) {
 	if h.lost(m.ID) {
 		lg.Info("outbound: lease lost during the attempt; another worker owns the message now",
 			"outcome", int(a.Outcome), "reason", a.Reason)
+		s.observe(m, OutcomeLeaseLost, elapsed)
 		return
 	}
 	o := s.decide(m, pol, a, posted.Load())
@@ -552,6 +562,7 @@ func (s *Sender) record(ctx context.Context, lg *slog.Logger, m Message, o outco
 	if errors.Is(err, ErrLeaseLost) {
 		lg.Info("outbound: outcome not recorded: the message is no longer ours (settled by an MDN, cancelled, or taken over)",
 			"outcome", o.decision, "reason", o.reason)
+		s.observe(m, OutcomeLeaseLost, elapsed)
 		return
 	}
 	if err != nil {
@@ -577,9 +588,7 @@ func (s *Sender) record(ctx context.Context, lg *slog.Logger, m Message, o outco
 	case OutcomeGaveUp:
 		lg.Error("outbound: gave up; an operator may resend", "reason", o.reason)
 	}
-	if s.cfg.Observer != nil {
-		s.cfg.Observer.Attempt(m.Partner, m.Protocol, o.decision, elapsed)
-	}
+	s.observe(m, o.decision, elapsed)
 	if s.cfg.Audit == nil {
 		return
 	}

@@ -366,8 +366,9 @@ func TestSenderLeaseLostMidAttempt(t *testing.T) {
 	})
 	gated := &gatedStore{Store: st}
 	logA, bufA := testLogger(t)
+	obsA := &observer{}
 	start(t, outbound.SenderConfig{Store: gated, Transmitters: map[outbound.Protocol]outbound.Transmitter{outbound.AS2: hung},
-		Audit: aud, Now: clk.Now, Lease: 30 * time.Second, Heartbeat: 5 * time.Millisecond, Poll: time.Hour, Log: logA})
+		Audit: aud, Observer: obsA, Now: clk.Now, Lease: 30 * time.Second, Heartbeat: 5 * time.Millisecond, Poll: time.Hour, Log: logA})
 	<-started
 	clk.Advance(31 * time.Second)
 	ok := newTransmitter(nil)
@@ -394,6 +395,7 @@ func TestSenderLeaseLostMidAttempt(t *testing.T) {
 	if !strings.Contains(bufA.String(), "lease taken over") {
 		t.Fatalf("first sender's logs do not say it lost the lease:\n%s", bufA.String())
 	}
+	waitFor(t, "the lost lease observed", func() bool { return slices.Equal(obsA.list(), []string{"acme/as2/lease-lost"}) })
 }
 
 // TestSenderLateOutcomeAfterLeaseLost: without a heartbeat noticing, the
@@ -411,8 +413,9 @@ func TestSenderLateOutcomeAfterLeaseLost(t *testing.T) {
 		return outbound.Attempt{Outcome: outbound.Refuse, Reason: "late refusal"}
 	})
 	logA, bufA := testLogger(t)
+	obsA := &observer{}
 	start(t, outbound.SenderConfig{Store: st, Transmitters: map[outbound.Protocol]outbound.Transmitter{outbound.AS2: hung},
-		Audit: aud, Now: clk.Now, Lease: 30 * time.Second, Heartbeat: time.Hour, Poll: time.Hour, Log: logA})
+		Audit: aud, Observer: obsA, Now: clk.Now, Lease: 30 * time.Second, Heartbeat: time.Hour, Poll: time.Hour, Log: logA})
 	<-started
 	clk.Advance(31 * time.Second)
 	start(t, outbound.SenderConfig{Store: st, Transmitters: map[outbound.Protocol]outbound.Transmitter{outbound.AS2: newTransmitter(nil)},
@@ -425,6 +428,9 @@ func TestSenderLateOutcomeAfterLeaseLost(t *testing.T) {
 	}
 	if recs := aud.step(audit.StepSend); len(recs) != 1 || recs[0].Decision != "delivered" {
 		t.Fatalf("audit %+v", recs)
+	}
+	if o := obsA.list(); !slices.Equal(o, []string{"acme/as2/lease-lost"}) {
+		t.Fatalf("first sender observed %q", o)
 	}
 }
 
