@@ -158,6 +158,7 @@ func (s *Sender) now() time.Time {
 type held struct {
 	token  string
 	lost   bool // the heartbeat found the lease taken over
+	ended  bool // the attempt is recording its outcome: no more renewals
 	cancel context.CancelFunc
 }
 
@@ -187,11 +188,17 @@ func (h *holdings) begin(id string, cancel context.CancelFunc) bool {
 	return true
 }
 
-func (h *holdings) lost(id string) bool {
+// end marks id's attempt as ending (its outcome about to be recorded,
+// which ends the lease) and reports whether its lease was lost before.
+func (h *holdings) end(id string) (lost bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	x := h.m[id]
-	return x == nil || x.lost
+	if x == nil {
+		return true
+	}
+	x.ended = true
+	return x.lost
 }
 
 func (h *holdings) drop(id string) {
@@ -365,7 +372,7 @@ func (s *Sender) heartbeat(ctx context.Context, done <-chan struct{}, h *holding
 		h.mu.Lock()
 		tokens := make(map[string]string, len(h.m))
 		for id, x := range h.m {
-			if !x.lost {
+			if !x.lost && !x.ended {
 				tokens[id] = x.token
 			}
 		}
@@ -378,16 +385,21 @@ func (s *Sender) heartbeat(ctx context.Context, done <-chan struct{}, h *holding
 				continue
 			}
 			if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
-				s.cfg.Log.Info("outbound: lease taken over (another worker, an operator or an MDN); abandoning the attempt",
-					"id", id, "err", err)
+				// Unless the attempt ended (and released the lease) meanwhile.
 				h.mu.Lock()
-				if x := h.m[id]; x != nil {
+				x := h.m[id]
+				taken := x != nil && x.token == token && !x.ended
+				if taken {
 					x.lost = true
 					if x.cancel != nil {
 						x.cancel()
 					}
 				}
 				h.mu.Unlock()
+				if taken {
+					s.cfg.Log.Info("outbound: lease taken over (another worker, an operator or an MDN); abandoning the attempt",
+						"id", id, "err", err)
+				}
 				continue
 			}
 			if ctx.Err() == nil {
@@ -429,6 +441,7 @@ func (s *Sender) attempt(ctx, stop context.Context, h *holdings, m Message) {
 		if m.State == AwaitingMDN {
 			last = "no MDN arrived"
 		}
+		h.end(m.ID)
 		s.record(rctx, lg, m, outcome{decision: OutcomeGaveUp, reason: giveUpReason(m, now, last)}, 0)
 		return
 	}
@@ -436,7 +449,7 @@ func (s *Sender) attempt(ctx, stop context.Context, h *holdings, m Message) {
 	start := time.Now()
 	a := s.transmit(ctx, m, &posted)
 	elapsed := time.Since(start)
-	if h.lost(m.ID) {
+	if h.end(m.ID) {
 		lg.Info("outbound: lease lost during the attempt; another worker owns the message now",
 			"outcome", int(a.Outcome), "reason", a.Reason)
 		s.observe(m, OutcomeLeaseLost, elapsed)

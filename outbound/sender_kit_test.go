@@ -32,8 +32,8 @@ func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.U
 
 // transmitter is a fake Transmitter: it reads the payload, records the
 // posting of its SHA-256, then answers what answer says (Deliver when
-// nil). It counts calls per message id and notes any message attempted
-// twice at the same time.
+// nil). It counts the transmissions (postings the store accepted) per
+// message id and notes any message transmitted twice at the same time.
 type transmitter struct {
 	answer func(ctx context.Context, m outbound.Message, n int) outbound.Attempt
 
@@ -49,16 +49,6 @@ func newTransmitter(answer func(ctx context.Context, m outbound.Message, n int) 
 }
 
 func (f *transmitter) Transmit(ctx context.Context, m outbound.Message, open func() (io.ReadCloser, error), posting func(string) error) outbound.Attempt {
-	f.mu.Lock()
-	f.calls[m.ID]++
-	n := f.calls[m.ID]
-	f.active[m.ID]++
-	if f.active[m.ID] > 1 {
-		f.doubles++
-	}
-	f.seen = append(f.seen, m)
-	f.mu.Unlock()
-	defer func() { f.mu.Lock(); f.active[m.ID]--; f.mu.Unlock() }()
 	rc, err := open()
 	if err != nil {
 		return outbound.Attempt{Outcome: outbound.Retry, Reason: "open: " + err.Error()}
@@ -69,9 +59,21 @@ func (f *transmitter) Transmit(ctx context.Context, m outbound.Message, open fun
 	if err != nil {
 		return outbound.Attempt{Outcome: outbound.Retry, Reason: "read: " + err.Error()}
 	}
+	// The store refuses the posting of a message whose lease was taken
+	// over: nothing leaves then, and nothing is counted.
 	if err := posting("sha-256:" + hex.EncodeToString(h.Sum(nil))); err != nil {
 		return outbound.Attempt{Outcome: outbound.Retry, Reason: err.Error()}
 	}
+	f.mu.Lock()
+	f.calls[m.ID]++
+	n := f.calls[m.ID]
+	f.active[m.ID]++
+	if f.active[m.ID] > 1 {
+		f.doubles++
+	}
+	f.seen = append(f.seen, m)
+	f.mu.Unlock()
+	defer func() { f.mu.Lock(); f.active[m.ID]--; f.mu.Unlock() }()
 	if f.answer == nil {
 		return outbound.Attempt{Outcome: outbound.Deliver, Evidence: &outbound.Evidence{Kind: "mdn", Disposition: "processed", Body: []byte("mdn of " + m.MessageID)}}
 	}

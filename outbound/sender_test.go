@@ -299,8 +299,11 @@ func TestSenderTwoSendersExactlyOnce(t *testing.T) {
 	for i := range total {
 		ids = append(ids, submit(t, st, fmt.Sprintf("payload %d", i)).ID)
 	}
+	// A heartbeat far more frequent than needed: it races every
+	// attempt's end, which must not pass for a lease taken over.
+	logs, buf := testLogger(t)
 	cfg := outbound.SenderConfig{Store: st, Transmitters: map[outbound.Protocol]outbound.Transmitter{outbound.AS2: tr},
-		Workers: 4, Batch: 8, Poll: 5 * time.Millisecond, Lease: 5 * time.Second}
+		Workers: 4, Batch: 8, Poll: 5 * time.Millisecond, Lease: 5 * time.Second, Heartbeat: 100 * time.Microsecond, Log: logs}
 	obsA, obsB := &observer{}, &observer{}
 	began := time.Now()
 	cfg.Observer = obsA
@@ -329,6 +332,9 @@ func TestSenderTwoSendersExactlyOnce(t *testing.T) {
 	defer tr.mu.Unlock()
 	if tr.doubles != 0 {
 		t.Fatalf("%d concurrent double attempts", tr.doubles)
+	}
+	if n := strings.Count(buf.String(), "lease taken over"); n != 0 {
+		t.Fatalf("%d leases reported taken over; none was (an attempt that ended is not a lost lease)", n)
 	}
 }
 
