@@ -30,6 +30,14 @@ const (
 	// transport key, Disposition the MDN's disposition, Decision accepted,
 	// rejected or unavailable (the HTTP status the partner got).
 	StepMDN Step = "mdn"
+	// StepSubmit is a message submitted for sending (package outbound):
+	// Decision "queued", or "duplicate" when its idempotency key was
+	// already queued for the partner (the first message is kept).
+	StepSubmit Step = "submit"
+	// StepSend is one attempt at sending a queued message: Decision
+	// delivered, refused, retry, awaiting (an asynchronous MDN) or gave-up;
+	// Disposition what the partner answered; Error the reason.
+	StepSend Step = "send"
 )
 
 // Record is one audited step of one exchange.
@@ -47,7 +55,9 @@ type Record struct {
 	Reference string `json:"reference,omitempty"`
 	// Decision: new, duplicate, in-flight, reused, drift, rejected, unavailable,
 	// accepted, abandoned, ok, error; async-mdn-refused (the MDN went on the
-	// response instead), refused (an async MDN delivery).
+	// response instead), refused (an async MDN delivery); for sending
+	// (StepSubmit, StepSend): queued, duplicate, delivered, refused, retry,
+	// awaiting, gave-up.
 	Decision      string `json:"decision,omitempty"`
 	PayloadSHA256 string `json:"payload_sha256,omitempty"`
 	// Disposition is the reply sent: an MDN disposition, "receipt", an ebMS

@@ -66,7 +66,8 @@ var attention = map[string]bool{"drift": true, "quarantined": true, "rejected": 
 // has only its reply record, and a duplicate in the store's own
 // transaction has no "received" record in the store). Operator records are
 // not deliveries: a release or discard marks the quarantined delivery it
-// resolved (Delivery.Resolved).
+// resolved (Delivery.Resolved). Records of sending (submit, send) are
+// not deliveries either.
 func deliveries(recs []audit.Record) []*Delivery {
 	var out []*Delivery
 	var ops []audit.Record
@@ -76,6 +77,9 @@ func deliveries(recs []audit.Record) []*Delivery {
 		if r.Step == audit.StepOperator {
 			ops = append(ops, r)
 			continue
+		}
+		if r.Step == audit.StepSubmit || r.Step == audit.StepSend {
+			continue // sending, not a delivery to us: the outbound queue shows it
 		}
 		id := r.Key
 		if id == "" {

@@ -31,6 +31,21 @@ func TestDeliveriesSplitAtReply(t *testing.T) {
 	}
 }
 
+// TestDeliveriesSkipSending: the audit records of messages we send
+// (submit, send) are not deliveries to us: they neither make one nor join
+// an inbound delivery of the same partner and Message-ID.
+func TestDeliveriesSkipSending(t *testing.T) {
+	now := time.Now()
+	rec := func(i int, step audit.Step, decision string) audit.Record {
+		return audit.Record{Time: now.Add(time.Duration(i) * time.Second), Step: step, Partner: "demo", Protocol: "as2", MessageID: "<o1@gw>", Decision: decision}
+	}
+	ds := deliveries([]audit.Record{rec(0, audit.StepSubmit, "queued"), rec(1, audit.StepSend, "retry"), rec(2, audit.StepSend, "delivered"),
+		rec(3, audit.StepReceived, ""), rec(4, audit.StepSend, "refused"), rec(5, audit.StepReply, "accepted")})
+	if len(ds) != 1 || len(ds[0].Records) != 2 || ds[0].Outcome != "processed" {
+		t.Fatalf("%d deliveries %+v, want the inbound one with its 2 records", len(ds), ds)
+	}
+}
+
 // FuzzClaimedSender: whatever an unknown sender claims to be (partner
 // bytes, quoted by the endpoints' refusal sentences), the console reads
 // back exactly that claim from the audit record, and never panics on any
