@@ -34,16 +34,32 @@ const BDEWRetryPeriod = 72 * time.Hour
 
 var marketPartnerID = regexp.MustCompile(`^[0-9]{13}$`)
 
-// presentKeys returns the keys written in the given top-level mapping of a
-// YAML document (nil if it has none), so that a profile can tell a field set
-// to its zero value from one left out.
-func presentKeys(doc []byte, section string) map[string]bool {
-	var top map[string]yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(doc)).Decode(&top); err != nil {
+// presentKeys returns the keys written in the mapping at path (top-level
+// keys first: "as2", "send", "retry") of a YAML document (nil if it has
+// none), so that a profile or a secure default can tell a field set to its
+// zero value from one left out.
+func presentKeys(doc []byte, path ...string) map[string]bool {
+	var root yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(doc)).Decode(&root); err != nil || len(root.Content) == 0 {
 		return nil
 	}
-	n, ok := top[section]
-	if !ok || n.Kind != yaml.MappingNode {
+	n := root.Content[0]
+	for _, key := range path {
+		if n.Kind != yaml.MappingNode {
+			return nil
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				next = n.Content[i+1]
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		n = next
+	}
+	if n.Kind != yaml.MappingNode {
 		return nil
 	}
 	keys := map[string]bool{}

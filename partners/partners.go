@@ -23,6 +23,7 @@ import (
 	"github.com/edigateway/gateway/internal/certs"
 	"github.com/edigateway/gateway/internal/trust"
 	"github.com/edigateway/gateway/internal/yamlkeys"
+	"github.com/edigateway/gateway/outbound"
 )
 
 // Duration is a time.Duration written in YAML as "168h", "30m", "7d" or "0".
@@ -143,6 +144,8 @@ type AS2 struct {
 	// Trust is the trust model of the partner's signatures (trust: pinned
 	// or ca; see Trust).
 	Trust `yaml:",inline"`
+	// Send is how we send to the partner (nil: we only receive from it).
+	Send *AS2Send `yaml:"send"`
 
 	asyncPatterns []*URLPattern
 	privateNets   []netip.Prefix
@@ -180,6 +183,8 @@ type AS4 struct {
 	// Profile "bdew" applies the BDEW AS4 profile (see bdew.go): a security
 	// floor the file cannot relax and the profile's defaults.
 	Profile string `yaml:"profile"`
+	// Send is how we send to the partner (nil: we only receive from it).
+	Send *AS4Send `yaml:"send"`
 
 	set map[string]bool // keys present in the file's as4 section
 }
@@ -336,6 +341,9 @@ func (d *Directory) loadAS2(path string, p *Partner) []error {
 	if d.policies["as2\x00"+p.ID], err = d.loadTrust(path, "as2", &p.AS2.Trust, p.AS2.AllowWeakKeys); err != nil {
 		errs = append(errs, err)
 	}
+	if p.AS2.Send != nil {
+		errs = append(errs, d.loadSend(path, p, outbound.AS2, d.password(p.AS2.CertificatePasswordEnv, p.AS2.CertificatePasswordFile))...)
+	}
 	if len(errs) > 0 {
 		return errs
 	}
@@ -375,6 +383,9 @@ func (d *Directory) loadAS4(path string, p *Partner) []error {
 		}
 		d.certs["as4tls\x00"+p.ID] = tls
 	}
+	if p.AS4.Send != nil {
+		errs = append(errs, d.loadSend(path, p, outbound.AS4, pw)...)
+	}
 	if len(errs) > 0 {
 		return errs
 	}
@@ -403,7 +414,7 @@ func (d *Directory) forget(p *Partner) {
 			delete(d.byAS4, k)
 		}
 	}
-	for _, use := range []string{"as2", "as4", "as4tls"} {
+	for _, use := range []string{"as2", "as4", "as4tls", "as2send", "as4send"} {
 		delete(d.certs, use+"\x00"+p.ID)
 		delete(d.policies, use+"\x00"+p.ID)
 	}
@@ -566,10 +577,16 @@ func loadFile(path string) (*Partner, error) {
 		set := presentKeys(b, "as2")
 		p.AS2.RequireSignature = p.AS2.RequireSignature || !set["require_signature"]
 		p.AS2.RequireEncryption = p.AS2.RequireEncryption || !set["require_encryption"]
+		if p.AS2.Send != nil {
+			p.AS2.Send.applyDefaults(presentKeys(b, "as2", "send"), presentKeys(b, "as2", "send", "retry"))
+		}
 	}
 	if p.AS4 != nil {
 		p.AS4.set = presentKeys(b, "as4")
 		p.AS4.RequireEncryption = p.AS4.RequireEncryption || !p.AS4.set["require_encryption"]
+		if p.AS4.Send != nil {
+			p.AS4.Send.applyDefaults(presentKeys(b, "as4", "send"), presentKeys(b, "as4", "send", "retry"))
+		}
 	}
 	if err := p.validate(); err != nil {
 		errs = append(errs, err)
@@ -665,6 +682,9 @@ func (p *Partner) validate() error {
 			}
 			a.privateNets = append(a.privateNets, n)
 		}
+		if a.Send != nil {
+			a.Send.validate(a, bad)
+		}
 	}
 	if a := p.AS4; a != nil {
 		if strings.TrimSpace(a.PartyID) == "" {
@@ -691,6 +711,9 @@ func (p *Partner) validate() error {
 		}
 		if err := a.applyProfile(f); err != nil {
 			errs = append(errs, err)
+		}
+		if a.Send != nil {
+			a.Send.validate(a, bad)
 		}
 		if a.ClockSkew == 0 {
 			a.ClockSkew = Duration(5 * time.Minute)

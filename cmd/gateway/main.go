@@ -404,6 +404,9 @@ func partnersCheck(args []string, stdout io.Writer) error {
 			protos = append(protos, fmt.Sprintf("as4 %s (%d certificates, %d pmodes, window %s)", p.AS4.PartyID, len(d.AS4Certificates(p)), len(p.AS4.PModes), p.AS4.DedupWindow.Std()))
 		}
 		fmt.Fprintf(stdout, "ok %s: %v\n", p.ID, protos)
+		if line := sendSetup(p); line != "" {
+			fmt.Fprintf(stdout, "send %s: %s\n", p.ID, line)
+		}
 	}
 	for _, w := range d.Warnings {
 		fmt.Fprintln(stdout, "warning:", w)
@@ -424,6 +427,19 @@ func partnersCheck(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%d certificate errors (expired certificates or identity keys that do not match their certificates)", nerr)
 	}
 	return nil
+}
+
+// sendSetup is how we send to p, in one line ("" when we only receive
+// from it).
+func sendSetup(p *partners.Partner) string {
+	var parts []string
+	if p.AS2 != nil && p.AS2.Send != nil {
+		parts = append(parts, p.AS2.Send.String())
+	}
+	if p.AS4 != nil && p.AS4.Send != nil {
+		parts = append(parts, p.AS4.Send.String())
+	}
+	return strings.Join(parts, "; ")
 }
 
 // flatten lists the errors an errors.Join tree holds, one per problem.
