@@ -235,7 +235,10 @@ func (m *Metrics) ConfigReloads() *prometheus.CounterVec { return m.configReload
 // Certificate is one certificate the gateway trusts or holds.
 type Certificate struct {
 	Partner string // partner id, or "" for our own identity keys
-	// Kind: as2, as4 (a partner's certificates) or identity (our keys).
+	// Kind: as2, as4 (a partner's certificates), as2-send, as4-send (the
+	// partner's encryption certificate of a send block), as2-tls-client,
+	// as4-tls-client (our TLS client certificate for sending to the
+	// partner) or identity (our keys).
 	Kind string
 	Cert *x509.Certificate
 }
