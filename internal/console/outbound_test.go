@@ -427,3 +427,56 @@ func TestOutboundHiddenWithoutStore(t *testing.T) {
 		t.Error("the store was read")
 	}
 }
+
+// TestOutboundPagesOverTheMemoryStore: the pages and actions over the real
+// in-memory queue (outbound.Memory), states reached through its own
+// operations.
+func TestOutboundPagesOverTheMemoryStore(t *testing.T) {
+	ctx := context.Background()
+	clock := time.Now().Add(-time.Hour)
+	mem := outbound.NewMemory(outbound.MemoryClock(func() time.Time { clock = clock.Add(time.Second); return clock }))
+	for _, id := range []string{"m1", "m2", "m3"} {
+		if _, _, err := mem.Submit(ctx, outbound.Message{ID: id, Partner: "acme", Protocol: outbound.AS4, MessageID: id + "@gw", Filename: id + ".xml"},
+			strings.NewReader("<x/>")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := mem.Lease(ctx, 1, time.Hour)
+	if err != nil || len(first) != 1 || first[0].ID != "m1" {
+		t.Fatalf("lease: %v %v", first, err)
+	}
+	if err := mem.Failed(ctx, "m1", first[0].LeaseToken, "EBMS:0004 <other>", nil); err != nil {
+		t.Fatal(err)
+	}
+	clock = time.Now() // m2's lease runs from the real now: held while the test runs
+	if second, err := mem.Lease(ctx, 1, time.Hour); err != nil || len(second) != 1 || second[0].ID != "m2" {
+		t.Fatalf("second lease: %v %v", second, err)
+	}
+	f := newOutboundFixture(t, false)
+	con, err := New(Source{Audit: f.audit, Record: f.audit.Write, Outbound: mem, Notify: func() { f.woken++ },
+		Partners: func() (*partners.Directory, []certs.Cert, time.Duration) { return nil, nil, time.Hour }}, "", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(con.Handler())
+	defer srv.Close()
+	for state, want := range map[string]string{"": "m3 m2 m1", "sending": "m2", "queued": "m3 m2", "failed": "m1"} {
+		if got := strings.Join(ids(get(t, f.client, srv.URL+"/console/outbound?state="+state)), " "); got != want {
+			t.Errorf("tab %q: %q, want %q", state, got, want)
+		}
+	}
+	b := get(t, f.client, srv.URL+"/console/outbound/message?id=m1")
+	csrf := csrfRE.FindStringSubmatch(b)
+	if csrf == nil || !strings.Contains(b, "EBMS:0004 &lt;other&gt;") {
+		t.Fatalf("detail of m1: %.2000s", b)
+	}
+	resp, err := f.client.PostForm(srv.URL+"/console/outbound/resend", url.Values{"id": {"m1"}, "csrf": {csrf[1]}})
+	body(t, resp, err)
+	resp, err = f.client.PostForm(srv.URL+"/console/outbound/cancel", url.Values{"id": {"m2"}, "csrf": {csrf[1]}, "reason": {"stop"}})
+	body(t, resp, err)
+	m1, _ := mem.Get(ctx, "m1")
+	m2, _ := mem.Get(ctx, "m2")
+	if m1.State != outbound.Queued || m2.State != outbound.Cancelled || m2.Reason != "stop" || f.woken != 2 {
+		t.Fatalf("after resend and cancel: m1 %s, m2 %s %q, woken %d", m1.State, m2.State, m2.Reason, f.woken)
+	}
+}
