@@ -49,6 +49,11 @@ func AttemptOutcome(s string) string {
 	return OtherOutcome
 }
 
+// Metrics is the outbound Sender's Observer (outbound.Observer).
+var _ interface {
+	Attempt(partner string, p outbound.Protocol, outcome string, d time.Duration)
+} = (*Metrics)(nil)
+
 // Attempt counts one attempt of the outbound Sender and observes how long
 // it took (it makes *Metrics an outbound Sender's Observer).
 func (m *Metrics) Attempt(partner string, p outbound.Protocol, outcome string, d time.Duration) {
