@@ -405,6 +405,18 @@ func (s *Server) startMetrics() {
 	if st := s.outboxStats(s.Backend.Outbox()); st != nil {
 		s.Metrics.WatchOutbox(st)
 	}
+	s.watchOutbound()
+	s.OnReload(func(st ReloadStatus) {
+		s.Metrics.ConfigReload(st.OK)
+		if st.OK {
+			s.RefreshMetrics()
+		}
+	})
+}
+
+// watchOutbound exports the outbound queue's figures, read at scrape
+// bounded by the readiness timeout (nothing when the store has no queue).
+func (s *Server) watchOutbound() {
 	if ob := s.outboundStore(); ob != nil {
 		s.Metrics.WatchOutbound(func() ([]outbound.Stats, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), s.Config.Admin.ReadyTimeout)
@@ -412,12 +424,6 @@ func (s *Server) startMetrics() {
 			return ob.Stats(ctx)
 		})
 	}
-	s.OnReload(func(st ReloadStatus) {
-		s.Metrics.ConfigReload(st.OK)
-		if st.OK {
-			s.RefreshMetrics()
-		}
-	})
 }
 
 // outboxStats reads the outbox queue for the metrics, bounded by the

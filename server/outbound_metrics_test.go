@@ -5,13 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/edigateway/gateway/internal/metrics"
 	"github.com/edigateway/gateway/outbound"
+	"github.com/edigateway/gateway/store"
 )
 
 // TestOutboundFinalCountedOnce: every way a message ends (the Sender's
@@ -80,5 +86,85 @@ func TestOutboundFinalCountedOnce(t *testing.T) {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("scrape lacks %s", want)
 		}
+	}
+}
+
+// withOutbound is a store with an outbound queue (until store.Backend
+// has one).
+type withOutbound struct {
+	store.Backend
+	ob outbound.Store
+}
+
+func (w withOutbound) Outbound() outbound.Store { return w.ob }
+
+// TestOutboundWiredIntoConsoleAndMetrics: a store with an outbound queue
+// gets the console's Outbound page (whose actions wake the Sender and
+// count in the metrics) and the queue's figures on /metrics; one without
+// has neither.
+func TestOutboundWiredIntoConsoleAndMetrics(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(ctx, demoConfig(t), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	admin := httptest.NewServer(s.AdminHandler())
+	get := func(u string) (int, string) {
+		resp, err := http.Get(admin.URL + u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/console/outbound"); code != http.StatusNotFound {
+		t.Errorf("outbound page without a queue: %d", code)
+	}
+	if _, b := get("/metrics"); strings.Contains(b, "gateway_outbound_queued") {
+		t.Error("outbound figures without a queue")
+	}
+	admin.Close()
+
+	mem := outbound.NewMemory()
+	s.Backend = withOutbound{Backend: s.Backend, ob: mem}
+	s.watchOutbound()
+	woken := 0
+	s.wakeSender = func() { woken++ }
+	admin = httptest.NewServer(s.AdminHandler())
+	defer admin.Close()
+	if _, _, err := mem.Submit(ctx, outbound.Message{ID: "o1", Partner: "demo", Protocol: outbound.AS2, MessageID: "<o1@gw>"}, strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	if code, b := get("/console/outbound"); code != 200 || !strings.Contains(b, "/console/outbound/message?id=o1") {
+		t.Fatalf("outbound page: %d %.1000s", code, b)
+	}
+	if _, b := get("/metrics"); !strings.Contains(b, `gateway_outbound_queued{partner="demo",protocol="as2"} 1`) {
+		t.Errorf("/metrics lacks the queued message:\n%s", b)
+	}
+	// Cancel from the console (loopback, no token: a session cookie).
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	resp, err := c.Get(admin.URL + "/console/outbound/message?id=o1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindStringSubmatch(string(b))
+	if m == nil {
+		t.Fatalf("no CSRF token: %.1000s", b)
+	}
+	resp, err = c.PostForm(admin.URL+"/console/outbound/cancel", url.Values{"id": {"o1"}, "csrf": {m[1]}, "reason": {"test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if o, _ := mem.Get(ctx, "o1"); o.State != outbound.Cancelled || woken != 1 {
+		t.Fatalf("after cancel: %s, woken %d", o.State, woken)
+	}
+	if _, b := get("/metrics"); !strings.Contains(b, `gateway_outbound_final_total{partner="demo",protocol="as2",state="cancelled"} 1`) {
+		t.Errorf("/metrics lacks the cancel:\n%s", b)
 	}
 }
