@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/internal/metrics"
 	"github.com/edigateway/gateway/outbound"
 	"github.com/edigateway/gateway/store"
@@ -97,6 +98,11 @@ type withOutbound struct {
 }
 
 func (w withOutbound) Outbound() outbound.Store { return w.ob }
+
+// ClaimRecord keeps the store's dedup.ClaimReader (the console's replies).
+func (w withOutbound) ClaimRecord(ctx context.Context, key dedup.Key) (dedup.ClaimRecord, error) {
+	return w.Backend.(dedup.ClaimReader).ClaimRecord(ctx, key)
+}
 
 // TestOutboundWiredIntoConsoleAndMetrics: a store with an outbound queue
 // gets the console's Outbound page (whose actions wake the Sender and
