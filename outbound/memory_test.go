@@ -1,4 +1,4 @@
-package outbound
+package outbound_test
 
 import (
 	"context"
@@ -8,7 +8,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/edigateway/gateway/outbound"
+	"github.com/edigateway/gateway/outbound/outboundtest"
 )
+
+// TestMemoryContract runs the conformance kit on Memory.
+func TestMemoryContract(t *testing.T) {
+	outboundtest.Exercise(t, func(*testing.T) outbound.Store { return outbound.NewMemory() })
+}
 
 // fakeClock is a settable clock for a Memory.
 type fakeClock struct {
@@ -20,8 +28,8 @@ func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c
 
 func (c *fakeClock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
-func testMessage(id string) Message {
-	return Message{ID: id, Partner: "acme", Protocol: AS2, MessageID: "<" + id + "@gateway>"}
+func testMessage(id string) outbound.Message {
+	return outbound.Message{ID: id, Partner: "acme", Protocol: outbound.AS2, MessageID: "<" + id + "@gateway>"}
 }
 
 // TestMemoryClock: the store reads every time from its clock: Created,
@@ -29,7 +37,7 @@ func testMessage(id string) Message {
 func TestMemoryClock(t *testing.T) {
 	ctx := context.Background()
 	clk := &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-	m := NewMemory(MemoryClock(clk.Now))
+	m := outbound.NewMemory(outbound.MemoryClock(clk.Now))
 	start := clk.Now()
 	got, created, err := m.Submit(ctx, testMessage("a"), strings.NewReader("payload"))
 	if err != nil || !created {
@@ -64,7 +72,7 @@ func TestMemoryClock(t *testing.T) {
 	}
 	clk.Advance(time.Nanosecond)
 	l, _ := m.Lease(ctx, 10, time.Minute)
-	if len(l) != 1 || l[0].State != AwaitingMDN || l[0].Attempts != 1 {
+	if len(l) != 1 || l[0].State != outbound.AwaitingMDN || l[0].Attempts != 1 {
 		t.Fatalf("awaiting message past its deadline: %+v", l)
 	}
 	if got, _ := m.Get(ctx, "a"); !got.Updated.Equal(clk.Now().Add(-time.Hour)) {
@@ -76,7 +84,7 @@ func TestMemoryClock(t *testing.T) {
 // queue's other callers.
 func TestMemorySubmitReadsOutsideTheLock(t *testing.T) {
 	ctx := context.Background()
-	m := NewMemory()
+	m := outbound.NewMemory()
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
@@ -90,8 +98,8 @@ func TestMemorySubmitReadsOutsideTheLock(t *testing.T) {
 	if _, _, err := m.Submit(ctx, testMessage("quick"), strings.NewReader("x")); err != nil {
 		t.Fatalf("a Submit while another reads its payload: %v", err)
 	}
-	if _, err := m.Get(ctx, "slow"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Get of a message whose payload is still being read: %v, want ErrNotFound", err)
+	if _, err := m.Get(ctx, "slow"); !errors.Is(err, outbound.ErrNotFound) {
+		t.Fatalf("Get of a message whose payload is still being read: %v, want outbound.ErrNotFound", err)
 	}
 	pw.Close()
 	if err := <-done; err != nil {
@@ -107,16 +115,37 @@ func TestMemorySubmitReadsOutsideTheLock(t *testing.T) {
 // stores nothing.
 func TestMemorySubmitCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	m := NewMemory()
+	m := outbound.NewMemory()
 	r := readerFunc(func(p []byte) (int, error) { cancel(); return 0, io.EOF })
 	if _, _, err := m.Submit(ctx, testMessage("a"), r); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Submit: %v, want context.Canceled", err)
 	}
-	if _, err := m.Get(context.Background(), "a"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Get after a cancelled Submit: %v, want ErrNotFound", err)
+	if _, err := m.Get(context.Background(), "a"); !errors.Is(err, outbound.ErrNotFound) {
+		t.Fatalf("Get after a cancelled Submit: %v, want outbound.ErrNotFound", err)
 	}
 }
 
 type readerFunc func(p []byte) (int, error)
 
 func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// TestMemoryStatsByProtocol: a partner sending with both protocols has one
+// entry per protocol, sorted by partner then protocol.
+func TestMemoryStatsByProtocol(t *testing.T) {
+	ctx := context.Background()
+	m := outbound.NewMemory()
+	for i, p := range []outbound.Protocol{outbound.AS4, outbound.AS2, outbound.AS4} {
+		msg := testMessage(string(rune('a' + i)))
+		msg.Protocol = p
+		if _, _, err := m.Submit(ctx, msg, strings.NewReader("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := m.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 2 || st[0].Protocol != outbound.AS2 || st[0].Queued != 1 || st[1].Protocol != outbound.AS4 || st[1].Queued != 2 {
+		t.Fatalf("Stats: %+v, want acme/as2 with 1 queued, acme/as4 with 2", st)
+	}
+}
