@@ -586,6 +586,9 @@ func loadFile(path string) (*Partner, error) {
 		set := presentKeys(b, "as2")
 		p.AS2.RequireSignature = p.AS2.RequireSignature || !set["require_signature"]
 		p.AS2.RequireEncryption = p.AS2.RequireEncryption || !set["require_encryption"]
+		if set["send"] && p.AS2.Send == nil {
+			p.AS2.Send = &AS2Send{} // "send:" alone: an error (no url), not silently receive-only
+		}
 		if p.AS2.Send != nil {
 			p.AS2.Send.applyDefaults(presentKeys(b, "as2", "send"), presentKeys(b, "as2", "send", "retry"))
 		}
@@ -593,6 +596,9 @@ func loadFile(path string) (*Partner, error) {
 	if p.AS4 != nil {
 		p.AS4.set = presentKeys(b, "as4")
 		p.AS4.RequireEncryption = p.AS4.RequireEncryption || !p.AS4.set["require_encryption"]
+		if p.AS4.set["send"] && p.AS4.Send == nil {
+			p.AS4.Send = &AS4Send{}
+		}
 		if p.AS4.Send != nil {
 			p.AS4.Send.applyDefaults(presentKeys(b, "as4", "send"), presentKeys(b, "as4", "send", "retry"))
 		}

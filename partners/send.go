@@ -85,7 +85,7 @@ type AS2Send struct {
 	// EncryptionCertificate is the file of the certificate we encrypt for
 	// (relative to the partners directory; default the first of
 	// as2.certificates).
-	EncryptionCertificate string `yaml:"encryption_certificate"`
+	EncryptionCertificate string  `yaml:"encryption_certificate"`
 	TLS                   SendTLS `yaml:"tls"`
 	// Timeout bounds one attempt, connect to MDN (default 5m).
 	// MDNTimeout is how long an asynchronous MDN is waited for before
@@ -349,16 +349,12 @@ func (s *AS4Send) validate(a *AS4, bad func(field, format string, a ...any)) {
 			key string
 			v   *bool
 		}{{"encrypt", &s.Encrypt}, {"compress", &s.Compress}, {"receipt_required", &s.ReceiptRequired}} {
-			if s.set[o.key] && !*o.v {
+			if !*o.v { // written as false: left out, it is true
 				bad("as4.send."+o.key, "the bdew profile requires it; remove the field or set it to true")
 			}
-			*o.v = true
 		}
 		if isPlainHTTP(s.URL) {
 			bad("as4.send.url", "the bdew profile requires TLS: an https URL")
-		}
-		if s.PMode.Agreement == "" {
-			s.PMode.Agreement = BDEWAgreement
 		}
 	}
 	pm := &s.PMode
@@ -369,6 +365,9 @@ func (s *AS4Send) validate(a *AS4, bad func(field, format string, a ...any)) {
 			pm.ServiceType = firstSet(pm.ServiceType, agreed.ServiceType)
 			pm.Action = firstSet(pm.Action, agreed.Action)
 		}
+	}
+	if a.IsBDEW() && pm.Agreement == "" {
+		pm.Agreement = BDEWAgreement
 	}
 	if pm.ToPartyID == "" {
 		pm.ToPartyID, pm.ToPartyType = a.PartyID, firstSet(pm.ToPartyType, a.PartyType)

@@ -80,3 +80,101 @@ as4:
 		t.Logf("stdout:\n%s", out.String())
 	}
 }
+
+// TestPartnersCheckShowsSendingSetUp: partners check prints how we send to
+// each partner that has a send block (one line), nothing for partners we
+// only receive from, and a warning for each sending opt-out.
+func TestPartnersCheckShowsSendingSetUp(t *testing.T) {
+	dir := t.TempDir()
+	pem, err := os.ReadFile(filepath.Join(filepath.Dir(demoConfig(t)), "partners", "demo-partner.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"demo-partner.pem": string(pem),
+		"secure.yaml":      "id: secure\nas2:\n  as2_id: SECURE\n  certificates: [demo-partner.pem]\n  send: {url: \"https://secure.example/as2\"}\n",
+		"weak.yaml": `id: weak
+as2:
+  as2_id: WEAK
+  certificates: [demo-partner.pem]
+  send: {url: "http://weak.example/as2", digest: none, cipher: none, mdn: none}
+as4:
+  party_id: urn:weak
+  certificates: [demo-partner.pem]
+  pmodes: [{id: p}]
+  send: {url: "https://weak.example/as4", encrypt: false, receipt_required: false}
+`,
+		"unsignedmdn.yaml": "id: unsignedmdn\nas2:\n  as2_id: UMDN\n  certificates: [demo-partner.pem]\n  send: {url: \"https://u.example/as2\", signed_mdn: false}\n",
+		"receiver.yaml":    "id: receiver\nas2:\n  as2_id: RECV\n  certificates: [demo-partner.pem]\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"partners", "check", "-dir", dir}, &out, &errb)
+	weak, umdn := filepath.Join(dir, "weak.yaml"), filepath.Join(dir, "unsignedmdn.yaml")
+	wants := []string{
+		"send secure: as2 to https://secure.example/as2 (signed sha256, encrypted aes256-cbc, sync signed MDN; timeout 5m0s; retry 1m0s ×2 up to 1h0m0s apart for 72h0m0s)\n",
+		"send weak: as2 to http://weak.example/as2 (unsigned, unencrypted, no MDN; ",
+		"; as4 to https://weak.example/as4 (signed, unencrypted, compressed, no receipt required; ",
+		"send unsignedmdn: as2 to https://u.example/as2 (signed sha256, encrypted aes256-cbc, sync unsigned MDN; ",
+		"warning: " + weak + ": as2.send.digest: none sends unsigned messages",
+		"warning: " + weak + ": as2.send.cipher: none sends unencrypted messages",
+		"warning: " + weak + ": as2.send.mdn: none asks \"WEAK\" for no MDN",
+		"warning: " + weak + ": as2.send.url http://weak.example/as2 is plain http",
+		"warning: " + weak + ": as4.send.encrypt: false sends unencrypted payloads",
+		"warning: " + weak + ": as4.send.receipt_required: false counts a message",
+		"warning: " + umdn + ": as2.send.signed_mdn: false accepts unsigned MDNs",
+		"4 partners, 7 warnings, 0 errors",
+	}
+	for _, want := range wants {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("partners check output lacks %q", want)
+		}
+	}
+	if strings.Contains(out.String(), "send receiver") {
+		t.Error("a partner we only receive from has a send line")
+	}
+	if code != 0 {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+	if t.Failed() {
+		t.Logf("stdout:\n%s", out.String())
+	}
+}
+
+// TestSendOptOutsAreWarnedAtStart: the sending opt-outs are WARN lines of
+// serve's start, as the receiving ones are.
+func TestSendOptOutsAreWarnedAtStart(t *testing.T) {
+	pdir := t.TempDir()
+	pem, err := os.ReadFile(filepath.Join(filepath.Dir(demoConfig(t)), "partners", "demo-partner.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pdir, "demo-partner.pem"), pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pdir, "weak.yaml"), []byte("id: weak\nas2:\n  as2_id: WEAK\n  certificates: [demo-partner.pem]\n"+
+		"  send: {url: \"http://weak.example/as2\", digest: none, signed_mdn: false}\n"+
+		"as4:\n  party_id: urn:weak\n  certificates: [demo-partner.pem]\n  pmodes: [{id: p}]\n  send: {url: \"https://weak.example/as4\", receipt_required: false}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := operatorConfig(t, pdir, "")
+	file := filepath.Join(pdir, "weak.yaml")
+	var out, errb bytes.Buffer
+	if code := run([]string{"serve", "-check", "-config", cfg}, &out, &errb); code != 0 {
+		t.Fatalf("serve -check: exit %d: %s", code, errb.String())
+	}
+	for _, w := range []string{
+		file + `: as2.send.digest: none sends unsigned messages to \"WEAK\"`,
+		file + `: as2.send.signed_mdn: false accepts unsigned MDNs from \"WEAK\"`,
+		file + `: as2.send.url http://weak.example/as2 is plain http`,
+		file + `: as4.send.receipt_required: false counts a message to party \"urn:weak\"`,
+	} {
+		if !strings.Contains(errb.String(), `"level":"WARN","msg":"partner configuration","warning":"`+w) {
+			t.Errorf("no WARN at start for %q:\n%s", w, errb.String())
+		}
+	}
+}
