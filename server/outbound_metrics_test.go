@@ -18,6 +18,7 @@ import (
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/internal/metrics"
 	"github.com/edigateway/gateway/outbound"
+	"github.com/edigateway/gateway/outbound/outboundtest"
 	"github.com/edigateway/gateway/store"
 )
 
@@ -173,4 +174,13 @@ func TestOutboundWiredIntoConsoleAndMetrics(t *testing.T) {
 	if _, b := get("/metrics"); !strings.Contains(b, `gateway_outbound_final_total{partner="demo",protocol="as2",state="cancelled"} 1`) {
 		t.Errorf("/metrics lacks the cancel:\n%s", b)
 	}
+}
+
+// TestCountedOutboundKeepsTheContract: the metrics wrapper passes the
+// outbound Store conformance kit over the memory store.
+func TestCountedOutboundKeepsTheContract(t *testing.T) {
+	outboundtest.Exercise(t, func(*testing.T) outbound.Store {
+		m := metrics.New("test")
+		return countedOutbound{Store: outbound.NewMemory(), m: m}
+	})
 }
