@@ -493,7 +493,10 @@ func (d *Directory) CertificatePassword(p *Partner, use string) config.Password 
 }
 
 // EachCertificate calls fn for every certificate the directory's partner
-// files name, in partner order: the partner id, the use ("as2" or "as4"),
+// files name, in partner order: the partner id, the use ("as2" or "as4";
+// for a send block's certificates not among the section's:
+// "as2-send"/"as4-send", the encryption certificate, and
+// "as2-tls-client"/"as4-tls-client", our TLS client certificate),
 // the file it was read from ("" when a loaded certificate cannot be mapped
 // back to a file, e.g. the file changed since the directory was loaded),
 // the partner file and field that name it ("partners/acme.yaml
@@ -504,9 +507,15 @@ func (d *Directory) EachCertificate(fn func(partner, use, file, field string, ce
 	for _, p := range d.Partners {
 		if p.AS2 != nil {
 			d.eachCertificate(p, "as2", p.AS2.Certificates, d.AS2Certificates(p), p.AS2.AllowWeakKeys, fn)
+			if s := p.AS2.Send; s != nil {
+				d.eachSendCertificate(p, "as2", s.EncryptionCertificate, s.TLS, p.AS2.AllowWeakKeys, fn)
+			}
 		}
 		if p.AS4 != nil {
 			d.eachCertificate(p, "as4", p.AS4.Certificates, d.AS4Certificates(p), p.AS4.AllowWeakKeys, fn)
+			if s := p.AS4.Send; s != nil {
+				d.eachSendCertificate(p, "as4", s.EncryptionCertificate, s.TLS, p.AS4.AllowWeakKeys, fn)
+			}
 		}
 	}
 }

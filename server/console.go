@@ -41,6 +41,14 @@ func (s *Server) consoleHandler() (*console.Console, error) {
 				s.notify()
 			}
 		},
+		// Resend and Cancel wake the outbound Sender (wakeSender is set
+		// where the Sender is built).
+		Outbound: s.outboundStore(),
+		Notify: func() {
+			if s.wakeSender != nil {
+				s.wakeSender()
+			}
+		},
 	}
 	if r, ok := s.Backend.AuditSink().(audit.Reader); ok {
 		src.Audit = r

@@ -35,6 +35,7 @@ import (
 	"github.com/edigateway/gateway/internal/cms"
 	"github.com/edigateway/gateway/internal/console"
 	"github.com/edigateway/gateway/internal/pgtest"
+	"github.com/edigateway/gateway/outbound"
 )
 
 // consoleFixture is a real gateway (SQLite, demo partner with on_drift:
@@ -48,6 +49,8 @@ type consoleFixture struct {
 	mu           sync.Mutex
 	runs         map[string]int
 	inboxHandler exchange.Handler
+	// outbound is the outbound queue the console shows.
+	outbound *outbound.Memory
 }
 
 const consoleToken = "console-test-token"
@@ -95,6 +98,9 @@ func newConsoleFixtureYAML(t *testing.T, editYAML func([]byte) []byte, tune ...f
 		f.mu.Unlock()
 		return f.inboxHandler.Handle(ctx, m)
 	}))
+	// An outbound queue for the console (until store.Backend has one).
+	f.outbound = outbound.NewMemory()
+	s.Backend = withOutbound{Backend: s.Backend, ob: f.outbound}
 	f.partner, f.admin = serveBoth(t, s)
 	read := func(p string) []byte {
 		b, err := os.ReadFile(filepath.Join(demo, p))
@@ -481,7 +487,32 @@ func TestConsoleInBrowser(t *testing.T) {
 	if m, _ := filepath.Glob(filepath.Join(f.cfg.QuarantineDir, ".discarded", "demo", "*.payload")); len(m) != 1 {
 		t.Errorf("discarded files: %v", m)
 	}
-	// Both actions are audited with who took them.
+	// The outbound queue: the nav links to it; cancel a message with a
+	// reason on its detail page.
+	if _, _, err := f.outbound.Submit(context.Background(), outbound.Message{ID: "ob1", Partner: "demo", Protocol: outbound.AS2,
+		MessageID: "<ob1@gateway>", Filename: "order.edi"}, strings.NewReader("UNB+ob1'")); err != nil {
+		t.Fatal(err)
+	}
+	run("outbound", chromedp.Navigate(f.admin+"/console/"), openLink(`#nav-outbound`), chromedp.WaitVisible(chromedp.CSS(`#outbound-list`)),
+		textOf(`#outbound-list`))
+	if !strings.Contains(text, "<ob1@gateway>") || !strings.Contains(text, "order.edi") {
+		t.Errorf("outbound list: %s", text)
+	}
+	run("outbound cancel",
+		openLink(`a[href="/console/outbound/message?id=ob1"]`),
+		chromedp.WaitVisible(chromedp.CSS(`#outbound-cancel-reason`)),
+		chromedp.SendKeys(chromedp.CSS(`#outbound-cancel-reason`), "wrong partner"),
+		chromedp.Click(chromedp.CSS(`#outbound-cancel`)),
+		chromedp.WaitVisible(chromedp.CSS(`.flash`)),
+		textOf(`main`),
+	)
+	if !strings.Contains(text, "Cancelled: no further attempt is made") || !strings.Contains(text, "wrong partner") {
+		t.Errorf("after the outbound cancel: %s", text)
+	}
+	if m, _ := f.outbound.Get(context.Background(), "ob1"); m.State != outbound.Cancelled {
+		t.Errorf("outbound message after cancel: %s", m.State)
+	}
+	// The actions are audited with who took them.
 	recs, err := f.s.Backend.AuditSink().(audit.Reader).Query(context.Background(), audit.Query{Partner: "demo"})
 	if err != nil {
 		t.Fatal(err)
@@ -492,7 +523,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			actions[r.MessageID+" "+r.Decision] = r.Actor
 		}
 	}
-	if actions[tr.q1+" released"] != "admin token" || actions[tr.q2+" discarded"] != "admin token" {
+	if actions[tr.q1+" released"] != "admin token" || actions[tr.q2+" discarded"] != "admin token" || actions["ob1@gateway cancelled"] != "admin token" {
 		t.Errorf("operator actions audited: %v", actions)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/exchange"
 	"github.com/edigateway/gateway/internal/metrics"
+	"github.com/edigateway/gateway/outbound"
 	"github.com/edigateway/gateway/outbox"
 )
 
@@ -239,6 +240,72 @@ func (o countedOutbox) GiveUp(ctx context.Context, id, token string, lastErr str
 	return err
 }
 
+// countedOutbound counts the outbound messages that reach a final state
+// (gateway_outbound_final_total), whoever ends them: the Sender
+// (Delivered, Failed), an asynchronous MDN (Settle) or an operator
+// (Cancel). The Sender's attempts are counted by its Observer
+// (*metrics.Metrics).
+type countedOutbound struct {
+	outbound.Store
+	m *metrics.Metrics
+}
+
+func (o countedOutbound) Delivered(ctx context.Context, id, token string, ev *outbound.Evidence) error {
+	err := o.Store.Delivered(ctx, id, token, ev)
+	if err == nil {
+		o.final(ctx, id, outbound.Delivered)
+	}
+	return err
+}
+
+func (o countedOutbound) Failed(ctx context.Context, id, token, reason string, ev *outbound.Evidence) error {
+	err := o.Store.Failed(ctx, id, token, reason, ev)
+	if err == nil {
+		o.final(ctx, id, outbound.Failed)
+	}
+	return err
+}
+
+func (o countedOutbound) Cancel(ctx context.Context, id, reason string) error {
+	err := o.Store.Cancel(ctx, id, reason)
+	if err == nil {
+		o.final(ctx, id, outbound.Cancelled)
+	}
+	return err
+}
+
+func (o countedOutbound) Settle(ctx context.Context, partner, messageID string, delivered bool, reason string, ev *outbound.Evidence) (outbound.Message, bool, error) {
+	m, changed, err := o.Store.Settle(ctx, partner, messageID, delivered, reason, ev)
+	if err == nil && changed {
+		o.m.OutboundFinal(m.Partner, m.Protocol, m.State)
+	}
+	return m, changed, err
+}
+
+// final counts message id ended in state st; its partner and protocol are
+// read back (a message whose read fails is not counted).
+func (o countedOutbound) final(ctx context.Context, id string, st outbound.State) {
+	if m, err := o.Store.Get(ctx, id); err == nil {
+		o.m.OutboundFinal(m.Partner, m.Protocol, st)
+	}
+}
+
+// outboundStore is the store's outbound queue, counted for the metrics
+// (countedOutbound); nil when the store has none. The console, the Sender
+// and the asynchronous MDN receiver should all use it, so that every
+// final state is counted once.
+func (s *Server) outboundStore() outbound.Store {
+	b, ok := s.Backend.(interface{ Outbound() outbound.Store })
+	if !ok {
+		return nil
+	}
+	ob := b.Outbound()
+	if ob == nil {
+		return nil
+	}
+	return countedOutbound{Store: ob, m: s.Metrics}
+}
+
 // instrumentHTTP measures one protocol endpoint: latency by status code,
 // request body bytes read and requests in flight.
 func instrumentHTTP(m *metrics.Metrics, protocol string, h http.Handler) http.Handler {
@@ -328,7 +395,8 @@ func (s *Server) partnerIDs() []string {
 // partner label values); reloads call it.
 func (s *Server) RefreshMetrics() { s.Metrics.SetPartners(s.partnerIDs()) }
 
-// startMetrics exports what is read at scrape time (certificates, outbox)
+// startMetrics exports what is read at scrape time (certificates, outbox,
+// outbound queue)
 // and counts reloads by result, refreshing the partner labels after each.
 func (s *Server) startMetrics() {
 	s.RefreshMetrics()
@@ -337,12 +405,25 @@ func (s *Server) startMetrics() {
 	if st := s.outboxStats(s.Backend.Outbox()); st != nil {
 		s.Metrics.WatchOutbox(st)
 	}
+	s.watchOutbound()
 	s.OnReload(func(st ReloadStatus) {
 		s.Metrics.ConfigReload(st.OK)
 		if st.OK {
 			s.RefreshMetrics()
 		}
 	})
+}
+
+// watchOutbound exports the outbound queue's figures, read at scrape
+// bounded by the readiness timeout (nothing when the store has no queue).
+func (s *Server) watchOutbound() {
+	if ob := s.outboundStore(); ob != nil {
+		s.Metrics.WatchOutbound(func() ([]outbound.Stats, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), s.Config.Admin.ReadyTimeout)
+			defer cancel()
+			return ob.Stats(ctx)
+		})
+	}
 }
 
 // outboxStats reads the outbox queue for the metrics, bounded by the

@@ -43,6 +43,9 @@ type Server struct {
 	// (Current, Directory, Reload: reload.go).
 	reload reloadState
 	notify func()
+	// wakeSender wakes the outbound Sender (the console's Resend and
+	// Cancel); nil: none runs.
+	wakeSender func()
 	// trust checks the signers of trust: ca partners on both protocols; one
 	// for the server's life, so that its OCSP/CRL cache survives reloads.
 	trust *trust.Checker

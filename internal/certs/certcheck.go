@@ -44,7 +44,10 @@ type Cert struct {
 	Owner string
 	// Partner is the partner id ("" for our own keys).
 	Partner string
-	// Use is "as2", "as4" or "identity".
+	// Use is "as2", "as4" or "identity"; for the certificates of a
+	// partner's send block not among its section's: "as2-send"/"as4-send"
+	// (the certificate we encrypt for) and "as2-tls-client"/
+	// "as4-tls-client" (our TLS client certificate).
 	Use string
 	// File is the PEM/DER file the certificate was read from.
 	File string
@@ -95,7 +98,8 @@ func (f Finding) where() string {
 // this package.
 type Directory interface {
 	// EachCertificate calls fn for every certificate of every partner:
-	// partner id, use ("as2" or "as4"), the certificate file (absolute or
+	// partner id, use ("as2" or "as4", or a send block's: see Cert.Use),
+	// the certificate file (absolute or
 	// relative to the directory; "" when the certificate cannot be mapped
 	// back to one file), the partner file and field that name it, and
 	// whether the section sets allow_weak_keys.

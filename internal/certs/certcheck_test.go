@@ -180,3 +180,55 @@ func TestIdentityWeakKeyFollowsAllowWeakKeys(t *testing.T) {
 		}
 	}
 }
+
+// The certificates of a send block are checked too: the partner's
+// encryption certificate and our TLS client certificate; an encryption
+// certificate that is one of the section's certificates is listed once.
+func TestSendCertificatesAreChecked(t *testing.T) {
+	keys := testpki.RSAKeys(t, 3)
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "sign.pem"), testpki.CertPEM(testpki.SelfSigned(t, keys[0], testpki.Cert{CommonName: "out sign"})))
+	write(t, filepath.Join(dir, "enc.pem"), testpki.CertPEM(testpki.SelfSigned(t, keys[1], testpki.Cert{CommonName: "out enc", NotAfter: now.Add(5 * 24 * time.Hour)})))
+	testpki.WriteKeyPair(t, dir, "tlsc", testpki.SelfSigned(t, keys[2], testpki.Cert{CommonName: "our tls client", NotAfter: now.Add(10 * 24 * time.Hour)}), keys[2])
+	write(t, filepath.Join(dir, "out.yaml"), []byte(`id: out
+as2:
+  as2_id: OUT
+  certificates: [sign.pem]
+  send:
+    url: https://out.example/as2
+    encryption_certificate: enc.pem
+    tls: {client_certificate: tlsc.crt, client_key: tlsc.key}
+`))
+	write(t, filepath.Join(dir, "same.yaml"), []byte(`id: same
+as2:
+  as2_id: SAME
+  certificates: [enc.pem]
+  send:
+    url: https://same.example/as2
+    encryption_certificate: enc.pem
+`))
+	d, err := partners.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, fs := certs.All(d, nil, now, certs.DefaultWarning)
+	var got []string
+	for _, c := range found {
+		got = append(got, c.Partner+" "+c.Use+" "+c.Cert.Subject.CommonName+" "+strings.TrimPrefix(c.Config, c.Config[:strings.Index(c.Config, " ")+1]))
+	}
+	want := []string{"out as2 out sign as2.certificates[0]", "out as2-send out enc as2.send.encryption_certificate",
+		"out as2-tls-client our tls client as2.send.tls.client_certificate", "same as2 out enc as2.certificates[0]"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("certificates:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	var warned []string
+	for _, f := range fs {
+		if strings.Contains(f.Msg, "expires on") {
+			warned = append(warned, f.String())
+		}
+	}
+	if len(warned) != 3 || !strings.Contains(strings.Join(warned, "\n"), "as2.send.tls.client_certificate") ||
+		!strings.Contains(strings.Join(warned, "\n"), "out.yaml as2.send.encryption_certificate") {
+		t.Fatalf("expiry warnings:\n%s", strings.Join(warned, "\n"))
+	}
+}

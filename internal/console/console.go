@@ -1,7 +1,8 @@
 // Package console is the operator console in the browser, served on the
 // admin listener under /console/: a dashboard, message search and detail
 // (audit trail, ledger, the reply sent, the payload), the quarantine with
-// release and discard, partners and the async MDN outbox.
+// release and discard, partners, the async MDN outbox and the outbound
+// queue of messages we send (with resend and cancel).
 //
 // Pages are rendered on the server with html/template from embedded files;
 // nothing is loaded from outside the binary (Content-Security-Policy
@@ -29,6 +30,7 @@ import (
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/inbox"
 	"github.com/edigateway/gateway/internal/certs"
+	"github.com/edigateway/gateway/outbound"
 	"github.com/edigateway/gateway/outbox"
 	"github.com/edigateway/gateway/partners"
 )
@@ -65,6 +67,12 @@ type Source struct {
 	// WakeOutbox makes the async MDN dispatcher look for due deliveries at
 	// once ("Retry now"; nil: it finds them at its next poll).
 	WakeOutbox func()
+	// Outbound is the queue of messages we send (nil: the outbound pages
+	// are hidden).
+	Outbound outbound.Store
+	// Notify wakes the outbound Sender after an operator's Resend or
+	// Cancel (nil: it finds the change at its next poll).
+	Notify func()
 }
 
 // TableReader reads the table handler's rows back (inbox.Table).
@@ -135,6 +143,12 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /console/partners", c.authed(c.partnersPage))
 	mux.HandleFunc("GET /console/outbox", c.authed(c.outboxPage))
 	mux.HandleFunc("POST /console/outbox/retry", c.action(c.retryNow))
+	mux.HandleFunc("GET /console/outbound", c.authed(c.outboundList))
+	mux.HandleFunc("GET /console/outbound/message", c.authed(c.outboundMessage))
+	mux.HandleFunc("GET /console/outbound/evidence", c.authed(c.outboundEvidence))
+	mux.HandleFunc("GET /console/outbound/payload", c.authed(c.outboundPayload))
+	mux.HandleFunc("POST /console/outbound/resend", c.action(c.outboundResend))
+	mux.HandleFunc("POST /console/outbound/cancel", c.action(c.outboundCancel))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
@@ -197,7 +211,9 @@ type page struct {
 	Who   string
 	Flash string
 	Error string
-	Data  any
+	// Outbound: the outbound pages are shown (an outbound store is set).
+	Outbound bool
+	Data     any
 }
 
 // flashes are the only messages a page shows from its URL (?flash=key,
@@ -209,6 +225,8 @@ var flashes = map[string]string{
 	"released":        "Released: the payload was processed by the handler.",
 	"released-before": "Released: it had been processed before, so it was not processed again.",
 	"discarded":       "Discarded: the payload was moved out of the quarantine.",
+	"resent":          "Queued again under the same Message-ID; the sender was woken to send it.",
+	"cancelled":       "Cancelled: no further attempt is made.",
 }
 
 // render writes a page with status 200 and the URL's flash, if any.
@@ -219,7 +237,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, who caller, nam
 // renderStatus writes a page with the status and the messages given (the
 // server's text, never the request's).
 func (c *Console) renderStatus(w http.ResponseWriter, r *http.Request, who caller, status int, name, title string, data any, flash, errText string) {
-	p := page{Title: title, Nav: name, Who: who.who, Data: data, Flash: flash, Error: errText}
+	p := page{Title: title, Nav: name, Who: who.who, Data: data, Flash: flash, Error: errText, Outbound: c.src.Outbound != nil}
 	if who.sessionID != "" {
 		p.CSRF = c.sessions.csrf(who.sessionID)
 	}

@@ -61,6 +61,8 @@ type dashboardData struct {
 	Certs          []certRow
 	Warn           time.Duration
 	Total          int
+	// Outbound is the outbound queue's summary (nil: no outbound queue).
+	Outbound *outboundSummary
 }
 
 type certRow struct {
@@ -96,6 +98,10 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request, who caller) 
 	}
 	if op, ok := c.src.Outbox.(outbox.Operator); ok {
 		data.Pending, _ = op.ListPending(r.Context(), 5)
+	}
+	if data.Outbound, err = c.outboundSummary(r.Context()); err != nil {
+		c.fail(w, "reading the outbound queue", err)
+		return
 	}
 	_, certs, warn := c.src.Partners()
 	data.Warn = warn

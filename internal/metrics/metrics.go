@@ -53,6 +53,10 @@ type Metrics struct {
 	storeDuration   *prometheus.HistogramVec
 	configReloads   *prometheus.CounterVec
 
+	outboundAttempts *prometheus.CounterVec
+	outboundDuration *prometheus.HistogramVec
+	outboundFinal    *prometheus.CounterVec
+
 	partners atomic.Pointer[map[string]bool]
 }
 
@@ -95,13 +99,14 @@ func New(version string) *Metrics {
 		Name: "gateway_config_reloads_total",
 		Help: "Configuration reloads, by result (success, failure).",
 	}, []string{"result"})
+	m.outboundAttempts, m.outboundDuration, m.outboundFinal = newOutboundMetrics()
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gateway_build_info",
 		Help: "Always 1; the labels name the gateway's version and the Go version it was built with.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	m.Registry.MustRegister(m.messages, m.requestDuration, m.handlerDuration, m.receivedBytes, m.inFlight,
-		m.outboxAttempts, m.storeDuration, m.configReloads, build,
+		m.outboxAttempts, m.storeDuration, m.configReloads, build, m.outboundAttempts, m.outboundDuration, m.outboundFinal,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"success", "failure"} {
 		m.configReloads.WithLabelValues(r)
@@ -230,7 +235,10 @@ func (m *Metrics) ConfigReloads() *prometheus.CounterVec { return m.configReload
 // Certificate is one certificate the gateway trusts or holds.
 type Certificate struct {
 	Partner string // partner id, or "" for our own identity keys
-	// Kind: as2, as4 (a partner's certificates) or identity (our keys).
+	// Kind: as2, as4 (a partner's certificates), as2-send, as4-send (the
+	// partner's encryption certificate of a send block), as2-tls-client,
+	// as4-tls-client (our TLS client certificate for sending to the
+	// partner) or identity (our keys).
 	Kind string
 	Cert *x509.Certificate
 }
