@@ -43,6 +43,9 @@ func (s *Server) mountProtocols(dir *partners.Directory) error {
 		}}
 	s.notify = d.Notify
 	s.background = append(s.background, d.Run)
+	if err := s.mountSending(); err != nil {
+		return err
+	}
 	snap, err := s.buildSnapshot(dir, cfg)
 	if err != nil {
 		return err
@@ -181,6 +184,15 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 		}
 	}
 	snap := &Snapshot{Partners: dir, Keys: allKeys, CertWarning: cfg.CertWarning, Loaded: time.Now()}
+	if len(next) > 0 {
+		// Our identity for sending: the first identity's first key.
+		send, err := loadSendIdentity(config.Identity{AS2ID: running[0].AS2ID, PartyID: running[0].PartyID,
+			PartyType: running[0].PartyType, Keys: next[0].Keys})
+		if err != nil {
+			return nil, err
+		}
+		snap.send = send
+	}
 	ids, _ := certs.IdentityCerts(allKeys)
 	snap.Certificates = append(ids, certs.PartnerCerts(dir)...)
 	snap.Certificates = append(snap.Certificates, trustCerts(dir, cfg.Peppol)...)
@@ -203,6 +215,7 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 			MaxBodyBytes: lim.BodyLimit(), MaxInMemoryBytes: min(lim.BodyLimit(), as2.DefaultMaxBodyBytes),
 			MaxDecompressedBytes: lim.MaxDecompressedBytes, MaxCompressionRatio: ratio,
 			Log: s.Log, ReportingUA: "gateway/" + Version, Trust: s.trust,
+			MDNs: mdnIntake{s},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("server: as2: %w", err)

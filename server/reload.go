@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/edigateway/gateway/internal/transmit"
 	"net/http"
 	"reflect"
 	"slices"
@@ -37,6 +38,8 @@ type Snapshot struct {
 
 	as2 http.Handler
 	as4 http.Handler
+	// send is our identity for sending (the first identity's first key).
+	send transmit.Identity
 }
 
 // ReloadStatus is the outcome of the last reload attempt.

@@ -72,6 +72,9 @@ type Server struct {
 	conns connMetrics
 	// drain is the progress of a stop (drain.go).
 	drain drainState
+	// sending is the outbound side: queue, Sender, transmitters
+	// (sending.go).
+	sending *sending
 }
 
 // New opens the store and loads partners and keys. The caller must Close it.

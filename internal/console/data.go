@@ -78,7 +78,7 @@ func deliveries(recs []audit.Record) []*Delivery {
 			ops = append(ops, r)
 			continue
 		}
-		if r.Step == audit.StepSubmit || r.Step == audit.StepSend {
+		if r.Step == audit.StepSubmit || r.Step == audit.StepSend || r.Step == audit.StepMDN {
 			continue // sending, not a delivery to us: the outbound queue shows it
 		}
 		id := r.Key
