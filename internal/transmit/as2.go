@@ -194,8 +194,6 @@ func (t *AS2) Transmit(ctx context.Context, m outbound.Message, open func() (io.
 		a.Outcome, a.Reason = outbound.Retry, "not delivered: "+v.problem
 	case v.delivered:
 		a.Outcome = outbound.Deliver
-	case v.transient:
-		a.Outcome, a.Reason = outbound.Retry, "the partner's processing failed for the moment: "+v.reason
 	default:
 		a.Outcome, a.Reason = outbound.Refuse, v.reason
 	}
@@ -265,11 +263,6 @@ type mdnVerdict struct {
 	delivered bool
 	reason    string
 	problem   string
-	// transient: a negative MDN that asks for a retransmission
-	// (processed/error: unexpected-processing-error, what a receiver
-	// answers when its own processing failed for the moment — our
-	// gateway's answer to a failed handler).
-	transient bool
 	ev        *outbound.Evidence
 }
 
@@ -304,8 +297,6 @@ func judgeMDN(c *as2client.Client, messageID string, sent []string, h http.Heade
 		if t := snippet([]byte(ch.MDN.Report.HumanText)); t != "" {
 			v.reason += " — " + t
 		}
-		v.transient = ch.Disposition.Type == "processed" && strings.EqualFold(ch.Disposition.Modifier, "error") &&
-			strings.EqualFold(ch.Disposition.Description, "unexpected-processing-error")
 		return v
 	}
 	for _, d := range sent {

@@ -384,27 +384,3 @@ func TestAS2MDNSignedByAnotherKey(t *testing.T) {
 		t.Fatalf("handler received %+v", got)
 	}
 }
-
-// processed/error: unexpected-processing-error is what a receiver answers
-// when its own processing failed for the moment (our gateway's answer to
-// a failed handler, "may be retransmitted"): retried, not refused; every
-// other negative disposition is the partner's final verdict.
-func TestAS2UnexpectedProcessingErrorIsRetried(t *testing.T) {
-	gw := theirs(t)
-	for _, c := range []struct {
-		disp mdn.Disposition
-		want outbound.Outcome
-	}{
-		{mdn.DispUnexpectedProcessingError, outbound.Retry},
-		{mdn.DispDecryptionFailed, outbound.Refuse},
-		{mdn.DispUnsupportedFormat, outbound.Refuse},
-	} {
-		p := &scripted{mic: func(p string) string { return p }, key: &gw, disp: c.disp}
-		srv := httptest.NewServer(p)
-		a := p.attempt(t, as2To(t, srv.URL, nil), as2Message(t))
-		srv.Close()
-		if a.Outcome != c.want || !contains(a.Reason, c.disp.Description) {
-			t.Fatalf("%s: attempt %+v", c.disp, a)
-		}
-	}
-}
