@@ -26,6 +26,7 @@ import (
 
 	"github.com/edigateway/gateway/internal/console"
 	"github.com/edigateway/gateway/internal/httpframe"
+	"github.com/edigateway/gateway/internal/submitapi"
 )
 
 // The admin listener serves operators, never partners: /metrics,
@@ -66,6 +67,11 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.Handle("GET /metrics", s.Metrics.Handler())
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
+	if s.sending != nil {
+		// The submission API of the outbound queue (docs/sending.md),
+		// behind the same token or client certificate as /metrics.
+		mux.Handle(submitapi.Prefix+"/", s.submissionAPI())
+	}
 	if s.Config.Admin.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

@@ -43,7 +43,9 @@ type sending struct {
 // background workers.
 func (s *Server) mountSending() error {
 	cfg := s.Config
-	st := s.Backend.Outbound()
+	// Counted: every final state reaches gateway_outbound_final_total once,
+	// whoever ends the message (Sender, async MDN, operator).
+	st := s.outboundStore()
 	if st == nil {
 		return errors.New("server: the store has no outbound queue")
 	}
@@ -73,6 +75,7 @@ func (s *Server) mountSending() error {
 		Audit:  s.Pipeline.Audit,
 		Log:    s.Log.With("component", "queue"),
 	}
+	s.wakeSender = sd.sender.Notify
 	s.background = append(s.background, sd.sender.Run)
 	if cfg.Outbound.PickupDir != "" {
 		w, err := pickup.New(pickup.Config{

@@ -291,6 +291,7 @@ func (s *Server) ServeListeners(ctx context.Context, ln, admin net.Listener) err
 		return err
 	}
 	defer stopAdmin(5 * time.Second)
+	s.servingPartners(ln)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	purgeDone := s.startPurge(ctx)
