@@ -168,12 +168,11 @@ func tgSHA(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-// tgAPI calls the admin API of a gateway with the bearer token.
-func tgAPI(t *testing.T, method, u string, hdr map[string]string, body []byte) (int, []byte) {
-	t.Helper()
+// tgDo calls the admin API of a gateway with the bearer token.
+func tgDo(method, u string, hdr map[string]string, body []byte) (int, []byte, error) {
 	req, err := http.NewRequest(method, u, bytes.NewReader(body))
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+twoGWToken)
 	for k, v := range hdr {
@@ -181,40 +180,46 @@ func tgAPI(t *testing.T, method, u string, hdr map[string]string, body []byte) (
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// tgAPI is tgDo for the test's goroutine: an error ends the test.
+func tgAPI(t *testing.T, method, u string, hdr map[string]string, body []byte) (int, []byte) {
+	t.Helper()
+	code, b, err := tgDo(method, u, hdr, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, b
+	return code, b
 }
 
 // tgSubmitHTTP submits one payload through the HTTP API twice under one
 // Idempotency-Key: 202 then 200 replayed, the same message.
-func tgSubmitHTTP(t *testing.T, g *tgGateway, proto outbound.Protocol, key, name string, payload []byte) {
-	t.Helper()
+func tgSubmitHTTP(g *tgGateway, proto outbound.Protocol, key, name string, payload []byte) error {
 	u := fmt.Sprintf("http://%s/api/v1/outbound/messages?partner=%s&protocol=%s&filename=%s", g.admin, g.partnerID, proto, name)
 	hdr := map[string]string{"Idempotency-Key": key, "Content-Type": "application/edifact"}
 	var ids []string
 	for i, want := range []int{http.StatusAccepted, http.StatusOK} {
-		code, body := tgAPI(t, http.MethodPost, u, hdr, payload)
+		code, body, err := tgDo(http.MethodPost, u, hdr, payload)
 		var s submitapi.Submitted
-		if code != want || json.Unmarshal(body, &s) != nil || s.ID == "" {
-			t.Fatalf("%s: POST %d: %d %s (want %d)", name, i+1, code, body, want)
+		if err != nil || code != want || json.Unmarshal(body, &s) != nil || s.ID == "" {
+			return fmt.Errorf("%s: POST %d: %d %s %v (want %d)", name, i+1, code, body, err, want)
 		}
 		ids = append(ids, s.ID)
 	}
 	if ids[0] != ids[1] {
-		t.Fatalf("%s: the key queued two messages: %v", name, ids)
+		return fmt.Errorf("%s: the key queued two messages: %v", name, ids)
 	}
+	return nil
 }
 
 // tgDrop writes a file into a pickup directory as the docs say: under a
 // temporary name, then renamed into place.
-func tgDrop(t *testing.T, g *tgGateway, proto outbound.Protocol, name string, payload []byte) {
-	t.Helper()
+func tgDrop(g *tgGateway, proto outbound.Protocol, name string, payload []byte) error {
 	dir := filepath.Join(g.pick, g.partnerID, string(proto))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -222,33 +227,31 @@ func tgDrop(t *testing.T, g *tgGateway, proto outbound.Protocol, name string, pa
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pickup directory %s never created", dir)
+			return fmt.Errorf("pickup directory %s never created", dir)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	tmp := filepath.Join(dir, "."+name+".part")
 	if err := os.WriteFile(tmp, payload, 0o600); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		t.Fatal(err)
-	}
+	return os.Rename(tmp, filepath.Join(dir, name))
 }
 
 // tgSubmitCLI runs `gateway submit` (the real binary) against g's admin
 // API.
-func tgSubmitCLI(t *testing.T, g *tgGateway, proto outbound.Protocol, name string, payload []byte) {
-	t.Helper()
+func tgSubmitCLI(g *tgGateway, proto outbound.Protocol, name string, payload []byte) error {
 	f := filepath.Join(g.dir, "cli-"+name)
 	if err := os.WriteFile(f, payload, 0o600); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	cmd := exec.Command(os.Args[0], "submit", "-url", "http://"+g.admin, "-partner", g.partnerID,
 		"-protocol", string(proto), "-file", f, "-filename", name, "-content-type", "application/edifact")
 	cmd.Env = append(os.Environ(), "GATEWAY_TEST_RUN_MAIN=1", "GATEWAY_ADMIN_TOKEN="+twoGWToken)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("gateway submit %s: %v\n%s", name, err, out)
+		return fmt.Errorf("gateway submit %s: %v\n%s", name, err, out)
 	}
+	return nil
 }
 
 // tgList is every message g queued for its partner (the API's list, paged).
@@ -450,7 +453,10 @@ func TestTwoGatewaysTradeBothWays(t *testing.T) {
 				for i := range perWay {
 					name := fmt.Sprintf("%s%sH%02d", g.name, p, i)
 					pl := tgPayload(g.receivesAs, g.sendsTo, name)
-					tgSubmitHTTP(t, g, proto, "key-"+name, name+".edi", pl)
+					if err := tgSubmitHTTP(g, proto, "key-"+name, name+".edi", pl); err != nil {
+						t.Error(err)
+						return
+					}
 					add(tgWant{from: g.name, way: "http", proto: proto, name: name + ".edi", sha: tgSHA(pl)})
 				}
 			}()
@@ -461,7 +467,10 @@ func TestTwoGatewaysTradeBothWays(t *testing.T) {
 				for i := range perWay {
 					name := fmt.Sprintf("%s%sP%02d", g.name, p, i)
 					pl := tgPayload(g.receivesAs, g.sendsTo, name)
-					tgDrop(t, g, proto, name+".edi", pl)
+					if err := tgDrop(g, proto, name+".edi", pl); err != nil {
+						t.Error(err)
+						return
+					}
 					add(tgWant{from: g.name, way: "pickup", proto: proto, name: name + ".edi", sha: tgSHA(pl)})
 				}
 			}()
@@ -473,7 +482,10 @@ func TestTwoGatewaysTradeBothWays(t *testing.T) {
 			for i := range perWay {
 				name := fmt.Sprintf("A%sC%02d", p, i)
 				pl := tgPayload("GATEWAY", "DEMO", name)
-				tgSubmitCLI(t, a, proto, name+".edi", pl)
+				if err := tgSubmitCLI(a, proto, name+".edi", pl); err != nil {
+					t.Error(err)
+					return
+				}
 				add(tgWant{from: "A", way: "cli", proto: proto, name: name + ".edi", sha: tgSHA(pl)})
 			}
 		}()
@@ -616,8 +628,8 @@ func tgMeasure(t *testing.T, a, b *tgGateway, proto outbound.Protocol, n int) {
 			defer wg.Done()
 			for i := range next {
 				u := fmt.Sprintf("http://%s/api/v1/outbound/messages?partner=b&protocol=%s", a.admin, proto)
-				if code, body := tgAPI(t, http.MethodPost, u, map[string]string{"Idempotency-Key": fmt.Sprintf("%s-%d", tag, i)}, payloads[i]); code != http.StatusAccepted {
-					t.Errorf("measure: submit %d: %d %s", i, code, body)
+				if code, body, err := tgDo(http.MethodPost, u, map[string]string{"Idempotency-Key": fmt.Sprintf("%s-%d", tag, i)}, payloads[i]); err != nil || code != http.StatusAccepted {
+					t.Errorf("measure: submit %d: %d %s %v", i, code, body, err)
 				}
 			}
 		}()
