@@ -169,6 +169,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gateway-load [-protocol as2|as4] [-url URL] [-n N] [-c C] [-size BYTES] [-duplicates FRACTION] [flags]")
+		fmt.Fprintln(stderr, "       gateway-load -mode send -submit-url ADMIN_URL -partner ID [-protocol as2|as4] [-n N] [-c C] [-metrics URL] [-recv-metrics URL] [flags]")
 		fs.PrintDefaults()
 	}
 	o := &options{}

@@ -127,4 +127,10 @@ func TestSendMode(t *testing.T) {
 	if code := run([]string{"-mode", "send", "-submit-url", sendAdmin}, &out, &errOut); code != 2 {
 		t.Fatalf("without -partner: exit %d", code)
 	}
+	if code := run([]string{"-mode", "sned", "-partner", "gw"}, &out, &errOut); code != 2 {
+		t.Fatalf("-mode sned: exit %d", code)
+	}
+	if code := run([]string{"-mode", "send", "-partner", "gw", "-submit-url", "http://192.0.2.1:8079"}, &out, &errOut); code != 2 {
+		t.Fatalf("a -submit-url not on loopback: exit %d", code)
+	}
 }
