@@ -108,6 +108,17 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
+	if o.mode == "send" {
+		s, err := sendLoad(ctx, o, stderr)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, s)
+		if s.failed > 0 || s.notFinal > 0 {
+			return errSendFailures
+		}
+		return nil
+	}
 	s, err := load(ctx, o, stderr)
 	if err != nil {
 		return err
@@ -145,6 +156,12 @@ type options struct {
 	from, to, partyType, service, action string
 	// UNB interchange sender and recipient of the EDIFACT payloads.
 	unbSender, unbRecipient string
+	// mode is "receive" (the tool is the partner sending to the gateway)
+	// or "send" (the tool submits through a sending gateway's API).
+	mode string
+	// -mode send: the sending gateway's admin base URL, its token file,
+	// the partner to send to and the receiving gateway's /metrics.
+	submitURL, tokenFile, partner, recvMetricsURL string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -152,9 +169,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gateway-load [-protocol as2|as4] [-url URL] [-n N] [-c C] [-size BYTES] [-duplicates FRACTION] [flags]")
+		fmt.Fprintln(stderr, "       gateway-load -mode send -submit-url ADMIN_URL -partner ID [-protocol as2|as4] [-n N] [-c C] [-metrics URL] [-recv-metrics URL] [flags]")
 		fs.PrintDefaults()
 	}
 	o := &options{}
+	fs.StringVar(&o.mode, "mode", "receive", "receive: the tool is a partner sending to the gateway; send: the tool submits -n messages through the sending gateway's API (-submit-url) for -partner, a receiving gateway, and reports sent msgs/s and both gateways' CPU ms per message")
+	fs.StringVar(&o.submitURL, "submit-url", "http://127.0.0.1:8079", "-mode send: the sending gateway's admin listener (submission API) on a loopback address")
+	fs.StringVar(&o.tokenFile, "token-file", "", "-mode send: file holding the sending gateway's admin token (default GATEWAY_ADMIN_TOKEN)")
+	fs.StringVar(&o.partner, "partner", "", "-mode send: the partner id (in the sending gateway's directory) of the receiving gateway")
+	fs.StringVar(&o.recvMetricsURL, "recv-metrics", "", "-mode send: the receiving gateway's admin /metrics on a loopback address (its CPU ms per message); -metrics is the sending gateway's")
 	fs.StringVar(&o.url, "url", "", "the gateway's endpoint on a loopback address (default http://127.0.0.1:8080/<protocol>)")
 	fs.StringVar(&o.protocol, "protocol", "as2", "as2 or as4")
 	fs.IntVar(&o.n, "n", 1000, fmt.Sprintf("messages to send (distinct interchanges, at most %d)", maxMessages))
@@ -225,6 +248,27 @@ func (o *options) validate() error {
 	if o.metricsURL != "" {
 		if err := checkLoopback(o.metricsURL); err != nil {
 			return fmt.Errorf("-metrics: %w", err)
+		}
+	}
+	return o.validateSend()
+}
+
+// validateSend checks the settings of -mode send.
+func (o *options) validateSend() error {
+	switch {
+	case o.mode == "receive":
+		return nil
+	case o.mode != "send":
+		return fmt.Errorf("%w: -mode must be receive or send, not %q", errUsage, o.mode)
+	case o.partner == "":
+		return fmt.Errorf("%w: -mode send needs -partner", errUsage)
+	}
+	if err := checkLoopback(o.submitURL); err != nil {
+		return fmt.Errorf("-submit-url: %w", err)
+	}
+	if o.recvMetricsURL != "" {
+		if err := checkLoopback(o.recvMetricsURL); err != nil {
+			return fmt.Errorf("-recv-metrics: %w", err)
 		}
 	}
 	return nil
