@@ -51,7 +51,9 @@ func keyPair(t testing.TB, cert, key string) cms.KeyPair {
 
 // ours is the demo partner's key pair (we send as it); theirs the
 // gateway's (the receiving partner's).
-func ours(t testing.TB) cms.KeyPair   { return keyPair(t, "partners/demo-partner.pem", "keys/demo-partner.key") }
+func ours(t testing.TB) cms.KeyPair {
+	return keyPair(t, "partners/demo-partner.pem", "keys/demo-partner.key")
+}
 func theirs(t testing.TB) cms.KeyPair { return keyPair(t, "keys/gateway.pem", "keys/gateway.key") }
 
 // served is a gateway served over loopback (package server), acting as

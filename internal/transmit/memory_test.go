@@ -46,7 +46,9 @@ func (p *prng) Read(b []byte) (int, error) {
 }
 
 func streamedPayload() (func() (io.ReadCloser, error), string) {
-	open := func() (io.ReadCloser, error) { return io.NopCloser(&prng{rng: mrand.NewPCG(7, 11), n: streamedSize}), nil }
+	open := func() (io.ReadCloser, error) {
+		return io.NopCloser(&prng{rng: mrand.NewPCG(7, 11), n: streamedSize}), nil
+	}
 	rc, _ := open()
 	b, _ := io.ReadAll(rc) // the expected digest, before the measure
 	return open, sum(b)
