@@ -73,6 +73,30 @@ ORDER BY created DESC, id DESC LIMIT ?4`
 FROM outbound_messages GROUP BY partner, protocol ORDER BY partner, protocol`
 )
 
+// LeaseQueryPlan returns SQLite's plan (EXPLAIN QUERY PLAN, one detail a
+// line) of the statement Lease runs (for tests and operators checking the
+// due index).
+func (o *Outbound) LeaseQueryPlan(ctx context.Context) (string, error) {
+	rows, err := o.db.QueryContext(ctx, `EXPLAIN QUERY PLAN `+obLeaseSQL, 1, 1000)
+	if err != nil {
+		return "", wrap("outbound plan", err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+			return "", wrap("outbound plan", err)
+		}
+		b.WriteString(detail + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		return "", wrap("outbound plan", err)
+	}
+	return b.String(), nil
+}
+
 // Lease implements outbound.Store.
 func (o *Outbound) Lease(ctx context.Context, limit int, lease time.Duration) ([]outbound.Message, error) {
 	if limit <= 0 {
