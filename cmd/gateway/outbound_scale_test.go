@@ -74,9 +74,9 @@ type scaleGateway struct {
 
 // scaleFigures are one stage's measurements.
 type scaleFigures struct {
-	deliver           []time.Duration
-	metrics           time.Duration
-	console           map[string]time.Duration
+	deliver []time.Duration
+	metrics time.Duration
+	console map[string]time.Duration
 	// rss after the measures, peak the highest during them (bytes).
 	rss, peak, queued int64
 }
