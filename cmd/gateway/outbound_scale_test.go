@@ -189,12 +189,11 @@ shutdown_timeout: 1s
 	return g
 }
 
-// do sends an admin request with the token.
-func (g *scaleGateway) do(t *testing.T, method, path, key string, body []byte) (int, []byte) {
-	t.Helper()
+// call sends an admin request with the token (safe in any goroutine).
+func (g *scaleGateway) call(method, path, key string, body []byte) (int, []byte, error) {
 	req, err := http.NewRequest(method, "http://"+g.admin+path, bytes.NewReader(body))
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+g.token)
 	if key != "" {
@@ -203,28 +202,47 @@ func (g *scaleGateway) do(t *testing.T, method, path, key string, body []byte) (
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// do is call in the test's goroutine.
+func (g *scaleGateway) do(t *testing.T, method, path, key string, body []byte) (int, []byte) {
+	t.Helper()
+	code, b, err := g.call(method, path, key, body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return code, b
+}
+
+// post queues size random bytes for partner through the API and returns
+// the message's id (safe in any goroutine).
+func (g *scaleGateway) post(partner, key string, size int) (string, error) {
+	payload := make([]byte, size)
+	rand.Read(payload)
+	code, b, err := g.call(http.MethodPost, "/api/v1/outbound/messages?partner="+partner, key, payload)
+	if err != nil {
+		return "", fmt.Errorf("submit for %s: %w", partner, err)
+	}
+	var st struct{ ID string }
+	if err := json.Unmarshal(b, &st); code != http.StatusAccepted || err != nil || st.ID == "" {
+		return "", fmt.Errorf("submit for %s: %d %s", partner, code, b)
+	}
+	return st.ID, nil
+}
+
+// submit is post in the test's goroutine.
+func (g *scaleGateway) submit(t *testing.T, partner, key string, size int) string {
+	t.Helper()
+	id, err := g.post(partner, key, size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, b
-}
-
-// submit queues size random bytes for partner through the API and
-// returns the message's id.
-func (g *scaleGateway) submit(t *testing.T, partner, key string, size int) string {
-	t.Helper()
-	payload := make([]byte, size)
-	rand.Read(payload)
-	code, b := g.do(t, http.MethodPost, "/api/v1/outbound/messages?partner="+partner, key, payload)
-	var st struct{ ID string }
-	if err := json.Unmarshal(b, &st); code != http.StatusAccepted || err != nil || st.ID == "" {
-		t.Fatalf("submit for %s: %d %s", partner, code, b)
-	}
-	return st.ID
+	return id
 }
 
 // submitDown queues messages from..to-1 for the down partner, 8 at a time.
@@ -236,7 +254,9 @@ func (g *scaleGateway) submitDown(t *testing.T, from, to int) {
 	for range 8 {
 		wg.Go(func() {
 			for i := next.Add(1) - 1; i < int64(to) && !t.Failed(); i = next.Add(1) - 1 {
-				g.submit(t, "down", "down-"+strconv.FormatInt(i, 10), 256)
+				if _, err := g.post("down", "down-"+strconv.FormatInt(i, 10), 256); err != nil {
+					t.Error(err)
+				}
 			}
 		})
 	}
