@@ -66,6 +66,11 @@ ORDER BY created DESC, id DESC LIMIT ?4`
 	obListPartnerSQL = `SELECT ` + outboundColumns + ` FROM outbound_messages
 WHERE partner = ?1 AND created < ?3 AND (?2 = '[]' OR state IN (SELECT value FROM json_each(?2)))
 ORDER BY created DESC, id DESC LIMIT ?4`
+	// obListStateSQL lists the messages of one state ?2 (all partners)
+	// down outbound_messages_state_created.
+	obListStateSQL = `SELECT ` + outboundColumns + ` FROM outbound_messages
+WHERE ?1 = '' AND state = ?2 AND created < ?3
+ORDER BY created DESC, id DESC LIMIT ?4`
 	obStatsSQL = `SELECT partner, protocol, count(*) FILTER (WHERE state = 'queued'),
 	min(created) FILTER (WHERE state = 'queued'), count(*) FILTER (WHERE state = 'awaiting-mdn'),
 	count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state = 'failed'),
@@ -247,6 +252,9 @@ func (o *Outbound) List(ctx context.Context, f outbound.Filter) ([]outbound.Mess
 	before := int64(math.MaxInt64)
 	if !f.Before.IsZero() {
 		before = f.Before.UnixMilli()
+	}
+	if f.Partner == "" && len(f.States) == 1 {
+		return o.query(ctx, "list", obListStateSQL, "", string(f.States[0]), before, limit)
 	}
 	q := obListSQL
 	if f.Partner != "" {
