@@ -469,6 +469,7 @@ func (m *Memory) Resend(ctx context.Context, id string) error {
 	}
 	now := m.now()
 	r.m.State, r.m.NextAttempt, r.m.Reason, r.m.Evidence = Queued, now, "", nil
+	r.m.Created = now // the give-up age starts again
 	r.m.unlease()
 	r.m.Updated = now
 	return nil

@@ -269,7 +269,10 @@ type Store interface {
 	// reason, whatever its lease (the worker's outcome is then refused with
 	// ErrLeaseLost). Resend makes a Failed or Cancelled message Queued and
 	// due now under the same MessageID (ErrNotFinal for one that is not
-	// final; a Delivered one is not resent: ErrFinal).
+	// final; a Delivered one is not resent: ErrFinal). A resent message is
+	// queued anew: its Created becomes now, so that the partner's give-up
+	// age (RetryPolicy.GiveUpAfter) starts again and it gets a whole
+	// schedule of attempts; its Attempts, LastError and Sent stay.
 	Cancel(ctx context.Context, id, reason string) error
 	Resend(ctx context.Context, id string) error
 }

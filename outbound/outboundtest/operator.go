@@ -220,6 +220,7 @@ func (k kit) cancelFinal(t T) {
 func (k kit) resendFinal(t T) {
 	s, c := k.store(t), ctx(t)
 	f, x := queue(t, c, s, "acme"), queue(t, c, s, "acme")
+	time.Sleep(50 * time.Millisecond) // so that a Created left unchanged is told from a new one
 	tok := tokenOf(t, lease(t, c, s, 10, time.Hour), f.ID)
 	mustOK(t, s.Posting(c, f.ID, tok, "mic"), "Posting")
 	mustOK(t, s.Failed(c, f.ID, tok, "authentication-failed", testEvidence("failed")), "Failed")
@@ -234,6 +235,10 @@ func (k kit) resendFinal(t T) {
 		}
 		if g.Sending(time.Now()) {
 			t.Errorf("after Resend the message is held")
+		}
+		// Queued anew: the give-up age starts again.
+		if !near(g.Created, before, ClockSkew) || !g.Created.After(m.Created) {
+			t.Errorf("after Resend Created is %v, want now (%v): the give-up age must start again", g.Created, before)
 		}
 		if got, err := s.FindByMessageID(c, "acme", m.MessageID); err != nil || got.ID != m.ID {
 			t.Errorf("FindByMessageID after Resend: %s, %v", got.ID, err)

@@ -81,7 +81,7 @@ WHERE partner = $1 AND message_id = $2 AND state IN ('queued', 'awaiting-mdn')
 RETURNING ` + outboundColumns,
 		cancel: `UPDATE ` + t + ` SET state = 'cancelled', reason = $2, ` + released + `
 WHERE id = $1 AND state IN ('queued', 'awaiting-mdn')`,
-		resend: `UPDATE ` + t + ` SET state = 'queued', next_attempt = now(), reason = '', evidence = NULL, ` + released + `
+		resend: `UPDATE ` + t + ` SET state = 'queued', next_attempt = now(), created = now(), reason = '', evidence = NULL, ` + released + `
 WHERE id = $1 AND state IN ('failed', 'cancelled')`,
 		// List walks outbound_messages_created (or, for one partner,
 		// outbound_messages_partner_created) down from $3 (a page's

@@ -52,7 +52,7 @@ WHERE partner = ?1 AND message_id = ?2 AND state IN ('queued', 'awaiting-mdn')
 RETURNING ` + outboundColumns
 	obCancelSQL = `UPDATE outbound_messages SET state = 'cancelled', reason = ?2, ` + leaseReleased + `
 WHERE id = ?1 AND state IN ('queued', 'awaiting-mdn')`
-	obResendSQL = `UPDATE outbound_messages SET state = 'queued', next_attempt = ` + nowMS + `, reason = '',
+	obResendSQL = `UPDATE outbound_messages SET state = 'queued', next_attempt = ` + nowMS + `, created = ` + nowMS + `, reason = '',
 	evidence = NULL, ` + leaseReleased + `
 WHERE id = ?1 AND state IN ('failed', 'cancelled')`
 
