@@ -180,3 +180,47 @@ func TestOutboundPurgeMidway(t *testing.T) {
 	s := openOutbound(t)
 	outboundcheck.PurgeMidway(t, s.Outbound(), s.OutboundQueue().PurgeOrphanPayloads, outboundcheck.Hooks{Chunks: chunkCount(s)})
 }
+
+// TestOutboundStateListUsesItsIndex, with 10,000 messages queued: a list
+// of one state (the console's tabs) walks outbound_messages_state_created
+// backwards, so that a page of failed messages does not scan every queued
+// one newer; it lists the right messages.
+func TestOutboundStateListUsesItsIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openOutbound(t)
+	table := pgx.Identifier{s.Schema(), "outbound_messages"}.Sanitize()
+	failed, _, err := s.Outbound().Submit(ctx, outboundcheck.Message("acme", ""), strings.NewReader("old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`UPDATE ` + table + ` SET state = 'failed', created = now() - interval '1 day' WHERE id = '` + failed.ID + `'`,
+		`INSERT INTO ` + table + ` (id, partner, protocol, message_id, payload, size, sha256, state, next_attempt, created, updated)
+SELECT 'w' || lpad(i::text, 8, '0'), 'bulk', 'as2', '<w' || i || '@gw.test>', 'w' || i, 0, '', 'queued',
+	now() + interval '1 day', now() + i * interval '1 millisecond', now()
+FROM generate_series(1, 10000) AS i`,
+		`ANALYZE ` + table,
+	} {
+		if _, err := s.Pool().Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	f := outbound.Filter{States: []outbound.State{outbound.Failed}, Limit: 51}
+	plan, err := s.OutboundQueue().ListQueryPlan(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan, "Index Scan Backward using outbound_messages_state_created") || strings.Contains(plan, "Seq Scan") ||
+		strings.Contains(plan, "Sort") {
+		t.Errorf("a list of one state scans:\n%s", plan)
+	}
+	ms, err := s.Outbound().List(ctx, f)
+	if err != nil || len(ms) != 1 || ms[0].ID != failed.ID {
+		t.Fatalf("List failed: %d messages, %v", len(ms), err)
+	}
+	ms, err = s.Outbound().List(ctx, outbound.Filter{States: []outbound.State{outbound.Queued}, Limit: 3})
+	if err != nil || len(ms) != 3 || ms[0].ID != "w00010000" || ms[2].ID != "w00009998" {
+		t.Fatalf("List queued: %+v, %v", ms, err)
+	}
+}

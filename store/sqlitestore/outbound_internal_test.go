@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"io"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -81,21 +82,11 @@ func TestOutboundBacklogLease(t *testing.T) {
 				}
 			},
 			Plan: func(t testing.TB) string {
-				rows, err := s.db.Query(`EXPLAIN QUERY PLAN `+obLeaseSQL, 1, 1000, "token")
+				plan, err := s.OutboundQueue().LeaseQueryPlan(context.Background())
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer rows.Close()
-				var b strings.Builder
-				for rows.Next() {
-					var id, parent, notused int
-					var detail string
-					if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-						t.Fatal(err)
-					}
-					b.WriteString(detail + "\n")
-				}
-				return b.String()
+				return plan
 			},
 			Due: func(t testing.TB) {
 				var id string
@@ -109,6 +100,73 @@ func TestOutboundBacklogLease(t *testing.T) {
 			},
 		}
 	})
+}
+
+// queryPlan is SQLite's plan of query with args, one detail a line.
+func queryPlan(t *testing.T, s *Store, query string, args ...any) string {
+	t.Helper()
+	rows, err := s.db.Query(`EXPLAIN QUERY PLAN `+query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan strings.Builder
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(detail + "\n")
+	}
+	return plan.String()
+}
+
+// TestOutboundStatsAndStateListFromIndexes, with 10,000 messages queued:
+// Stats (every /metrics scrape, the console's outbound pages) counts from
+// outbound_messages_stats alone, without reading the rows (the evidence
+// of delivered messages, kilobytes each); a list of one state walks
+// outbound_messages_state_created, so that a page of failed messages does
+// not scan every queued one newer.
+func TestOutboundStatsAndStateListFromIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openOutbound(t)
+	failed, _, err := s.Outbound().Submit(ctx, outboundcheck.Message("acme", ""), strings.NewReader("old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec(`UPDATE outbound_messages SET state = 'failed', created = 1 WHERE id = ?1`, failed.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec(bulkWaitingSQL, 10_000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec(`ANALYZE outbound_messages`); err != nil {
+		t.Fatal(err)
+	}
+	if plan := queryPlan(t, s, obStatsSQL); !strings.Contains(plan, "USING COVERING INDEX outbound_messages_stats") ||
+		strings.Contains(plan, "TEMP B-TREE") {
+		t.Errorf("Stats reads the table:\n%s", plan)
+	}
+	if plan := queryPlan(t, s, obListStateSQL, "", "failed", math.MaxInt64, 51); !strings.Contains(plan,
+		"SEARCH outbound_messages USING INDEX outbound_messages_state_created (state=? AND created<?)") ||
+		strings.Contains(plan, "TEMP B-TREE") {
+		t.Errorf("a list of one state scans:\n%s", plan)
+	}
+	st, err := s.Outbound().Stats(ctx)
+	if err != nil || len(st) != 2 || st[1].Partner != "bulk" || st[1].Queued != 10_000 || st[1].OldestQueued.IsZero() ||
+		st[0].Partner != "acme" || st[0].Failed != 1 {
+		t.Fatalf("Stats: %+v %v", st, err)
+	}
+	ms, err := s.Outbound().List(ctx, outbound.Filter{States: []outbound.State{outbound.Failed}})
+	if err != nil || len(ms) != 1 || ms[0].ID != failed.ID {
+		t.Fatalf("List failed: %d messages, %v", len(ms), err)
+	}
+	ms, err = s.Outbound().List(ctx, outbound.Filter{States: []outbound.State{outbound.Queued}, Limit: 3})
+	if err != nil || len(ms) != 3 || ms[0].ID != "w00010000" || ms[2].ID != "w00009998" {
+		t.Fatalf("List queued: %+v, %v", ms, err)
+	}
 }
 
 // TestOutboundPurgeOrphans: the chunks of an upload left by a crash are
