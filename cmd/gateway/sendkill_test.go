@@ -240,7 +240,7 @@ type recProxy struct {
 	target  string
 	count   atomic.Int64
 	killAt  atomic.Int64
-	kill    func()
+	kill    func(idx int64)
 	r       *sendKillResult
 	mu      sync.Mutex
 	sent    []string // transport id of every transmission that reached B
@@ -261,7 +261,7 @@ func (p *recProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		_, _ = io.CopyN(io.Discard, r.Body, half)
 		p.r.partial.Add(1)
-		p.kill()
+		p.kill(idx)
 		dropConn(w)
 		return
 	}
@@ -306,7 +306,7 @@ func (p *recProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if kill {
 		// B took it; A dies before it hears so.
 		p.r.held.Add(1)
-		p.kill()
+		p.kill(idx)
 		dropConn(w)
 		return
 	}
@@ -446,9 +446,19 @@ func runSendKillMatrix(t *testing.T, dir, aStore, bStore string, count int) *sen
 	// B: the receiver, never killed (the production build).
 	startGateway(t, bCfg, bAddr)
 	var current atomic.Pointer[exec.Cmd]
-	proxy := &recProxy{target: "http://" + bAddr, r: r, kill: func() {
-		if c := current.Load(); c != nil {
-			_ = c.Process.Signal(syscall.SIGKILL)
+	var proxy *recProxy
+	proxy = &recProxy{target: "http://" + bAddr, r: r, kill: func(idx int64) {
+		// A sends before its start-up is seen (current set): the request
+		// is held until then, unless the cycle ended meanwhile.
+		for range 200 {
+			if c := current.Load(); c != nil {
+				_ = c.Process.Signal(syscall.SIGKILL)
+				return
+			}
+			if proxy.killAt.Load() != idx {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	}}
 	ln, err := net.Listen("tcp", proxyAddr)
