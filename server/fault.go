@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/outbound"
 )
 
 // This build reads GATEWAY_FAULT_*: only a build with the gatewayfault tag
@@ -32,6 +33,13 @@ import (
 //	  during   the handler returned success, the accept is not committed;
 //	  after    the accept is committed and the reply is about to be sent
 //	           (an HTTP 200 answer to a POST).
+//	  send-before    sending: the Sender recorded Posting (the transmission
+//	                 starts), the message has not left;
+//	  send-after     sending: the partner answered (MDN, receipt, or 2xx for
+//	                 an asynchronous MDN), the outcome (Delivered,
+//	                 Awaiting) is not recorded;
+//	  send-awaiting  sending: Awaiting is recorded, the asynchronous MDN
+//	                 has not come.
 //	GATEWAY_FAULT_JOURNAL=FILE  every successful run of a plain handler
 //	                            appends "<payload idempotency key>\n" to FILE
 //	                            (synced): a non-idempotent side effect.
@@ -44,6 +52,10 @@ type faultKill struct {
 	log   *slog.Logger
 }
 
+// faultPhases are the phases GATEWAY_FAULT_KILL knows.
+var faultPhases = map[string]bool{"before": true, "during": true, "after": true,
+	"send-before": true, "send-after": true, "send-awaiting": true}
+
 func newFaultKill(log *slog.Logger) *faultKill {
 	v := os.Getenv("GATEWAY_FAULT_KILL")
 	if v == "" {
@@ -51,7 +63,7 @@ func newFaultKill(log *slog.Logger) *faultKill {
 	}
 	phase, n, _ := strings.Cut(v, ":")
 	count, err := strconv.ParseInt(n, 10, 64)
-	if err != nil || count < 1 || (phase != "before" && phase != "during" && phase != "after") {
+	if err != nil || count < 1 || !faultPhases[phase] {
 		log.Error("fault injection: ignoring malformed GATEWAY_FAULT_KILL", "value", v)
 		return nil
 	}
@@ -135,6 +147,43 @@ func (k *killBeforeOK) WriteHeader(code int) {
 func (k *killBeforeOK) Write(b []byte) (int, error) {
 	k.once.Do(func() { k.f.at("after") })
 	return k.ResponseWriter.Write(b)
+}
+
+// wrapOutbound is the Sender's queue with the send-* kill points: after
+// Posting (send-before), before Delivered and Awaiting (send-after), and
+// after Awaiting (send-awaiting).
+func (f *faultKill) wrapOutbound(st outbound.Store) outbound.Store {
+	if f == nil || !strings.HasPrefix(f.phase, "send-") {
+		return st
+	}
+	return faultOutbound{Store: st, f: f}
+}
+
+type faultOutbound struct {
+	outbound.Store
+	f *faultKill
+}
+
+func (s faultOutbound) Posting(ctx context.Context, id, token, digest string) error {
+	if err := s.Store.Posting(ctx, id, token, digest); err != nil {
+		return err
+	}
+	s.f.at("send-before")
+	return nil
+}
+
+func (s faultOutbound) Delivered(ctx context.Context, id, token string, ev *outbound.Evidence) error {
+	s.f.at("send-after")
+	return s.Store.Delivered(ctx, id, token, ev)
+}
+
+func (s faultOutbound) Awaiting(ctx context.Context, id, token string, deadline time.Time) error {
+	s.f.at("send-after")
+	if err := s.Store.Awaiting(ctx, id, token, deadline); err != nil {
+		return err
+	}
+	s.f.at("send-awaiting")
+	return nil
 }
 
 // journalHandler appends each payload's idempotency key to a file after h

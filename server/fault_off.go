@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/edigateway/gateway/exchange"
+	"github.com/edigateway/gateway/outbound"
 )
 
 // faultKill is empty in the production build, and every wrap returns what
@@ -21,3 +22,4 @@ func (s *Server) injectFaults(handler exchange.Handler) (exchange.Handler, error
 func (*faultKill) wrapHandler(h exchange.Handler) exchange.Handler       { return h }
 func (*faultKill) wrapTxHandler(h exchange.TxHandler) exchange.TxHandler { return h }
 func (*faultKill) wrapHTTP(h http.Handler) http.Handler                  { return h }
+func (*faultKill) wrapOutbound(st outbound.Store) outbound.Store         { return st }

@@ -54,7 +54,7 @@ func (s *Server) mountSending() error {
 	sd.as2 = transmit.NewAS2(s.sendIdentity, s.as2SendSettings, s.spoolDir)
 	sd.as4 = transmit.NewAS4(s.sendIdentity, s.as4SendSettings, s.spoolDir)
 	sd.sender = outbound.NewSender(outbound.SenderConfig{
-		Store:        st,
+		Store:        s.fault.wrapOutbound(st), // the send-* kill points of the gatewayfault build
 		Transmitters: map[outbound.Protocol]outbound.Transmitter{outbound.AS2: sd.as2, outbound.AS4: sd.as4},
 		Policy:       s.sendPolicy,
 		Audit:        s.Pipeline.Audit,

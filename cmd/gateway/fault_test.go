@@ -96,7 +96,7 @@ func TestProductionBuildIgnoresFaultInjection(t *testing.T) {
 	if out, err := exec.Command(goTool(), "build", "-o", prod, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v: %s", err, out)
 	}
-	faultSyms := []string{"server.newFaultKill", "server.journalHandler", "server.(*faultKill).at"}
+	faultSyms := []string{"server.newFaultKill", "server.journalHandler", "server.(*faultKill).at", "server.faultOutbound.Posting"}
 	for bin, want := range map[string]bool{prod: false, faultGateway(t): true} {
 		out, err := exec.Command(goTool(), "tool", "nm", bin).CombinedOutput()
 		if err != nil {
