@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
+	"encoding/asn1"
 	"encoding/base64"
 	"fmt"
 	"io"
+	"math/big"
 	"mime"
 	"mime/multipart"
 	"net"
@@ -111,22 +113,17 @@ func (f *foreignAS4) serve(t *testing.T, openssl, xmlsec1, python string, payloa
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	os.WriteFile(p("envelope.xml"), envelope, 0o600)
 	action := ""
 	if m := reAction.FindSubmatch(envelope); m != nil {
 		action = string(m[1])
 	}
 	refs := reReference.FindAllSubmatch(reSignedInfo.Find(envelope), -1)
 	check := func() error {
-		// xmlsec1: the XML references.
-		out, _ := exec.Command(xmlsec1, "--verify", "--pubkey-cert-pem", ourCert, "--id-attr:Id", "Messaging", "--id-attr:Id", "Body", p("envelope.xml")).CombinedOutput()
-		m := reRefCount.FindSubmatch(out)
-		if m == nil {
-			return fmt.Errorf("xmlsec1 said no reference count: %s", out)
+		if err := verifyEnvelope(openssl, xmlsec1, python, dir, envelope, ourCert, len(attachments)); err != nil {
+			return err
 		}
-		ok, all := atoi(m[1]), atoi(m[2])
-		if all != len(refs) || ok != all-len(attachments) || len(attachments) != 1 {
-			return fmt.Errorf("xmlsec1 verified %d of %d references (%d attachments): %s", ok, all, len(attachments), out)
+		if len(attachments) != 1 {
+			return fmt.Errorf("%d attachments", len(attachments))
 		}
 		// Go: the attachment's digest, and what it carries.
 		for _, ref := range refs {
@@ -150,29 +147,6 @@ func (f *foreignAS4) serve(t *testing.T, openssl, xmlsec1, python string, payloa
 			if err != nil || !bytes.Equal(plain, payload(action)) {
 				return fmt.Errorf("attachment %s does not carry the payload submitted (%v)", uri, err)
 			}
-		}
-		// python: SignedInfo canonicalized; openssl: the signature value.
-		si := bytes.Replace(reSignedInfo.Find(envelope), []byte("<ds:SignedInfo>"), []byte(`<ds:SignedInfo xmlns:ds="http://www.w3.org/2000/09/xmldsig#">`), 1)
-		os.WriteFile(p("signedinfo.xml"), si, 0o600)
-		if out, err := exec.Command(python, "-c", "import sys, xml.etree.ElementTree as E; sys.stdout.write(E.canonicalize(from_file=sys.argv[1]))", p("signedinfo.xml")).Output(); err != nil {
-			return fmt.Errorf("python canonicalize: %v", err)
-		} else {
-			os.WriteFile(p("signedinfo.c14n"), out, 0o600)
-		}
-		sv := reSigValue.FindSubmatch(envelope)
-		if sv == nil {
-			return fmt.Errorf("no SignatureValue")
-		}
-		sig, err := base64.StdEncoding.DecodeString(string(sv[1]))
-		if err != nil {
-			return err
-		}
-		os.WriteFile(p("sig.bin"), sig, 0o600)
-		if out, err := exec.Command(openssl, "x509", "-in", ourCert, "-pubkey", "-noout", "-out", p("pub.pem")).CombinedOutput(); err != nil {
-			return fmt.Errorf("openssl x509: %v: %s", err, out)
-		}
-		if out, err := exec.Command(openssl, "dgst", "-sha256", "-verify", p("pub.pem"), "-signature", p("sig.bin"), p("signedinfo.c14n")).CombinedOutput(); err != nil {
-			return fmt.Errorf("openssl dgst -verify over SignedInfo: %v: %s", err, out)
 		}
 		return nil
 	}
@@ -292,4 +266,66 @@ as4:
 			t.Errorf("%s: last_error %q does not say what was wrong", a, st.LastError)
 		}
 	}
+}
+
+// verifyEnvelope checks the signature of a SOAP envelope with the signer's
+// certificate certFile with tools that are not our code: xmlsec1 verifies
+// its references to XML (it has no Attachment-Content-Signature-Transform:
+// it stops at the first of the attachments' references, which come last,
+// so all but attachments references must verify); Python's xml.etree
+// canonicalizes the ds:SignedInfo, taken out with its one namespace (C14N
+// 2.0 of it: the bytes exclusive C14N gives, for a SignedInfo without
+// InclusiveNamespaces); openssl verifies the SignatureValue over those
+// bytes (an ECDSA value, r‖s in XML DSig, re-encoded as DER for it).
+func verifyEnvelope(openssl, xmlsec1, python, dir string, envelope []byte, certFile string, attachments int) error {
+	p := func(name string) string { return filepath.Join(dir, name) }
+	if err := os.WriteFile(p("envelope.xml"), envelope, 0o600); err != nil {
+		return err
+	}
+	signedInfo := reSignedInfo.Find(envelope)
+	if signedInfo == nil || bytes.Contains(signedInfo, []byte("InclusiveNamespaces")) {
+		return fmt.Errorf("no ds:SignedInfo, or one with InclusiveNamespaces: %.300s", signedInfo)
+	}
+	refs := reReference.FindAllSubmatch(signedInfo, -1)
+	out, _ := exec.Command(xmlsec1, "--verify", "--pubkey-cert-pem", certFile, "--id-attr:Id", "Messaging", "--id-attr:Id", "Body", p("envelope.xml")).CombinedOutput()
+	m := reRefCount.FindSubmatch(out)
+	if m == nil {
+		return fmt.Errorf("xmlsec1 said no reference count: %s", out)
+	}
+	if ok, all := atoi(m[1]), atoi(m[2]); all != len(refs) || ok != all-attachments {
+		return fmt.Errorf("xmlsec1 verified %d of %d references (%d attachments): %s", ok, all, attachments, out)
+	}
+	si := bytes.Replace(signedInfo, []byte("<ds:SignedInfo>"), []byte(`<ds:SignedInfo xmlns:ds="http://www.w3.org/2000/09/xmldsig#">`), 1)
+	if err := os.WriteFile(p("signedinfo.xml"), si, 0o600); err != nil {
+		return err
+	}
+	c14n, err := exec.Command(python, "-c", "import sys, xml.etree.ElementTree as E; sys.stdout.write(E.canonicalize(from_file=sys.argv[1]))", p("signedinfo.xml")).Output()
+	if err != nil {
+		return fmt.Errorf("python canonicalize: %v", err)
+	}
+	os.WriteFile(p("signedinfo.c14n"), c14n, 0o600)
+	sv := reSigValue.FindSubmatch(envelope)
+	if sv == nil {
+		return fmt.Errorf("no SignatureValue")
+	}
+	sig, err := base64.StdEncoding.DecodeString(strings.Join(strings.Fields(string(sv[1])), ""))
+	if err != nil {
+		return err
+	}
+	if bytes.Contains(signedInfo, []byte("ecdsa-sha256")) {
+		half := len(sig) / 2
+		der, err := asn1.Marshal(struct{ R, S *big.Int }{new(big.Int).SetBytes(sig[:half]), new(big.Int).SetBytes(sig[half:])})
+		if err != nil {
+			return err
+		}
+		sig = der
+	}
+	os.WriteFile(p("sig.bin"), sig, 0o600)
+	if out, err := exec.Command(openssl, "x509", "-in", certFile, "-pubkey", "-noout", "-out", p("pub.pem")).CombinedOutput(); err != nil {
+		return fmt.Errorf("openssl x509: %v: %s", err, out)
+	}
+	if out, err := exec.Command(openssl, "dgst", "-sha256", "-verify", p("pub.pem"), "-signature", p("sig.bin"), p("signedinfo.c14n")).CombinedOutput(); err != nil {
+		return fmt.Errorf("openssl dgst -verify over SignedInfo: %v: %s", err, out)
+	}
+	return nil
 }
