@@ -64,7 +64,7 @@ func TestSendingPartnerFailureModes(t *testing.T) {
 	run("down", func(t *testing.T) {
 		id := ids["down"].ID
 		st := gw.waitStatus(t, id, 15*time.Second, "tried twice", func(st submitapi.Status) bool { return st.Attempts >= 2 })
-		if st.State != "queued" || !containsAny(st.LastError, "refused", "connect") {
+		if (st.State != "queued" && st.State != "sending") || !containsAny(st.LastError, "refused", "connect") {
 			t.Errorf("partner down: state %s, last_error %q", st.State, st.LastError)
 		}
 		down.open(t)
@@ -130,7 +130,7 @@ func TestSendingPartnerFailureModes(t *testing.T) {
 		if age := st.Updated.Sub(st.Created); age < 20*time.Second-4*time.Second-150*time.Millisecond {
 			t.Errorf("gave up %s after the submission; give_up_after 20s, retry max 4s", age)
 		}
-		if last.Sub(st.Created) > 20*time.Second {
+		if last.Sub(st.Created) > 20*time.Second+time.Second { // leased before the age, posted a moment later
 			t.Errorf("an attempt %s after the submission; give_up_after 20s", last.Sub(st.Created))
 		}
 		t.Logf("gave up after %d attempts, %s after the submission: %q", st.Attempts, st.Updated.Sub(st.Created).Round(time.Millisecond), st.Reason)
@@ -145,7 +145,13 @@ func TestSendingPartnerFailureModes(t *testing.T) {
 // the attempts' records.
 func checkAttempts(t *testing.T, gw *obSender, sub submitapi.Status, st submitapi.Status, mid, last string) []audit.Record {
 	t.Helper()
+	// The Sender audits an outcome after the store recorded it: the
+	// status may be final a moment before the audit has its record.
 	rs := gw.sends(t, sub.MessageID)
+	for deadline := time.Now().Add(5 * time.Second); (len(rs) == 0 || rs[len(rs)-1].Decision != last) && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		rs = gw.sends(t, sub.MessageID)
+	}
 	ds := sendDecisions(rs)
 	want := []string{}
 	for i := 1; i < st.Attempts; i++ {
