@@ -137,6 +137,16 @@ func NewSender(cfg SenderConfig) *Sender {
 	return &Sender{cfg: cfg, wake: make(chan struct{}, 1)}
 }
 
+// wakeAt wakes Run when a message it recorded is due again at next, if
+// that comes before the next poll would find it: a partner's retry policy
+// shorter than Poll (seconds, in tests and for some partners) is kept
+// rather than rounded up to the poll.
+func (s *Sender) wakeAt(next time.Time) {
+	if d := next.Sub(s.now()); d > 0 && d < s.cfg.Poll {
+		time.AfterFunc(d, s.Notify)
+	}
+}
+
 // Notify wakes a waiting Run at once (call it after a Submit, a Resend or
 // an operator's retry). It never blocks.
 func (s *Sender) Notify() {
@@ -582,6 +592,9 @@ func (s *Sender) record(ctx context.Context, lg *slog.Logger, m Message, o outco
 		lg.Error("outbound: outcome not recorded; the message is attempted again when its lease runs out",
 			"outcome", o.decision, "reason", o.reason, "err", err)
 		return
+	}
+	if o.decision == OutcomeRetry || o.decision == OutcomeAwaiting {
+		s.wakeAt(o.next)
 	}
 	disp := ""
 	if o.evidence != nil {

@@ -587,3 +587,31 @@ func TestSenderNotifyWakes(t *testing.T) {
 	r.s.Notify()
 	waitFor(t, "delivered after Notify", func() bool { return get(t, st, m.ID).State == outbound.Delivered })
 }
+
+// TestSenderRetryShorterThanPollKeepsItsTime: a retry due before the next
+// poll is attempted at its time, not at the poll (here an hour away): the
+// Sender wakes itself when the message is due again.
+func TestSenderRetryShorterThanPollKeepsItsTime(t *testing.T) {
+	st := outbound.NewMemory()
+	var times []time.Time
+	var mu sync.Mutex
+	tr := newTransmitter(func(_ context.Context, m outbound.Message, n int) outbound.Attempt {
+		mu.Lock()
+		times = append(times, time.Now())
+		mu.Unlock()
+		if n == 1 {
+			return outbound.Attempt{Outcome: outbound.Retry, Reason: "HTTP 503", Status: 503}
+		}
+		return outbound.Attempt{Outcome: outbound.Deliver, Evidence: &outbound.Evidence{Kind: "mdn", Disposition: "processed"}}
+	})
+	pol := outbound.RetryPolicy{First: 300 * time.Millisecond, Factor: 2, Max: time.Second, GiveUpAfter: time.Hour}
+	start(t, outbound.SenderConfig{Store: st, Transmitters: map[outbound.Protocol]outbound.Transmitter{outbound.AS2: tr},
+		Policy: policy(pol), Poll: time.Hour})
+	m := submit(t, st, "UNA:+.? 'UNB+UNOC:3'")
+	waitFor(t, "delivered on the second attempt", func() bool { return get(t, st, m.ID).State == outbound.Delivered })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(times) != 2 || times[1].Sub(times[0]) < pol.First {
+		t.Fatalf("attempts at %v: want two, at least %s apart", times, pol.First)
+	}
+}
