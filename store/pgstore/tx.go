@@ -15,9 +15,50 @@ import (
 )
 
 // openTx is the transaction of AcceptTx as carried by the callback's ctx.
+// audits are the audit rows written inside it, sent together (one round
+// trip) right before the commit: nothing inside the transaction reads them,
+// and a failing insert still fails the whole transaction.
 type openTx struct {
-	pool *pgxpool.Pool
-	tx   pgx.Tx
+	pool   *pgxpool.Pool
+	tx     pgx.Tx
+	audits pgx.Batch
+}
+
+// queueAudit adds an audit row's insert to the transaction.
+func (t *openTx) queueAudit(query string, args ...any) { t.audits.Queue(query, args...) }
+
+// flushAudits inserts the queued audit rows in one round trip.
+func (t *openTx) flushAudits(ctx context.Context) error {
+	n := t.audits.Len()
+	if n == 0 {
+		return nil
+	}
+	br := t.tx.SendBatch(ctx, &t.audits)
+	var err error
+	for range n {
+		if _, err = br.Exec(); err != nil {
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	t.audits = pgx.Batch{}
+	if err != nil {
+		return wrap("audit", err)
+	}
+	return nil
+}
+
+// commit inserts the queued audit rows and commits.
+func (t *openTx) commit(ctx context.Context, op string) error {
+	if err := t.flushAudits(ctx); err != nil {
+		return fmt.Errorf("pgstore: %s: %w", op, err)
+	}
+	if err := t.tx.Commit(ctx); err != nil {
+		return wrap(op+": commit", err)
+	}
+	return nil
 }
 
 func (t *openTx) SQLTx() *sql.Tx { return nil }
@@ -74,10 +115,7 @@ func (s *Store) AcceptTx(ctx context.Context, key dedup.Key, token dedup.Token, 
 	if err := fn(context.WithValue(ctx, txCtxKey{}, t), t); err != nil {
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return wrap("accept tx: commit", err)
-	}
-	return nil
+	return t.commit(ctx, "accept tx")
 }
 
 var _ dedup.TxAcceptor = (*Store)(nil)
@@ -98,13 +136,11 @@ func (s *Store) Atomically(ctx context.Context, fn func(ctx context.Context) err
 		defer cancel()
 		_ = tx.Rollback(rctx) // no-op after a commit
 	}()
-	if err := fn(context.WithValue(ctx, txCtxKey{}, &openTx{pool: s.pool, tx: tx})); err != nil {
+	t := &openTx{pool: s.pool, tx: tx}
+	if err := fn(context.WithValue(ctx, txCtxKey{}, t)); err != nil {
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return wrap("atomic: commit", err)
-	}
-	return nil
+	return t.commit(ctx, "atomic")
 }
 
 var _ dedup.Atomic = (*Store)(nil)
