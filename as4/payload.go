@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/beevik/etree"
 
@@ -179,15 +180,43 @@ func DecompressReader(src io.Reader, props map[string]string, lim Inflation, che
 		return nil, DecompressionFailure(fmt.Sprintf("unsupported CompressionType %q", ct), nil)
 	}
 	cs := &sourceReader{r: src}
-	// gzip reads a byte at a time from what is not an io.ByteReader.
-	zr, err := gzip.NewReader(bufio.NewReaderSize(cs, 64<<10))
-	if err != nil {
+	g := getGunzipper(cs)
+	if err := g.zr.Reset(&g.br); err != nil {
+		g.release()
 		if cs.err != nil {
 			return nil, cs.err
 		}
 		return nil, DecompressionFailure("not a gzip stream", err)
 	}
-	return &inflater{zr: zr, src: cs, lim: lim, check: check}, nil
+	return &inflater{g: g, src: cs, lim: lim, check: check}, nil
+}
+
+// gunzipper is a gzip reader with its input buffer (gzip reads a byte at a
+// time from what is not an io.ByteReader), kept in gunzippers between
+// streams: a new one allocates about 100 KB (the 64 KB buffer, flate's
+// 32 KB window and its tables) for every message.
+type gunzipper struct {
+	br bufio.Reader
+	zr gzip.Reader
+}
+
+var gunzippers = sync.Pool{New: func() any {
+	g := new(gunzipper)
+	g.br = *bufio.NewReaderSize(nil, 64<<10)
+	return g
+}}
+
+func getGunzipper(src io.Reader) *gunzipper {
+	g := gunzippers.Get().(*gunzipper)
+	g.br.Reset(src)
+	return g
+}
+
+// release returns g to the pool; nobody may use it afterwards. It drops
+// the source so that the pool does not keep it alive.
+func (g *gunzipper) release() {
+	g.br.Reset(nil)
+	gunzippers.Put(g)
 }
 
 // sourceReader counts the compressed bytes and keeps src's own error.
@@ -206,9 +235,12 @@ func (s *sourceReader) Read(p []byte) (int, error) {
 	return k, err
 }
 
-// inflater is DecompressReader's gunzipping reader.
+// inflater is DecompressReader's gunzipping reader. Its gunzipper goes
+// back to the pool once the stream has ended or failed (the reader returns
+// that end again from then on without touching it); a reader left unread
+// leaves its gunzipper to the garbage collector.
 type inflater struct {
-	zr    *gzip.Reader
+	g     *gunzipper
 	src   *sourceReader
 	lim   limits.Inflation
 	check func(total int64) error
@@ -220,7 +252,7 @@ func (z *inflater) Read(p []byte) (int, error) {
 	if z.err != nil {
 		return 0, z.err
 	}
-	k, err := z.zr.Read(p)
+	k, err := z.g.zr.Read(p)
 	z.total += int64(k)
 	if err != nil && err != io.EOF {
 		if z.src.err != nil {
@@ -228,17 +260,24 @@ func (z *inflater) Read(p []byte) (int, error) {
 		} else {
 			err = DecompressionFailure("corrupt gzip stream", err)
 		}
-		z.err = err
+		z.end(err)
 		return k, err
 	}
 	if cerr := z.caps(); cerr != nil {
-		z.err = cerr
+		z.end(cerr)
 		return 0, cerr
 	}
 	if err == io.EOF {
-		z.err = io.EOF
+		z.end(io.EOF)
 	}
 	return k, err
+}
+
+// end records the reader's last error and gives its gunzipper back.
+func (z *inflater) end(err error) {
+	z.err = err
+	z.g.release()
+	z.g = nil
 }
 
 // caps checks the output so far against the limits.

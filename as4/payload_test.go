@@ -96,3 +96,76 @@ func TestDecompressReaderStreams(t *testing.T) {
 		t.Fatalf("source error: %v", err)
 	}
 }
+
+// TestDecompressReaderReusesGunzippers: the gzip readers are pooled, so a
+// stream must come out whole and alone after streams that failed (corrupt,
+// a bomb, a source error) or ended, read by several goroutines at once, and
+// a reader read again after its end must keep answering that end.
+func TestDecompressReaderReusesGunzippers(t *testing.T) {
+	props := map[string]string{PropCompressionType: CompressionGzip}
+	plain := func(i int) []byte {
+		return bytes.Repeat([]byte{byte('A' + i%26), byte(i), '\n'}, 5000+i*7)
+	}
+	gz := func(b []byte) []byte {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		zw.Write(b)
+		zw.Close()
+		return buf.Bytes()
+	}
+	bomb := gz(make([]byte, 4<<20))
+	done := make(chan error, 4)
+	for w := range 4 {
+		go func() {
+			for i := range 50 {
+				k := w*50 + i
+				var err error
+				switch k % 4 {
+				case 1: // corrupt in the middle
+					z := gz(plain(k))
+					z[len(z)/2] ^= 0xff
+					r, rerr := DecompressReader(bytes.NewReader(z), props, limits.Inflation{}, nil)
+					if rerr == nil {
+						_, rerr = io.Copy(io.Discard, r)
+					}
+					if rerr == nil {
+						err = errors.New("corrupt stream accepted")
+					}
+				case 2: // a bomb stopped half way
+					r, rerr := DecompressReader(bytes.NewReader(bomb), props, limits.Inflation{MaxBytes: 1 << 20}, nil)
+					if rerr == nil {
+						_, rerr = io.Copy(io.Discard, r)
+					}
+					if AsError(rerr).Code != CodeDecompressionFailure {
+						err = errors.New("bomb not stopped")
+					}
+				default:
+					want := plain(k)
+					r, rerr := DecompressReader(iotest.OneByteReader(bytes.NewReader(gz(want))), props, limits.Inflation{}, nil)
+					if rerr != nil {
+						err = rerr
+						break
+					}
+					got, rerr := io.ReadAll(r)
+					if rerr != nil || !bytes.Equal(got, want) {
+						err = errors.New("stream came out different")
+						break
+					}
+					if n, rerr := r.Read(make([]byte, 10)); n != 0 || rerr != io.EOF {
+						err = errors.New("read after the end did not answer EOF")
+					}
+				}
+				if err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -35,15 +35,23 @@ VALUES (coalesce($1, now()), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
 }
 
 // Write implements audit.Sink. A zero Record.Time is replaced by the
-// database's now(). Times are kept to the microsecond.
+// database's now(). Times are kept to the microsecond. Inside the store's
+// Atomically or AcceptTx the row is inserted right before the commit, with
+// the transaction's other audit rows in one round trip; an insert failing
+// then fails the commit (the error is the transaction's, not Write's).
 func (a *AuditSink) Write(ctx context.Context, r audit.Record) error {
 	var at *time.Time // NULL: the database's clock
 	if !r.Time.IsZero() {
 		at = &r.Time
 	}
-	_, err := execerFor(ctx, a.pool).Exec(ctx, a.insert, at, string(r.Step), r.Partner, r.Protocol, r.MessageID, r.Key,
-		r.InterchangeKey, r.Reference, r.Decision, r.PayloadSHA256, r.Disposition, r.Error, r.Incident, r.Actor)
-	if err != nil {
+	args := []any{at, string(r.Step), r.Partner, r.Protocol, r.MessageID, r.Key,
+		r.InterchangeKey, r.Reference, r.Decision, r.PayloadSHA256, r.Disposition, r.Error, r.Incident, r.Actor}
+	if t, ok := ctx.Value(txCtxKey{}).(*openTx); ok && t.pool == a.pool {
+		// Inside Atomically or AcceptTx: inserted with the commit.
+		t.queueAudit(a.insert, args...)
+		return nil
+	}
+	if _, err := a.pool.Exec(ctx, a.insert, args...); err != nil {
 		return wrap("audit", err)
 	}
 	return nil
