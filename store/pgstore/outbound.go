@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/edigateway/gateway/outbound"
+	"github.com/edigateway/gateway/store/internal/chunks"
 )
 
 //go:embed migrations/outbound/*.sql
@@ -278,7 +279,7 @@ func (o *Outbound) OpenPayload(ctx context.Context, id string) (io.ReadCloser, e
 	if err != nil {
 		return nil, wrap("outbound payload", err)
 	}
-	return &chunkReader{ctx: ctx, id: id, size: size, next: func(ctx context.Context, seq int) ([]byte, error) {
+	return chunks.NewReader(ctx, id, size, func(ctx context.Context, seq int) ([]byte, error) {
 		var data []byte
 		err := o.pool.QueryRow(ctx, o.q.readChunk, pid, seq).Scan(&data)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -288,58 +289,5 @@ func (o *Outbound) OpenPayload(ctx context.Context, id string) (io.ReadCloser, e
 			return nil, wrap("outbound payload", err)
 		}
 		return data, nil
-	}}, nil
-}
-
-// chunkReader reads a payload chunk by chunk and checks that it has the
-// size recorded with its message.
-type chunkReader struct {
-	ctx    context.Context
-	id     string
-	size   int64
-	read   int64
-	seq    int
-	buf    []byte
-	next   func(ctx context.Context, seq int) ([]byte, error)
-	err    error
-	closed bool
-}
-
-func (r *chunkReader) Read(p []byte) (int, error) {
-	if r.closed {
-		return 0, errors.New("outbound payload: read after close")
-	}
-	for len(r.buf) == 0 {
-		if r.err != nil {
-			return 0, r.err
-		}
-		if r.read >= r.size {
-			r.err = io.EOF
-			return 0, io.EOF
-		}
-		data, err := r.next(r.ctx, r.seq)
-		if errors.Is(err, io.EOF) {
-			err = fmt.Errorf("outbound payload of %s: %d of %d bytes stored: %w", r.id, r.read, r.size, io.ErrUnexpectedEOF)
-		}
-		if err != nil {
-			r.err = err
-			return 0, err
-		}
-		r.seq++
-		r.buf = data
-	}
-	n := copy(p, r.buf)
-	r.buf = r.buf[n:]
-	r.read += int64(n)
-	if r.read > r.size {
-		r.err = fmt.Errorf("outbound payload of %s: more than the %d bytes recorded", r.id, r.size)
-		return n, r.err
-	}
-	return n, nil
-}
-
-func (r *chunkReader) Close() error {
-	r.closed = true
-	r.buf = nil
-	return nil
+	}), nil
 }
