@@ -174,7 +174,7 @@ func (s *JSONFile) AppendBatch(_ context.Context, rs []Record) (wait func(contex
 func encodeLines(rs []Record) ([][]byte, error) {
 	lines := make([][]byte, len(rs))
 	for i, r := range rs {
-		line, err := json.Marshal(r)
+		line, err := appendRecordJSON(make([]byte, 0, 512), r)
 		if err != nil {
 			return nil, fmt.Errorf("audit: encode: %w", err)
 		}
