@@ -376,7 +376,8 @@ func (rc *as2Receipt) removeSpooledBody() {
 }
 
 // spoolBody starts spooling the body: the body goes to a spool file as it
-// arrives, hashed on the way; the file is removed when the exchange ends
+// arrives (a small one stays in memory), hashed on the way; the file is
+// removed when the exchange ends
 // (and, after a crash, at the next start: see limits.OpenSpoolArea). A body
 // that will be unwrapped as a stream (its Content-Length says so) is
 // unwrapped while it arrives (two cores); the spooling's outcome is awaited
@@ -388,8 +389,14 @@ func (rc *as2Receipt) spoolBody() bool {
 		rc.arriving = limits.SpoolBodyAsync(r.Body, e.cfg.SpoolDir, rc.limit)
 		return true
 	}
+	// A small body (a typical message) is unwrapped in memory: it is kept
+	// there from the start, without a spool file to write and read back.
+	keep := int64(limits.SmallInMemory)
+	if e.cfg.StreamThreshold > 0 {
+		keep = min(keep, e.cfg.StreamThreshold)
+	}
 	var err error
-	rc.bf, err = limits.SpoolBody(r.Body, e.cfg.SpoolDir, rc.limit)
+	rc.bf, err = limits.SpoolBodyKeep(r.Body, e.cfg.SpoolDir, rc.limit, min(keep, e.cfg.MaxInMemoryBytes))
 	return rc.spooled(err)
 }
 

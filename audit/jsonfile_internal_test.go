@@ -377,3 +377,65 @@ func TestJSONFileWriteBatch(t *testing.T) {
 		t.Fatalf("one by one: %v, %d records", err, len(mem.Records()))
 	}
 }
+
+// TestJSONFileAppendBatch: appended records cost no sync of their own; the
+// next write's sync covers them and their wait then returns nil; a failed
+// sync in between rolls them back and their wait returns its error, even
+// when a later sync succeeds.
+func TestJSONFileAppendBatch(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	s, sf := openSlow(t, path, time.Millisecond)
+	nsyncs := func() int { sf.mu.Lock(); defer sf.mu.Unlock(); return len(sf.covered) }
+	wait, err := s.AppendBatch(ctx, []Record{{Step: StepReceived, MessageID: "a1"}, {Step: StepDecision, MessageID: "a2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := nsyncs(); n != 0 {
+		t.Fatalf("%d syncs after an append", n)
+	}
+	if err := s.Write(ctx, Record{Step: StepHandler, MessageID: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := nsyncs(); n != 1 {
+		t.Fatalf("%d syncs after append + write, want 1", n)
+	}
+	if err := wait(ctx); err != nil {
+		t.Fatalf("wait after the covering sync: %v", err)
+	}
+	if n := nsyncs(); n != 1 {
+		t.Fatalf("wait synced again: %d syncs", n)
+	}
+	if got := lines(t, path); len(got) != 3 || got[0] != "a1" || got[1] != "a2" || got[2] != "w1" {
+		t.Fatalf("file: %q", got)
+	}
+	// Lost by a failed sync: wait reports it though the next sync succeeds.
+	wait, err = s.AppendBatch(ctx, []Record{{Step: StepReceived, MessageID: "lost"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf.mu.Lock()
+	sf.fail = 1
+	sf.mu.Unlock()
+	if err := s.Write(ctx, Record{MessageID: "failing"}); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("write with a failing sync: %v", err)
+	}
+	if err := s.Write(ctx, Record{MessageID: "after"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(ctx); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("wait for records a failed sync rolled back: %v, want EIO", err)
+	}
+	if got := lines(t, path); len(got) != 4 || got[3] != "after" {
+		t.Fatalf("file: %q", got)
+	}
+	// Alone, wait syncs them itself.
+	wait, err = s.AppendBatch(ctx, []Record{{MessageID: "alone"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := nsyncs()
+	if err := wait(ctx); err != nil || nsyncs() != before+1 {
+		t.Fatalf("wait alone: %v, %d syncs (was %d)", err, nsyncs(), before)
+	}
+}

@@ -126,13 +126,9 @@ func (s *JSONFile) Write(ctx context.Context, r Record) error {
 // WriteBatch implements BatchWriter: the records are appended in order,
 // each all or nothing as for Write, and one sync covers them all.
 func (s *JSONFile) WriteBatch(_ context.Context, rs []Record) error {
-	lines := make([][]byte, len(rs))
-	for i, r := range rs {
-		line, err := json.Marshal(r)
-		if err != nil {
-			return fmt.Errorf("audit: encode: %w", err)
-		}
-		lines[i] = append(line, '\n')
+	lines, err := encodeLines(rs)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -145,6 +141,46 @@ func (s *JSONFile) WriteBatch(_ context.Context, rs []Record) error {
 		}
 	}
 	return s.waitSynced(s.off, s.epoch)
+}
+
+// AppendBatch implements Appender: the records are appended in order, each
+// all or nothing as for Write, without waiting for a sync; the returned
+// wait returns once they are on disk (nil), which the next Write or
+// WriteBatch of any writer brings about, or once a failed sync rolled them
+// back (its error).
+func (s *JSONFile) AppendBatch(_ context.Context, rs []Record) (wait func(context.Context) error, err error) {
+	lines, err := encodeLines(rs)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return nil, errors.New("audit: file sink closed")
+	}
+	for _, line := range lines {
+		if err := s.appendLine(line); err != nil {
+			return nil, err
+		}
+	}
+	end, epoch := s.off, s.epoch
+	return func(context.Context) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.waitSynced(end, epoch)
+	}, nil
+}
+
+func encodeLines(rs []Record) ([][]byte, error) {
+	lines := make([][]byte, len(rs))
+	for i, r := range rs {
+		line, err := appendRecordJSON(make([]byte, 0, 512), r)
+		if err != nil {
+			return nil, fmt.Errorf("audit: encode: %w", err)
+		}
+		lines[i] = append(line, '\n')
+	}
+	return lines, nil
 }
 
 // appendLine appends one record's line (see Write). Called with s.mu held.
@@ -264,6 +300,17 @@ func (b *BestEffortSink) Failures() int64 { return b.failed.Load() }
 // writes rs in order; nil means every one of them is durable.
 type BatchWriter interface {
 	WriteBatch(ctx context.Context, rs []Record) error
+}
+
+// Appender is implemented by durable sinks that can take records now and
+// make them durable together with later ones (JSONFile: the sync of a later
+// write covers them). AppendBatch writes rs in order without waiting for
+// them to be durable; wait returns nil once they are, or the error that
+// lost them. Nothing makes them durable but a later write: a caller that
+// needs them on disk writes something else after them, or calls wait after
+// a write of its own.
+type Appender interface {
+	AppendBatch(ctx context.Context, rs []Record) (wait func(context.Context) error, err error)
 }
 
 // WriteBatch writes rs to s in one step when s is a BatchWriter, else one

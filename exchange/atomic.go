@@ -16,8 +16,10 @@ import (
 //     decision record, the claim of the message's first interchange in the
 //     ledger and its decision record in one transaction of the store, then
 //     these records in the other sinks in one step (audit.WriteBatch: one
-//     sync of a JSON-lines file); further interchanges of the message are
-//     claimed one transaction each;
+//     sync of a JSON-lines file; with an audit.Appender, such as the file,
+//     they are appended without a sync of their own and become durable
+//     with the handler's record, before the accept); further interchanges
+//     of the message are claimed one transaction each;
 //   - the accept: the handler's record, the accept of every interchange,
 //     the accept of the transport key with the stored reply and the reply
 //     record in one transaction; the other sinks' handler record is durable

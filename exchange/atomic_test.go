@@ -156,3 +156,67 @@ func TestAtomicClaimLeavesNothingOnFailure(t *testing.T) {
 		})
 	}
 }
+
+// appendingSink is an audit.Appender over a Memory: AppendBatch keeps the
+// records at once and its wait fails when lose is set (a sync that rolled
+// them back).
+type appendingSink struct {
+	*audit.Memory
+	lose           atomic.Bool
+	appends, waits atomic.Int64
+}
+
+func (s *appendingSink) AppendBatch(ctx context.Context, rs []audit.Record) (func(context.Context) error, error) {
+	s.appends.Add(1)
+	for _, r := range rs {
+		if err := s.Memory.Write(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+	lose := s.lose.Load()
+	return func(context.Context) error {
+		s.waits.Add(1)
+		if lose {
+			return errors.New("audit sync failed")
+		}
+		return nil
+	}, nil
+}
+
+// TestAtomicAppendedClaimRecordsGateTheAccept: with an audit.Appender as
+// the other sinks (the JSON-lines file) the claim's records are appended
+// without a sync of their own, and the accept waits until they are
+// durable: when they were lost, no positive reply, the claim is abandoned
+// and the retransmission processed.
+func TestAtomicAppendedClaimRecordsGateTheAccept(t *testing.T) {
+	for name, open := range txBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			f, _, _, _ := atomicFixture(t, open)
+			other := &appendingSink{Memory: &audit.Memory{}}
+			f.p.Audit = audit.Multi{f.p.AuditParts.Store, other}
+			f.p.AuditParts.Other = other
+			r1, m := f.send("m1", invoic("APREF1", "A"), nil)
+			if r1.Status != 200 || other.appends.Load() != 1 || other.waits.Load() != 1 {
+				t.Fatalf("delivery: %d %s; %d appends, %d waits", r1.Status, r1.Body, other.appends.Load(), other.waits.Load())
+			}
+			const want = "received,decision:new,decision:new-interchange,handler:ok,reply:accepted"
+			if got := memorySteps(other.Memory, m.TransportKey); got != want {
+				t.Errorf("other sink's audit %s", got)
+			}
+			other.lose.Store(true)
+			r2, m2 := f.send("m2", invoic("APREF2", "B"), nil)
+			other.lose.Store(false)
+			if r2.Status != 503 {
+				t.Fatalf("with the appended claim records lost: %d %s", r2.Status, r2.Body)
+			}
+			if got := f.steps(m2.TransportKey); strings.Contains(got, "reply:accepted") {
+				t.Errorf("store's audit after a refused accept %s", got)
+			}
+			calls := f.calls.Load()
+			r3, _ := f.send("m2", invoic("APREF2", "B"), nil)
+			if r3.Status != 200 || f.calls.Load() != calls+1 {
+				t.Fatalf("retransmission: %d %s, handler calls %d → %d", r3.Status, r3.Body, calls, f.calls.Load())
+			}
+		})
+	}
+}

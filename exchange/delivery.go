@@ -51,6 +51,10 @@ type delivery struct {
 	decisionSink  audit.Sink
 	early         []dedup.Decision // interchange claims taken with the transport claim
 
+	// otherPending waits until the records claimAtomic appended to the
+	// other sinks (audit.Appender) are durable; nil when there are none.
+	otherPending func(context.Context) error
+
 	held []heldInterchange      // the interchange claims this delivery holds
 	dups []InterchangeDuplicate // the interchanges accepted before under another transport id
 
@@ -318,7 +322,11 @@ func (d *delivery) claimAtomic(ctx context.Context, a dedup.Atomic, parts *Audit
 		recs = append(recs, decided...)
 	}
 	var oerr error
-	if parts.Other != nil {
+	if ap, ok := parts.Other.(audit.Appender); ok {
+		// Appended now, durable with the next synced write (the handler's
+		// record, before the accept): acceptAtomic waits for them.
+		d.otherPending, oerr = ap.AppendBatch(ctx, recs)
+	} else if parts.Other != nil {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		oerr = audit.WriteBatch(actx, parts.Other, recs)
 		cancel()
@@ -823,6 +831,13 @@ func (d *delivery) acceptAtomic(ctx context.Context, held []heldInterchange, rep
 	}
 	decision := acceptDecision(st)
 	keeperFrom(ctx).stop() // the accept decides: no renewal may race it
+	if err := d.waitOtherPending(ctx); err != nil {
+		for _, h := range held {
+			p.abandonInterchange(ctx, h.key, h.token, lg)
+		}
+		p.abandon(ctx, m, token, lg)
+		return d.unavailable(ctx, rec, err)
+	}
 	stored, err := EncodeReply(reply)
 	if err != nil {
 		for _, h := range held {
@@ -864,6 +879,22 @@ func (d *delivery) acceptAtomic(ctx context.Context, held []heldInterchange, rep
 		}
 	}
 	return d.acceptSteps(ctx, held, reply, st)
+}
+
+// waitOtherPending returns once the records claimAtomic appended to the
+// other sinks are durable (the handler's record synced them already when
+// it was written), or the error that lost them: no accept may commit
+// without them.
+func (d *delivery) waitOtherPending(ctx context.Context) error {
+	if d.otherPending == nil {
+		return nil
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := d.otherPending(actx); err != nil {
+		return fmt.Errorf("exchange: audit %s: %w", audit.StepReceived, err)
+	}
+	return nil
 }
 
 // acceptSteps records the interchanges, then the transport key with the

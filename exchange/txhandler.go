@@ -105,6 +105,11 @@ func (d *delivery) runTxHandler(ctx context.Context) state {
 		if err := p.audit(txctx, rec, audit.StepHandler, decisionOK, "", nil); err != nil {
 			return err
 		}
+		// The claim's records in the other sinks (appended, synced with
+		// the handler's record just written).
+		if err := d.waitOtherPending(txctx); err != nil {
+			return err
+		}
 		for _, h := range held {
 			if err := p.Ledger.AcceptInterchange(txctx, h.key, h.token); err != nil {
 				return fmt.Errorf("exchange: accept interchange %.16s…: %w", h.key, err)

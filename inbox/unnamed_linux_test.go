@@ -48,6 +48,16 @@ func createdNames(t *testing.T, dir string, f func()) []string {
 // sees only the two final names (no temporary name created and removed),
 // sidecar first.
 func TestNoTemporaryNames(t *testing.T) {
+	for _, viaProc := range []bool{false, true} {
+		// Linking the descriptor (AT_EMPTY_PATH, with the capability) and
+		// through /proc/self/fd.
+		emptyPathOff.Store(viaProc)
+		testNoTemporaryNames(t)
+	}
+	emptyPathOff.Store(false)
+}
+
+func testNoTemporaryNames(t *testing.T) {
 	root := t.TempDir()
 	h := Dir{Root: root}
 	m := msg(payload("a.edi", "UNB+1'"))

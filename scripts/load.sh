@@ -155,6 +155,9 @@ mkdir -p "$tmp/var/spool"
 # it sets gateway_pid, addr and admin.
 start_gateway() {
 	local log=$1 trace=$2
+	# Created before the gateway starts: on a busy machine the loop below
+	# read it before the background job's redirection made it (set -e).
+	: >"$log"
 	if [[ -n "$trace" ]]; then
 		# --seccomp-bpf stops the gateway only at the traced calls, so the
 		# count costs little beside the fsyncs themselves.

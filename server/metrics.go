@@ -49,6 +49,24 @@ func (s metricsSink) WriteBatch(ctx context.Context, rs []audit.Record) error {
 	return err
 }
 
+// AppendBatch implements audit.Appender over the wrapped sink (WriteBatch
+// when it is none), counting each record as Write does.
+func (s metricsSink) AppendBatch(ctx context.Context, rs []audit.Record) (func(context.Context) error, error) {
+	wait := func(context.Context) error { return nil }
+	var err error
+	if ap, ok := s.Sink.(audit.Appender); ok {
+		wait, err = ap.AppendBatch(ctx, rs)
+	} else {
+		err = audit.WriteBatch(ctx, s.Sink, rs)
+	}
+	for _, r := range rs {
+		if outcome, reason := outcomeOf(r); outcome != "" && (err == nil || outcome == metrics.Unavailable) {
+			s.m.Message(r.Protocol, r.Partner, outcome, reason)
+		}
+	}
+	return wait, err
+}
+
 // outcomeOf maps an audit record to the message outcome it settles, if any.
 func outcomeOf(r audit.Record) (outcome, reason string) {
 	decision, ok := Settled(r)

@@ -136,6 +136,10 @@ var ErrSpool = errors.New("spool file")
 type BodyFile struct {
 	f   *os.File
 	dir string
+	// mem holds the body instead of f when SpoolBodyKeep kept it in memory;
+	// removed is set by Remove.
+	mem     []byte
+	removed bool
 	// Size is the number of body bytes; SHA256 their lowercase hex SHA-256.
 	Size   int64
 	SHA256 string
@@ -150,6 +154,33 @@ type BodyFile struct {
 // there is one (see spareBodies), else a new one.
 func SpoolBody(r io.Reader, dir string, max int64) (*BodyFile, error) {
 	return spool(r, dir, max, sha256.New())
+}
+
+// SpoolBodyKeep is SpoolBody for a body that is read whole into memory
+// anyway when it is small: one of at most keep bytes (keep ≤ the pooled
+// read buffer, 256 KiB) stays in memory, hashed, without a file to write,
+// read back and empty (Path is then ""); a larger one is spooled as by
+// SpoolBody.
+func SpoolBodyKeep(r io.Reader, dir string, max, keep int64) (*BodyFile, error) {
+	if keep <= 0 || keep+1 > spoolChunk {
+		return SpoolBody(r, dir, max)
+	}
+	bp := spoolChunks.Get().(*[]byte)
+	defer spoolChunks.Put(bp)
+	buf := (*bp)[:keep+1]
+	// Ending at io.EOF only, as fill does (a body cut short is an error).
+	n, err := readahead.Fill(r, buf)
+	if max > 0 && int64(n) > max {
+		return nil, fmt.Errorf("more than %d bytes: %w", max, ErrTooLarge)
+	}
+	switch {
+	case err == io.EOF:
+		sum := sha256.Sum256(buf[:n])
+		return &BodyFile{mem: bytes.Clone(buf[:n]), dir: dir, Size: int64(n), SHA256: hex.EncodeToString(sum[:])}, nil
+	case err != nil:
+		return nil, err
+	}
+	return SpoolBody(io.MultiReader(bytes.NewReader(buf[:n]), r), dir, max)
 }
 
 func spool(r io.Reader, dir string, max int64, h hash.Hash) (*BodyFile, error) {
@@ -341,17 +372,37 @@ func (b *BodyFile) fill(r io.Reader, h hash.Hash, max int64, written func(int64)
 	}
 }
 
-// Path is the file's name.
-func (b *BodyFile) Path() string { return b.f.Name() }
+// Path is the file's name ("" for a body kept in memory).
+func (b *BodyFile) Path() string {
+	if b.f == nil {
+		return ""
+	}
+	return b.f.Name()
+}
 
 // ReadAt reads the spooled bytes at off.
-func (b *BodyFile) ReadAt(p []byte, off int64) (int, error) { return b.f.ReadAt(p, off) }
+func (b *BodyFile) ReadAt(p []byte, off int64) (int, error) {
+	if b.removed {
+		return 0, fmt.Errorf("limits: spool body: %w", os.ErrClosed)
+	}
+	if b.f == nil {
+		return bytes.NewReader(b.mem).ReadAt(p, off)
+	}
+	return b.f.ReadAt(p, off)
+}
 
 // Reader returns a fresh reader over the whole body.
-func (b *BodyFile) Reader() io.Reader { return io.NewSectionReader(b.f, 0, b.Size) }
+func (b *BodyFile) Reader() io.Reader { return io.NewSectionReader(b, 0, b.Size) }
 
-// Bytes reads the whole body into one allocation of exactly Size bytes.
+// Bytes reads the whole body into one allocation of exactly Size bytes (a
+// body kept in memory is returned as it is).
 func (b *BodyFile) Bytes() ([]byte, error) {
+	if b.removed {
+		return nil, fmt.Errorf("limits: spool body read back: %w: %w", ErrSpool, os.ErrClosed)
+	}
+	if b.f == nil {
+		return b.mem, nil
+	}
 	out := make([]byte, b.Size)
 	if _, err := b.f.ReadAt(out, 0); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("limits: spool body read back: %w: %w", ErrSpool, err)
@@ -363,7 +414,11 @@ func (b *BodyFile) Bytes() ([]byte, error) {
 // body (spareBodies). Either way the body's bytes are gone, and this
 // BodyFile (and every reader it gave out) fails from now on.
 func (b *BodyFile) Remove() error {
-	if b == nil || b.f == nil {
+	if b == nil {
+		return nil
+	}
+	b.mem, b.removed = nil, true
+	if b.f == nil {
 		return nil
 	}
 	f := b.f

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/edigateway/gateway/internal/heaptest"
@@ -392,5 +393,52 @@ func TestSpoolAllocatesLittlePerBody(t *testing.T) {
 	defer b.Remove()
 	if got, _ := io.ReadAll(b.Reader()); string(got) != "xyz" || b.Size != 3 {
 		t.Fatalf("a 3-byte body after larger ones read back %q (size %d)", got, b.Size)
+	}
+}
+
+// TestSpoolBodyKeep: a body of at most keep bytes stays in memory (no file
+// in the directory) with its size and hash; a larger one is spooled to a
+// file whole; max holds for both; a removed body cannot be read.
+func TestSpoolBodyKeep(t *testing.T) {
+	dir := t.TempDir()
+	files := func() int {
+		es, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(es)
+	}
+	for _, size := range []int{1, 100, 1000, 1001, 5000} {
+		data := bytes.Repeat([]byte("x"), size)
+		data[0] = 'a'
+		b, err := SpoolBodyKeep(iotest.OneByteReader(bytes.NewReader(data)), dir, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(data)
+		got, err := b.Bytes()
+		if err != nil || !bytes.Equal(got, data) || b.Size != int64(size) || b.SHA256 != hex.EncodeToString(sum[:]) {
+			t.Fatalf("%d bytes: read %d, %v, size %d, hash %s", size, len(got), err, b.Size, b.SHA256)
+		}
+		if all, err := io.ReadAll(b.Reader()); err != nil || !bytes.Equal(all, data) {
+			t.Fatalf("%d bytes: reader gave %d, %v", size, len(all), err)
+		}
+		if inMemory := b.Path() == ""; inMemory != (size <= 1000) || (files() == 0) != inMemory {
+			t.Errorf("%d bytes: path %q, %d files", size, b.Path(), files())
+		}
+		if err := b.Remove(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.ReadAt(make([]byte, 1), 0); err == nil {
+			t.Errorf("%d bytes: the removed body can still be read", size)
+		}
+	}
+	for _, size := range []int{600, 2000} {
+		if _, err := SpoolBodyKeep(bytes.NewReader(make([]byte, size)), dir, 500, 1000); !errors.Is(err, ErrTooLarge) {
+			t.Errorf("%d bytes over max 500: %v", size, err)
+		}
+	}
+	if _, err := SpoolBodyKeep(iotest.ErrReader(io.ErrUnexpectedEOF), dir, 0, 1000); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("a cut body: %v", err)
 	}
 }

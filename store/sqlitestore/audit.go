@@ -41,9 +41,13 @@ func (a *AuditSink) Write(ctx context.Context, r audit.Record) error {
 const auditColumns = `recorded_at, step, partner, protocol, message_id, dedup_key, interchange_key, reference,
 	decision, payload_sha256, disposition, error, incident, actor`
 
+// byKeySQL selects the records of the transport key ?1 through the index
+// on the key's first 12 characters (migration 0005).
+const byKeySQL = `substr(dedup_key, 1, 12) = substr(?1, 1, 12) AND dedup_key = ?1`
+
 // ByKey returns the records of a transport key in the order written.
 func (a *AuditSink) ByKey(ctx context.Context, key string) ([]audit.Record, error) {
-	return a.query(ctx, `SELECT `+auditColumns+` FROM audit_records WHERE dedup_key = ? ORDER BY id`, key)
+	return a.query(ctx, `SELECT `+auditColumns+` FROM audit_records WHERE `+byKeySQL+` ORDER BY id`, key)
 }
 
 // ByMessage returns the records of a partner's message id in the order

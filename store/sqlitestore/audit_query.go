@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"context"
+	"strconv"
 	"strings"
 
 	"github.com/edigateway/gateway/audit"
@@ -12,7 +13,12 @@ import (
 func (a *AuditSink) Query(ctx context.Context, q audit.Query) ([]audit.Record, error) {
 	var where []string
 	var args []any
-	add := func(cond string, v any) { where = append(where, cond); args = append(args, v) }
+	// Numbered parameters (?NNN) throughout: the key's condition uses its
+	// parameter twice.
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, strings.ReplaceAll(cond, "?", "?"+strconv.Itoa(len(args))))
+	}
 	if q.Partner != "" {
 		add("partner = ?", q.Partner)
 	}
@@ -20,7 +26,7 @@ func (a *AuditSink) Query(ctx context.Context, q audit.Query) ([]audit.Record, e
 		add("message_id = ?", q.MessageID)
 	}
 	if q.Key != "" {
-		add("dedup_key = ?", q.Key)
+		add("substr(dedup_key, 1, 12) = substr(?, 1, 12) AND dedup_key = ?", q.Key)
 	}
 	if q.Reference != "" {
 		add("reference = ?", q.Reference)
@@ -43,9 +49,10 @@ func (a *AuditSink) Query(ctx context.Context, q audit.Query) ([]audit.Record, e
 		sql += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	args = append(args, limit)
-	order := ` ORDER BY id LIMIT ?`
+	n := strconv.Itoa(len(args))
+	order := ` ORDER BY id LIMIT ?` + n
 	if q.Newest {
-		order = ` ORDER BY id DESC LIMIT ?`
+		order = ` ORDER BY id DESC LIMIT ?` + n
 	}
 	return a.query(ctx, sql+order, args...)
 }

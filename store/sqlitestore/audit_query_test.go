@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/audit/audittest"
 	"github.com/edigateway/gateway/dedup"
 )
@@ -16,4 +17,39 @@ func TestAuditQuery(t *testing.T) {
 	}
 	defer s.Close()
 	audittest.ExerciseReader(t, s.Audit())
+}
+
+// TestAuditByKeySharedPrefix: keys are found through their first 12
+// characters (migration 0005) and then matched whole, so keys sharing the
+// prefix (or multibyte ones) are never confused.
+func TestAuditByKeySharedPrefix(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "a.db"), dedup.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	keys := []string{"0123456789ab-x", "0123456789ab-y", "0123456789ab", "ünïcødé-ünïcødé-1", "ünïcødé-ünïcødé-2", "k"}
+	for i, k := range keys {
+		for j := 0; j <= i; j++ {
+			if err := s.Audit().Write(ctx, audit.Record{Step: audit.StepReceived, Key: k, MessageID: k}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, k := range keys {
+		recs, err := s.Audit().ByKey(ctx, k)
+		if err != nil || len(recs) != i+1 {
+			t.Fatalf("ByKey(%q): %d records, %v; want %d", k, len(recs), err, i+1)
+		}
+		got, err := s.Audit().Query(ctx, audit.Query{Key: k, MessageID: k})
+		if err != nil || len(got) != i+1 {
+			t.Fatalf("Query(key %q): %d records, %v; want %d", k, len(got), err, i+1)
+		}
+		for _, r := range append(recs, got...) {
+			if r.Key != k {
+				t.Fatalf("ByKey(%q) returned a record of %q", k, r.Key)
+			}
+		}
+	}
 }

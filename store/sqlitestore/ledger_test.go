@@ -147,7 +147,7 @@ func TestLedgerAndOutboxSurviveReopen(t *testing.T) {
 		t.Fatalf("record after restart: %+v %v", r, err)
 	}
 	var n int
-	for component, want := range map[string]int{"dedup": 4, "ledger": 2, "outbox": 2} {
+	for component, want := range map[string]int{"dedup": 5, "ledger": 2, "outbox": 2} {
 		if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM gateway_migrations WHERE component = ?`, component).
 			Scan(&n); err != nil || n != want {
 			t.Errorf("%s: %d migrations recorded, %v; want %d", component, n, err, want)
@@ -184,6 +184,9 @@ func TestExpiredUsesIndex(t *testing.T) {
 			AND first_seen + window_ms < 10 ORDER BY last_seen, key LIMIT 10`: "ledger_interchanges_expire",
 		`SELECT key FROM ledger_interchanges WHERE reference = 'x' ORDER BY first_seen LIMIT 10`:                  "ledger_interchanges_reference",
 		`SELECT key FROM ledger_interchanges WHERE partner = 'x' AND last_seen >= 5 ORDER BY first_seen LIMIT 10`: "ledger_interchanges_partner",
+		// AuditSink.ByKey and Query by key (migration 0005)
+		`SELECT id FROM audit_records WHERE substr(dedup_key, 1, 12) = substr('0123456789abcdef', 1, 12)
+			AND dedup_key = '0123456789abcdef' ORDER BY id`: "audit_records_key_prefix",
 		`SELECT id FROM outbox_deliveries WHERE state = 'pending' AND next_attempt <= 5 AND leased_until <= 5
 			ORDER BY next_attempt, id LIMIT 3`: "outbox_deliveries_due",
 	} {

@@ -107,8 +107,8 @@ func TestWALAndSurvivesReopen(t *testing.T) {
 	}
 	var versions int
 	if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM gateway_migrations WHERE component = 'dedup'`).
-		Scan(&versions); err != nil || versions != 4 {
-		t.Fatalf("%d migrations recorded, %v; want 4", versions, err)
+		Scan(&versions); err != nil || versions != 5 {
+		t.Fatalf("%d migrations recorded, %v; want 5", versions, err)
 	}
 }
 
