@@ -27,7 +27,8 @@ import (
 // references to eb:Messaging and the Body), Python's canonicalization and
 // openssl (the brainpoolP256r1 ECDSA SignatureValue over ds:SignedInfo).
 // The attachment's own digest is not checked here: under the profile it is
-// encrypted (ECDH-ES, AES-GCM), which none of these tools decrypts in SwA.
+// encrypted (ECDH-ES, AES-GCM), which none of these tools decrypts in SwA
+// (TestSendAS4BDEWDecryptedByNode decrypts it with Node.js).
 // The partner answers 503: the message stays queued.
 func TestSendAS4BDEWVerifiedByForeignTools(t *testing.T) {
 	if testing.Short() {
@@ -72,6 +73,43 @@ func TestSendAS4BDEWVerifiedByForeignTools(t *testing.T) {
 	}))
 	defer srv.Close()
 
+	s := startBDEWSender(t, us, sw, srv)
+
+	edi := "UNA:+.? 'UNB+UNOC:3+9900000000001:500+9900000000002:500+261204:1200+FOREIGN1'UNH+1+UTILMD:D:11A:UN:S2.1'UNT+2+1'UNZ+1+FOREIGN1'"
+	sub := s.submit(t, "stadtwerke", "", []byte(edi))
+	var c capture
+	select {
+	case c = <-got:
+	case <-time.After(30 * time.Second):
+		st := s.status(t, sub.ID)
+		t.Fatalf("nothing posted: state %s, last_error %q", st.State, st.LastError)
+	}
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	for _, want := range []string{"ecdsa-sha256", "X509PKIPathv1", "<eb:ConversationId/>"} {
+		if !strings.Contains(string(c.envelope), want) {
+			t.Errorf("the BDEW message has no %s", want)
+		}
+	}
+	if err := verifyEnvelope(openssl, xmlsec1, python, t.TempDir(), c.envelope, us.Signing.CertFile, c.attachments); err != nil {
+		t.Fatalf("foreign tools on the BDEW message: %v", err)
+	}
+	// Another key does not verify it.
+	if err := verifyEnvelope(openssl, xmlsec1, python, t.TempDir(), c.envelope, sw.Signing.CertFile, c.attachments); err == nil {
+		t.Fatal("the BDEW message verified with the partner's certificate")
+	}
+	st := s.waitStatus(t, sub.ID, 10*time.Second, "tried", func(st submitapi.Status) bool { return st.Attempts >= 1 && st.LastError != "" })
+	if (st.State != "queued" && st.State != "sending") || !containsAny(st.LastError, "503") {
+		t.Errorf("after a 503: state %s, last_error %q", st.State, st.LastError)
+	}
+}
+
+// startBDEWSender runs the gateway binary as us (a brainpool identity from
+// bptest) with one partner, "stadtwerke" (sw), under the BDEW profile,
+// sending to srv over TLS with srv's certificate pinned.
+func startBDEWSender(t *testing.T, us, sw bptest.Party, srv *httptest.Server) *obSender {
+	t.Helper()
 	dir := t.TempDir()
 	pdir := filepath.Join(dir, "partners")
 	os.Mkdir(pdir, 0o755)
@@ -126,33 +164,5 @@ shutdown_timeout: 2s
 drain_period: 0s
 `, addr, filepath.Join(dir, "gw.db"), pdir, partners.PartyTypeGLN, us.Signing.CertFile, us.Signing.KeyFile, filepath.Join(dir, "inbox"), s.auditFile), 0o600)
 	startGateway(t, cfg, addr, "GATEWAY_ADMIN_LISTEN="+s.admin)
-
-	edi := "UNA:+.? 'UNB+UNOC:3+9900000000001:500+9900000000002:500+261204:1200+FOREIGN1'UNH+1+UTILMD:D:11A:UN:S2.1'UNT+2+1'UNZ+1+FOREIGN1'"
-	sub := s.submit(t, "stadtwerke", "", []byte(edi))
-	var c capture
-	select {
-	case c = <-got:
-	case <-time.After(30 * time.Second):
-		st := s.status(t, sub.ID)
-		t.Fatalf("nothing posted: state %s, last_error %q", st.State, st.LastError)
-	}
-	if c.err != nil {
-		t.Fatal(c.err)
-	}
-	for _, want := range []string{"ecdsa-sha256", "X509PKIPathv1", "<eb:ConversationId/>"} {
-		if !strings.Contains(string(c.envelope), want) {
-			t.Errorf("the BDEW message has no %s", want)
-		}
-	}
-	if err := verifyEnvelope(openssl, xmlsec1, python, t.TempDir(), c.envelope, us.Signing.CertFile, c.attachments); err != nil {
-		t.Fatalf("foreign tools on the BDEW message: %v", err)
-	}
-	// Another key does not verify it.
-	if err := verifyEnvelope(openssl, xmlsec1, python, t.TempDir(), c.envelope, sw.Signing.CertFile, c.attachments); err == nil {
-		t.Fatal("the BDEW message verified with the partner's certificate")
-	}
-	st := s.waitStatus(t, sub.ID, 10*time.Second, "tried", func(st submitapi.Status) bool { return st.Attempts >= 1 && st.LastError != "" })
-	if (st.State != "queued" && st.State != "sending") || !containsAny(st.LastError, "503") {
-		t.Errorf("after a 503: state %s, last_error %q", st.State, st.LastError)
-	}
+	return s
 }
