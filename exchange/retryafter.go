@@ -57,6 +57,14 @@ func (h *HandlerTimes) P95() time.Duration {
 // lease the key can be taken over if the holder did not renew it, and a
 // holder that renews it is asked about again by then.
 func (p *Pipeline) inFlightRetryAfter(leaseLeft, heldFor time.Duration) time.Duration {
+	// The lease left is never more than the lease: a store reading it
+	// against a clock taken before the holder renewed it (PostgreSQL's
+	// now() is the transaction's start) may say a little more, which
+	// Retry-After's rounding up to whole seconds would make a second more
+	// than the lease (Retry-After 4 under a 3 s lease).
+	if p.Lease > 0 && leaseLeft > p.Lease {
+		leaseLeft = p.Lease
+	}
 	est := p.InFlightRetryAfter
 	if est <= 0 {
 		est = max(p.HandlerTimes.P95(), heldFor)

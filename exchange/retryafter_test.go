@@ -57,4 +57,12 @@ func TestInFlightRetryAfterRules(t *testing.T) {
 	if got := fast().inFlightRetryAfter(58*time.Second, 7*time.Second); got != 7*time.Second {
 		t.Errorf("renewed holder that ran 7s: %v, want 7s", got)
 	}
+	// A lease left read against a clock taken before the renewal (a
+	// little more than the lease, rounded up to 4 s by the store) is the
+	// lease at most: a 3 s lease never gets Retry-After 4.
+	short := &Pipeline{Lease: 3 * time.Second}
+	short.HandlerTimes.Observe(10 * time.Second)
+	if got := short.inFlightRetryAfter(4*time.Second, 10*time.Second); got != 3*time.Second {
+		t.Errorf("lease left above the lease: %v, want the lease (3s)", got)
+	}
 }
