@@ -1,0 +1,107 @@
+package sqlitestore
+
+import (
+	"context"
+	"time"
+)
+
+// purgeBatch bounds the messages one purge transaction deletes, and
+// purgeChunks the payload chunks (of ChunkSize) one transaction deletes:
+// the database's writer is never held for a whole payload.
+const (
+	purgeBatch  = 100
+	purgeChunks = 16
+)
+
+const (
+	// obPurgeSQL deletes the oldest final messages updated before ?1 (from
+	// outbound_messages_final_updated) and returns their payloads.
+	obPurgeSQL = `DELETE FROM outbound_messages WHERE id IN (
+	SELECT id FROM outbound_messages
+	WHERE state IN ('delivered', 'failed', 'cancelled') AND updated < ?1
+	ORDER BY updated, id LIMIT ?2)
+RETURNING payload`
+	// A purged message's payload is registered as an upload started at 0
+	// in the same transaction: should the process die before its chunks
+	// are gone, PurgeOrphanPayloads removes them.
+	obPurgeTombstoneSQL = `INSERT INTO outbound_uploads (payload, started) VALUES (?1, 0) ON CONFLICT DO NOTHING`
+	obPurgeChunksSQL    = `DELETE FROM outbound_chunks WHERE payload = ?1 AND seq IN (
+	SELECT seq FROM outbound_chunks WHERE payload = ?1 ORDER BY seq LIMIT ?2)`
+)
+
+// Purge implements outbound.Store: up to limit final messages last updated
+// before before are deleted, at most purgeBatch per transaction, then their
+// payloads' chunks, purgeChunks per transaction.
+func (o *Outbound) Purge(ctx context.Context, before time.Time, limit int) (int, error) {
+	bound := unixMSCeil(before)
+	total := 0
+	for total < limit {
+		n := min(limit-total, purgeBatch)
+		pids, err := o.purgeMessages(ctx, bound, n)
+		if err != nil {
+			return total, err
+		}
+		total += len(pids)
+		for _, pid := range pids {
+			if err := o.purgePayload(ctx, pid); err != nil {
+				return total, err
+			}
+		}
+		if len(pids) < n {
+			break
+		}
+	}
+	return total, nil
+}
+
+// purgeMessages deletes up to n messages in one transaction and returns
+// their payloads, registered for PurgeOrphanPayloads.
+func (o *Outbound) purgeMessages(ctx context.Context, bound int64, n int) ([]string, error) {
+	tx, err := o.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
+	if err != nil {
+		return nil, wrap("outbound purge", err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, obPurgeSQL, bound, n)
+	if err != nil {
+		return nil, wrap("outbound purge", err)
+	}
+	var pids []string
+	for rows.Next() {
+		var pid string
+		if err := rows.Scan(&pid); err != nil {
+			rows.Close()
+			return nil, wrap("outbound purge", err)
+		}
+		pids = append(pids, pid)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, wrap("outbound purge", err)
+	}
+	for _, pid := range pids {
+		if _, err := tx.ExecContext(ctx, obPurgeTombstoneSQL, pid); err != nil {
+			return nil, wrap("outbound purge", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, wrap("outbound purge", err)
+	}
+	return pids, nil
+}
+
+// purgePayload deletes a purged message's chunks a few at a time, then its
+// tombstone.
+func (o *Outbound) purgePayload(ctx context.Context, pid string) error {
+	for {
+		n, err := o.exec(ctx, "purge payload", obPurgeChunksSQL, pid, purgeChunks)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	_, err := o.dropUpload(ctx, pid, false)
+	return err
+}
