@@ -11,7 +11,8 @@ import (
 )
 
 // TestOutboundRetentionPurge: Purge removes a final message's every chunk
-// (a payload of several chunks) and leaves no upload behind; with 10,000
+// (a payload of more chunks than one transaction deletes, and a small one)
+// and leaves no upload behind; with 10,000
 // old queued messages it finds the final ones from
 // outbound_messages_final_updated, without scanning the queue.
 func TestOutboundRetentionPurge(t *testing.T) {
@@ -19,7 +20,7 @@ func TestOutboundRetentionPurge(t *testing.T) {
 	ctx := context.Background()
 	s := openOutbound(t)
 	ob := s.Outbound()
-	big := bytes.Repeat([]byte("x"), 3*ChunkSize+17)
+	big := bytes.Repeat([]byte("x"), purgeChunks*ChunkSize+17)
 	m, _, err := ob.Submit(ctx, outboundcheck.Message("acme", ""), bytes.NewReader(big))
 	if err != nil {
 		t.Fatal(err)
@@ -29,6 +30,13 @@ func TestOutboundRetentionPurge(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := ob.Cancel(ctx, m.ID, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	small, _, err := ob.Submit(ctx, outboundcheck.Message("acme", ""), strings.NewReader("small"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Cancel(ctx, small.ID, "operator"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.db.Exec(bulkWaitingSQL, 10_000); err != nil {
@@ -45,12 +53,12 @@ func TestOutboundRetentionPurge(t *testing.T) {
 		"INDEX outbound_messages_final_updated (updated<?)") || strings.Contains(plan, "TEMP B-TREE") {
 		t.Errorf("Purge does not walk outbound_messages_final_updated:\n%s", plan)
 	}
-	if got := chunkCount(s)(t); got != 5 {
-		t.Fatalf("%d chunks before the purge, want 5", got)
+	if got, want := chunkCount(s)(t), purgeChunks+3; got != want {
+		t.Fatalf("%d chunks before the purge, want %d", got, want)
 	}
 	n, err := ob.Purge(ctx, time.Now().Add(time.Hour), 1000)
-	if err != nil || n != 1 {
-		t.Fatalf("Purge = %d, %v; want 1", n, err)
+	if err != nil || n != 2 {
+		t.Fatalf("Purge = %d, %v; want 2", n, err)
 	}
 	if got := chunkCount(s)(t); got != 1 {
 		t.Errorf("%d chunks after the purge, want 1 (the kept message's)", got)
@@ -75,7 +83,8 @@ func TestOutboundPurgeCrashLeftovers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openOutbound(t)
-	m, _, err := s.Outbound().Submit(ctx, outboundcheck.Message("acme", ""), strings.NewReader("old"))
+	big := bytes.Repeat([]byte("y"), (purgeChunks+1)*ChunkSize)
+	m, _, err := s.Outbound().Submit(ctx, outboundcheck.Message("acme", ""), bytes.NewReader(big))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,14 +94,14 @@ func TestOutboundPurgeCrashLeftovers(t *testing.T) {
 	if _, err := s.db.Exec(`UPDATE outbound_chunks SET written = 1`); err != nil {
 		t.Fatal(err)
 	}
-	pids, err := s.OutboundQueue().purgeMessages(ctx, unixMSCeil(time.Now().Add(time.Hour)), 10)
-	if err != nil || len(pids) != 1 {
-		t.Fatalf("purgeMessages = %v, %v", pids, err)
+	n, pids, err := s.OutboundQueue().purgeMessages(ctx, unixMSCeil(time.Now().Add(time.Hour)), 10)
+	if err != nil || n != 1 || len(pids) != 1 {
+		t.Fatalf("purgeMessages = %d, %v, %v", n, pids, err)
 	}
-	if got := chunkCount(s)(t); got != 1 {
-		t.Fatalf("%d chunks after the messages' transaction, want 1", got)
+	if got := chunkCount(s)(t); got != purgeChunks+1 {
+		t.Fatalf("%d chunks after the messages' transaction, want %d", got, purgeChunks+1)
 	}
-	n, err := s.OutboundQueue().PurgeOrphanPayloads(ctx, time.Hour)
+	n, err = s.OutboundQueue().PurgeOrphanPayloads(ctx, time.Hour)
 	if err != nil || n != 1 {
 		t.Fatalf("PurgeOrphanPayloads = %d, %v; want 1", n, err)
 	}
