@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,4 +57,19 @@ func (o *Outbound) Purge(ctx context.Context, before time.Time, limit int) (int,
 		}
 	}
 	return total, nil
+}
+
+// PurgeQueryPlan returns PostgreSQL's plan of Purge's statement for the
+// bound before (for tests and operators checking its index); it is not
+// run.
+func (o *Outbound) PurgeQueryPlan(ctx context.Context, before time.Time) (string, error) {
+	rows, err := o.pool.Query(ctx, `EXPLAIN `+o.q.purge, before, purgeBatch)
+	if err != nil {
+		return "", wrap("outbound plan", err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", wrap("outbound plan", err)
+	}
+	return strings.Join(lines, "\n"), nil
 }
