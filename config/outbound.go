@@ -31,6 +31,12 @@ type Outbound struct {
 	// MaxPayloadBytes bounds one submitted payload (default 1 GiB); a
 	// larger submission is refused (HTTP 413) and nothing is queued.
 	MaxPayloadBytes int64 `mapstructure:"max_payload_bytes"`
+	// Retention is how long a message in a final state (delivered,
+	// failed, cancelled) is kept, with its payload and its MDN or receipt,
+	// after its last change: the purge run every purge_interval deletes it
+	// then (default 90 days; 0: kept forever, warned at start). Queued
+	// and awaiting messages are never purged.
+	Retention time.Duration `mapstructure:"retention"`
 }
 
 // Defaults of the outbound.* keys.
@@ -39,6 +45,7 @@ const (
 	DefaultOutboundWorkers         = 4
 	DefaultOutboundLease           = 30 * time.Second
 	DefaultOutboundMaxPayloadBytes = int64(1 << 30)
+	DefaultOutboundRetention       = 90 * 24 * time.Hour
 )
 
 func init() {
@@ -48,6 +55,7 @@ func init() {
 	defaults["outbound.lease"] = DefaultOutboundLease
 	defaults["outbound.heartbeat"] = time.Duration(0)
 	defaults["outbound.max_payload_bytes"] = DefaultOutboundMaxPayloadBytes
+	defaults["outbound.retention"] = DefaultOutboundRetention
 }
 
 // HeartbeatInterval is Heartbeat, or a third of Lease when it is 0.
@@ -73,6 +81,9 @@ func (o Outbound) validate() []error {
 		errs = append(errs, fmt.Errorf("outbound.heartbeat: %s is negative", o.Heartbeat))
 	} else if o.Heartbeat > 0 && o.Heartbeat >= o.Lease {
 		errs = append(errs, fmt.Errorf("outbound.heartbeat: %s is not shorter than outbound.lease %s: leases would run out between renewals and another gateway send the same message at the same time", o.Heartbeat, o.Lease))
+	}
+	if o.Retention < 0 {
+		errs = append(errs, fmt.Errorf("outbound.retention: %s is negative (0 keeps final messages forever)", o.Retention))
 	}
 	if o.MaxPayloadBytes < 1 {
 		errs = append(errs, fmt.Errorf("outbound.max_payload_bytes: %d is not positive", o.MaxPayloadBytes))

@@ -46,17 +46,18 @@ func TestOutboundDefaultsAndChecks(t *testing.T) {
 	}
 	o := c.Outbound
 	if o.PickupDir != "" || o.PickupInterval != 2*time.Second || o.Workers != 4 || o.Lease != 30*time.Second ||
-		o.Heartbeat != 0 || o.HeartbeatInterval() != 10*time.Second || o.MaxPayloadBytes != 1<<30 {
+		o.Heartbeat != 0 || o.HeartbeatInterval() != 10*time.Second || o.MaxPayloadBytes != 1<<30 ||
+		o.Retention != 90*24*time.Hour {
 		t.Fatalf("outbound defaults: %+v", o)
 	}
-	path := write(t, "listen: \":9999\"\nstore: \"memory:\"\noutbound:\n  pickup_dir: pickup\n  pickup_interval: 500ms\n  workers: 9\n  lease: 12s\n  heartbeat: 2s\n  max_payload_bytes: 1000\n")
+	path := write(t, "listen: \":9999\"\nstore: \"memory:\"\noutbound:\n  pickup_dir: pickup\n  pickup_interval: 500ms\n  workers: 9\n  lease: 12s\n  heartbeat: 2s\n  max_payload_bytes: 1000\n  retention: 0s\n")
 	c, err = Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o = c.Outbound
 	if o.PickupDir != filepath.Join(filepath.Dir(path), "pickup") || o.PickupInterval != 500*time.Millisecond || o.Workers != 9 ||
-		o.Lease != 12*time.Second || o.HeartbeatInterval() != 2*time.Second || o.MaxPayloadBytes != 1000 {
+		o.Lease != 12*time.Second || o.HeartbeatInterval() != 2*time.Second || o.MaxPayloadBytes != 1000 || o.Retention != 0 {
 		t.Fatalf("outbound: %+v", o)
 	}
 	for body, want := range map[string]string{
@@ -66,6 +67,7 @@ func TestOutboundDefaultsAndChecks(t *testing.T) {
 		"outbound:\n  workers: 0\n":                   "outbound.workers: 0 is not between 1 and 1024",
 		"outbound:\n  pickup_interval: 10ms\n":        "outbound.pickup_interval: 10ms is shorter than 100ms",
 		"outbound:\n  max_payload_bytes: 0\n":         "outbound.max_payload_bytes: 0 is not positive",
+		"outbound:\n  retention: -1h\n":               "outbound.retention: -1h0m0s is negative",
 		"outbound:\n  pikup_dir: x\n":                 "pikup_dir",
 	} {
 		_, err := Load(write(t, "listen: \":9999\"\nstore: \"memory:\"\n"+body))

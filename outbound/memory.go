@@ -475,6 +475,41 @@ func (m *Memory) Resend(ctx context.Context, id string) error {
 	return nil
 }
 
+// Purge deletes up to limit final messages last updated before before,
+// oldest first.
+func (m *Memory) Purge(ctx context.Context, before time.Time, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("outbound: purge: %w", err)
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var old []*memoryRow
+	for _, r := range m.rows {
+		if r.m.State.Final() && r.m.Updated.Before(before) {
+			old = append(old, r)
+		}
+	}
+	sort.Slice(old, func(i, j int) bool { return old[i].m.Updated.Before(old[j].m.Updated) })
+	if len(old) > limit {
+		old = old[:limit]
+	}
+	for _, r := range old {
+		delete(m.rows, r.m.ID)
+		if k := (partnerKey{r.m.Partner, r.m.MessageID}); m.byMessageID[k] == r.m.ID {
+			delete(m.byMessageID, k)
+		}
+		if r.m.IdempotencyKey != "" {
+			if k := (partnerKey{r.m.Partner, r.m.IdempotencyKey}); m.byKey[k] == r.m.ID {
+				delete(m.byKey, k)
+			}
+		}
+	}
+	return len(old), nil
+}
+
 // cloneMessage returns msg sharing no memory with it.
 func cloneMessage(msg Message) Message {
 	msg.Sent = slices.Clone(msg.Sent)

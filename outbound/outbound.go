@@ -275,6 +275,18 @@ type Store interface {
 	// schedule of attempts; its Attempts, LastError and Sent stay.
 	Cancel(ctx context.Context, id, reason string) error
 	Resend(ctx context.Context, id string) error
+
+	// Purge deletes up to limit messages in a final state (Delivered,
+	// Failed, Cancelled) whose Updated is before before, with their
+	// payloads and evidence, and returns how many it deleted. A Queued or
+	// AwaitingMDN message is never purged, whatever its age. It is the
+	// outbound.retention purge, run in batches by `serve`: each call is
+	// one short transaction, and its cost grows with limit, not with the
+	// number of messages kept (stores back it with an index). Once purged,
+	// a message is gone: Get returns ErrNotFound, an MDN for it is no
+	// longer matched, and a submission with its IdempotencyKey queues a
+	// new message. The audit records of its transmissions stay.
+	Purge(ctx context.Context, before time.Time, limit int) (n int, err error)
 }
 
 // RetryPolicy is a partner's schedule of attempts: the first retry First

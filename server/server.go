@@ -359,7 +359,8 @@ const cancelGrace = 45 * time.Second
 
 // Purger returns the retention purger over this server's store.
 func (s *Server) Purger() *retention.Purger {
-	return &retention.Purger{Store: s.Backend, Ledger: s.Backend, ArchiveDir: s.Config.ArchiveDir, Retention: s.Config.Retention}
+	return &retention.Purger{Store: s.Backend, Ledger: s.Backend, ArchiveDir: s.Config.ArchiveDir, Retention: s.Config.Retention,
+		Outbound: s.outboundStore(), OutboundRetention: s.Config.Outbound.Retention}
 }
 
 // startPurge runs the retention purge every PurgeInterval, and the
@@ -377,19 +378,27 @@ func (s *Server) startPurge(ctx context.Context) (stop func()) {
 		}()
 	}
 	purger := s.Purger()
+	if purger.Outbound != nil && purger.OutboundRetention == 0 {
+		s.Log.Warn("outbound.retention is 0: delivered, failed and cancelled outbound messages and their payloads are kept forever; the store grows without bound")
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		t := time.NewTicker(s.Config.PurgeInterval)
 		defer t.Stop()
 		for {
-			if rep, err := purger.Run(ctx); err != nil {
+			rep, err := purger.Run(ctx)
+			if err != nil {
 				if ctx.Err() == nil {
 					s.Log.Error("purge failed", "err", err)
 				}
 			} else if rep.TransportKeys > 0 || rep.Interchanges > 0 {
 				s.Log.Info("purged dedup state past retention", "transport_keys", rep.TransportKeys,
 					"interchanges", rep.Interchanges, "archives", rep.Archives)
+			}
+			if rep.OutboundMessages > 0 {
+				s.Log.Info("purged final outbound messages past outbound.retention", "messages", rep.OutboundMessages,
+					"retention", s.Config.Outbound.Retention)
 			}
 			select {
 			case <-ctx.Done():

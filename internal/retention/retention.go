@@ -15,6 +15,7 @@ import (
 
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/dedup"
+	"github.com/edigateway/gateway/outbound"
 	"github.com/edigateway/gateway/partners"
 )
 
@@ -29,7 +30,15 @@ type Purger struct {
 	// Retention applies to transport keys; it must not be shorter than any
 	// partner's dedup window (checked at startup by the server).
 	Retention time.Duration
-	// Batch is how many interchanges are archived per file round (default 1000).
+	// Outbound is the queue of messages to partners (nil: none); its
+	// messages in a final state last changed more than OutboundRetention
+	// ago are deleted with their payloads (0: kept forever), Batch at a
+	// time. They are not archived: the audit records of their
+	// transmissions stay.
+	Outbound          outbound.Store
+	OutboundRetention time.Duration
+	// Batch is how many interchanges are archived per file round, and how
+	// many outbound messages one Purge call deletes (default 1000).
 	Batch int
 	Now   func() time.Time
 }
@@ -70,6 +79,8 @@ type Report struct {
 	// Replaced counts archived rows that a later claim had replaced.
 	Replaced int64
 	Archives []string
+	// OutboundMessages counts the final outbound messages deleted.
+	OutboundMessages int64
 }
 
 // Run purges once.
@@ -139,7 +150,34 @@ func (p *Purger) Run(ctx context.Context) (Report, error) {
 		}
 		rep.TransportKeys = n
 	}
+	if p.Outbound != nil && p.OutboundRetention > 0 {
+		n, err := p.purgeOutbound(ctx, now().Add(-p.OutboundRetention))
+		rep.OutboundMessages = n
+		if err != nil {
+			return rep, err
+		}
+	}
 	return rep, nil
+}
+
+// purgeOutbound deletes the final outbound messages last changed before
+// before, Batch per call (each call a few short transactions).
+func (p *Purger) purgeOutbound(ctx context.Context, before time.Time) (int64, error) {
+	batch := p.Batch
+	if batch <= 0 {
+		batch = 1000
+	}
+	var total int64
+	for {
+		n, err := p.Outbound.Purge(ctx, before, batch)
+		total += int64(n)
+		if err != nil {
+			return total, fmt.Errorf("retention: purge outbound messages: %w", err)
+		}
+		if n < batch {
+			return total, nil
+		}
+	}
 }
 
 func (p *Purger) archive(prefix string, recs []dedup.InterchangeRecord, now time.Time) (string, error) {

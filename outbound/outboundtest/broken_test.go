@@ -73,6 +73,9 @@ func brokenCases() []brokenCase {
 			"resend/failed-cancelled"),
 		w("resend-delivered-not-final", func(s outbound.Store) outbound.Store { return resendDeliveredNotFinal{s} },
 			"resend/refused"),
+		w("purge-any-state", func(s outbound.Store) outbound.Store { return purgeAnyState{s} }, "purge/final-only"),
+		w("purge-ignores-limit", func(s outbound.Store) outbound.Store { return purgeIgnoresLimit{s} }, "purge/final-only"),
+		w("purge-ignores-bound", func(s outbound.Store) outbound.Store { return purgeIgnoresBound{s} }, "purge/final-only"),
 		w("unknown-as-lease-lost", func(s outbound.Store) outbound.Store { return unknownAsLeaseLost{s} },
 			"unknown/not-found"),
 		{"aliased-evidence", func() outbound.Store {
@@ -537,4 +540,37 @@ func (s *aliasedEvidence) Get(ctx context.Context, id string) (outbound.Message,
 	}
 	s.mu.Unlock()
 	return m, err
+}
+
+// purgeAnyState purges queued and awaiting messages too: it cancels every
+// old one that is not final first.
+type purgeAnyState struct{ outbound.Store }
+
+func (s purgeAnyState) Purge(ctx context.Context, before time.Time, limit int) (int, error) {
+	ms, err := s.List(ctx, outbound.Filter{States: []outbound.State{outbound.Queued, outbound.AwaitingMDN}, Limit: 1000})
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range ms {
+		if m.Updated.Before(before) {
+			if err := s.Cancel(ctx, m.ID, "purged"); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return s.Store.Purge(ctx, time.Now().Add(time.Hour), limit)
+}
+
+// purgeIgnoresLimit purges every old final message at once.
+type purgeIgnoresLimit struct{ outbound.Store }
+
+func (s purgeIgnoresLimit) Purge(ctx context.Context, before time.Time, limit int) (int, error) {
+	return s.Store.Purge(ctx, before, 1<<20)
+}
+
+// purgeIgnoresBound purges final messages whatever their age.
+type purgeIgnoresBound struct{ outbound.Store }
+
+func (s purgeIgnoresBound) Purge(ctx context.Context, _ time.Time, limit int) (int, error) {
+	return s.Store.Purge(ctx, time.Now().Add(time.Hour), limit)
 }

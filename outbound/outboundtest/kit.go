@@ -130,6 +130,9 @@ func Exercise(t *testing.T, open func(t *testing.T) outbound.Store) {
 //	cancel/final               Cancel of a final message: ErrFinal, unchanged
 //	resend/failed-cancelled    Resend of a Failed or Cancelled message: Queued, due now, same MessageID
 //	resend/refused             Resend of a Queued or AwaitingMDN message: ErrNotFinal; Delivered: ErrFinal
+//	purge/final-only           Purge deletes final messages updated before the bound with their payloads,
+//	                           at most limit per call; queued, awaiting, leased and recent ones stay; a
+//	                           purged message's idempotency key is free again
 //	unknown/not-found          every call on an unknown id: ErrNotFound
 //	copies/no-aliasing         changing a returned message's Sent or Evidence, or the evidence given,
 //	                           changes nothing stored
@@ -187,6 +190,7 @@ func ExerciseT(t T, open func(t T) outbound.Store) {
 		t.Run("failed-cancelled", k.resendFinal)
 		t.Run("refused", k.resendRefused)
 	})
+	t.Run("purge", func(t T) { t.Run("final-only", k.purgeFinalOnly) })
 	t.Run("unknown", func(t T) { t.Run("not-found", k.unknown) })
 	t.Run("copies", func(t T) { t.Run("no-aliasing", k.copies) })
 }

@@ -28,6 +28,7 @@ var leaves = []string{
 	"stats/per-partner",
 	"cancel/not-final", "cancel/leased", "cancel/final",
 	"resend/failed-cancelled", "resend/refused",
+	"purge/final-only",
 	"unknown/not-found",
 	"copies/no-aliasing",
 }

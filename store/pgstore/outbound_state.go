@@ -20,6 +20,7 @@ type outboundQueries struct {
 	due, lease, renew, release, posting, retry, awaiting   string
 	delivered, failed, settle, cancel, resend, list, stats string
 	listPartner, listState                                 string
+	purge                                                  string
 }
 
 func buildOutboundQueries(schema string) outboundQueries {
@@ -109,6 +110,7 @@ UPDATE ` + t + ` AS o SET state = 'queued', leased_until = now() + $2::bigint * 
 	lease_token = replace(gen_random_uuid()::text, '-', ''), updated = now()
 FROM due WHERE o.id = due.id
 RETURNING ` + prefixed("o.", outboundColumns)
+	q.purge = buildPurgeQuery(schema)
 	return q
 }
 

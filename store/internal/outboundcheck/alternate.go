@@ -87,4 +87,8 @@ func (x *alternate) Cancel(ctx context.Context, id, reason string) error {
 
 func (x *alternate) Resend(ctx context.Context, id string) error { return x.next().Resend(ctx, id) }
 
+func (x *alternate) Purge(ctx context.Context, before time.Time, limit int) (int, error) {
+	return x.next().Purge(ctx, before, limit)
+}
+
 var _ outbound.Store = (*alternate)(nil)
