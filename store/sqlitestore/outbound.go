@@ -102,49 +102,8 @@ func (s *Store) OutboundQueue() *Outbound { return s.outbound }
 
 // Submit implements outbound.Store.
 func (o *Outbound) Submit(ctx context.Context, m outbound.Message, payload io.Reader) (outbound.Message, bool, error) {
-	switch {
-	case m.ID == "" || m.Partner == "" || m.MessageID == "" || m.Protocol == "":
-		return outbound.Message{}, false, errors.New("sqlitestore: outbound submit: id, partner, protocol and message id are required")
-	case payload == nil:
-		return outbound.Message{}, false, fmt.Errorf("sqlitestore: outbound submit %s: nil payload", m.ID)
-	}
-	if m.IdempotencyKey != "" {
-		got, err := o.byKey(ctx, m.Partner, m.IdempotencyKey)
-		if err == nil {
-			return got, false, nil
-		}
-		if !errors.Is(err, outbound.ErrNotFound) {
-			return outbound.Message{}, false, err
-		}
-	}
-	o.maybePurge(ctx)
-	pid := outbound.NewLeaseToken()
-	size, sum, err := o.writePayload(ctx, pid, payload)
-	if err != nil {
-		o.dropPayload(ctx, pid)
-		return outbound.Message{}, false, fmt.Errorf("sqlitestore: outbound submit %s: %w", m.ID, err)
-	}
-	inserted, err := o.commitMessage(ctx, m, pid, size, sum)
-	if err != nil || !inserted {
-		o.dropPayload(ctx, pid)
-	}
-	if err != nil {
-		return outbound.Message{}, false, err
-	}
-	if !inserted {
-		if m.IdempotencyKey != "" {
-			if got, err := o.byKey(ctx, m.Partner, m.IdempotencyKey); err == nil {
-				return got, false, nil
-			}
-		}
-		return outbound.Message{}, false, fmt.Errorf("sqlitestore: outbound submit: message %s (or message id %s of %s) already exists",
-			m.ID, m.MessageID, m.Partner)
-	}
-	got, err := o.Get(ctx, m.ID)
-	if err != nil {
-		return outbound.Message{}, false, err
-	}
-	return got, true, nil
+	return chunks.Submit(ctx, chunks.Steps{Store: "sqlitestore", ByKey: o.byKey, BeforeUpload: o.maybePurge,
+		Write: o.writePayload, Drop: o.dropPayload, Commit: o.commitMessage, Get: o.Get}, m, payload)
 }
 
 // writePayload registers upload pid and writes r to its chunks, one
