@@ -22,7 +22,11 @@
 #	scripts/load.sh -protocol as4 -store postgres://127.0.0.1:5432/test?sslmode=disable
 #
 # Settings (environment): STORE (the served configuration's store URL; the
-# -store argument wins; default an SQLite file in the temporary directory),
+# -store argument wins; default an SQLite file in the temporary directory;
+# memory: serves without a durable store, to measure what durability costs),
+# AUDIT_FILE (1: the JSON-lines audit file as in the demo; 0: none), INBOX
+# (the dir handler's inbox; default in the temporary directory; a tmpfs
+# directory such as /dev/shm/x takes the inbox's syncs away),
 # AS2_N (2000), AS4_N (1000), CONCURRENCY (8), SIZE (10240 bytes), DUPLICATES
 # (0: fraction resent with identical bytes), OP_TIME (3s), STRACE (0: off;
 # 1: count fsyncs with strace; auto: when strace can trace here; a traced
@@ -47,6 +51,8 @@ OP_TIME=${OP_TIME:-3s}
 PROFILE=${PROFILE:-0}
 PROFILE_DIR=${PROFILE_DIR:-$PWD}
 STORE=${STORE:-}
+AUDIT_FILE=${AUDIT_FILE:-1}
+INBOX=${INBOX:-../var/inbox}
 PROTOCOLS=(as2 as4)
 while [[ $# -gt 0 ]]; do
 	case "$1" in
@@ -83,9 +89,9 @@ auto)
 esac
 STORE=${STORE:-sqlite:../var/gateway.db}
 case "$STORE" in
-sqlite:* | postgres://* | postgresql://*) ;;
+memory: | sqlite:* | postgres://* | postgresql://*) ;;
 *)
-	echo "load.sh: -store must be sqlite:PATH or postgres://…" >&2
+	echo "load.sh: -store must be sqlite:PATH, postgres://… or memory:" >&2
 	exit 2
 	;;
 esac
@@ -140,9 +146,8 @@ identity:
       key: keys/gateway.key
 handler:
   type: dir
-  inbox: ../var/inbox
-audit:
-  file: ../var/audit.jsonl
+  inbox: $INBOX
+$([[ "$AUDIT_FILE" == 1 ]] && printf 'audit:\n  file: ../var/audit.jsonl' || echo "# no audit file (AUDIT_FILE=0)")
 spool_dir: ../var/spool
 quarantine_dir: ../var/quarantine
 archive_dir: ../var/archive
