@@ -349,7 +349,7 @@ func TestUnwrapStreamReadsWhileDecrypting(t *testing.T) {
 				// implicit rejection does): its content fails after it was
 				// written, the second is tried.
 				two := opts
-				two.Keys = []cms.KeyPair{{Cert: receiver.Cert, Key: wrongSessionKey{receiver.Key.(*rsa.PrivateKey)}}, receiver}
+				two.Keys = []cms.KeyPair{{Cert: receiver.Cert, Key: wrongKeyFor(t, b, receiver)}, receiver}
 				retries := sequentialRetries.Load()
 				mem, _ = streamBothFrom(t, httpEntity(b), two, slow)
 				if !bytes.Equal(mem.Payload, payload) {
@@ -394,8 +394,11 @@ func unwrapErr(t *testing.T, e *Entity, opts Options) error {
 }
 
 // wrongSessionKey answers every PKCS#1 v1.5 key transport with the same
-// wrong content key of the length asked for.
-type wrongSessionKey struct{ *rsa.PrivateKey }
+// wrong content key of the length asked for, every byte b.
+type wrongSessionKey struct {
+	*rsa.PrivateKey
+	b byte
+}
 
 func (k wrongSessionKey) Decrypt(_ io.Reader, _ []byte, opts crypto.DecrypterOpts) ([]byte, error) {
 	//lint:ignore SA1019 the test imitates the implicit rejection of the PKCS#1 v1.5 key transport AS2 partners use (cms.unwrapKey)
@@ -403,7 +406,32 @@ func (k wrongSessionKey) Decrypt(_ io.Reader, _ []byte, opts crypto.DecrypterOpt
 	if !ok {
 		return nil, errors.New("not PKCS#1 v1.5")
 	}
-	return bytes.Repeat([]byte{0x42}, o.SessionKeyLen), nil
+	return bytes.Repeat([]byte{k.b}, o.SessionKeyLen), nil
+}
+
+// wrongKeyFor is a wrongSessionKey whose content key the decryption of
+// message b refuses. A wrong CBC key decrypts to garbage whose padding is
+// valid about once in 256 messages; only the key configured for the
+// certificate would know better, and keys are checked against their
+// certificates when loaded, so a wrong key addressed by our certificate is
+// this test's making: it picks one that fails, so that the test always
+// exercises the refusal after the content was written (it failed about
+// once in 128 runs with a fixed key).
+func wrongKeyFor(t *testing.T, b *Built, receiver cms.KeyPair) wrongSessionKey {
+	t.Helper()
+	e := httpEntity(b)
+	der, err := cmsBody(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := 0x42; v < 0x142; v++ {
+		k := wrongSessionKey{receiver.Key.(*rsa.PrivateKey), byte(v)}
+		if _, _, err := cms.Decrypt(der, []cms.KeyPair{{Cert: receiver.Cert, Key: k}}); err != nil {
+			return k
+		}
+	}
+	t.Fatal("every wrong content key decrypted the message")
+	return wrongSessionKey{}
 }
 
 // A passed-through layer whose reader asks for more than the write-behind
