@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -235,9 +236,10 @@ func (f *Files) Hits(path string) int {
 
 // OCSP is a running `openssl ocsp` responder for one CA.
 type OCSP struct {
-	URL string
-	cmd *exec.Cmd
-	log *strings.Builder
+	URL    string
+	cmd    *exec.Cmd
+	log    *strings.Builder
+	exited chan struct{} // closed once the process has ended
 }
 
 // OpenSSL is the openssl binary the responder runs.
@@ -250,13 +252,41 @@ const OpenSSL = "/usr/bin/openssl"
 // ahead (0: none). The test is skipped when openssl is missing.
 func (ca *CA) StartOCSP(t testing.TB, responder *Issued, nmin int, revoked ...*x509.Certificate) *OCSP {
 	t.Helper()
-	return ca.StartOCSPAt(t, responder, DownURL(t), nmin, revoked...)
+	// The port was free when DownURL looked; another process may take it
+	// before openssl binds it: a new port then.
+	for attempt := 1; ; attempt++ {
+		o, err := ca.startOCSP(t, responder, DownURL(t), nmin, revoked...)
+		if err == nil {
+			return o
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 5 {
+			t.Fatal(err)
+		}
+	}
 }
 
 // StartOCSPAt is StartOCSP listening at url, a DownURL reserved earlier
 // (for example to write it into a certificate's AIA before the responder's
-// index is made).
+// index is made). A port another process took meanwhile is tried again a
+// few times.
 func (ca *CA) StartOCSPAt(t testing.TB, responder *Issued, url string, nmin int, revoked ...*x509.Certificate) *OCSP {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		o, err := ca.startOCSP(t, responder, url, nmin, revoked...)
+		if err == nil {
+			return o
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 5 {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+	}
+}
+
+// errPortTaken: openssl ocsp could not bind its port.
+var errPortTaken = errors.New("port taken")
+
+func (ca *CA) startOCSP(t testing.TB, responder *Issued, url string, nmin int, revoked ...*x509.Certificate) (*OCSP, error) {
 	t.Helper()
 	var port int
 	if _, err := fmt.Sscanf(url, "http://127.0.0.1:%d/", &port); err != nil {
@@ -305,25 +335,40 @@ func (ca *CA) StartOCSPAt(t testing.TB, responder *Issued, url string, nmin int,
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	o := &OCSP{URL: fmt.Sprintf("http://127.0.0.1:%d/", port), cmd: cmd, log: logs}
-	t.Cleanup(o.Stop)
+	o := &OCSP{URL: fmt.Sprintf("http://127.0.0.1:%d/", port), cmd: cmd, log: logs, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(o.exited)
+	}()
 	// Wait for its banner: a probing connection that sends nothing would
 	// block the single-threaded responder.
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(lw.String(), "waiting for OCSP client connections") {
+		select {
+		case <-o.exited:
+			if strings.Contains(lw.String(), "Address already in use") {
+				return nil, fmt.Errorf("openssl ocsp on %d: %w: %s", port, errPortTaken, lw.String())
+			}
+			return nil, fmt.Errorf("openssl ocsp exited on %d: %s", port, lw.String())
+		default:
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("openssl ocsp did not start on %d: %s", port, lw.String())
+			o.Stop()
+			return nil, fmt.Errorf("openssl ocsp did not start on %d: %s", port, lw.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return o
+	t.Cleanup(o.Stop)
+	return o, nil
 }
 
 // Stop ends the responder (it is then "down").
 func (o *OCSP) Stop() {
-	if o.cmd.Process != nil && o.cmd.ProcessState == nil {
+	select {
+	case <-o.exited:
+	default:
 		_ = o.cmd.Process.Kill()
-		_ = o.cmd.Wait()
+		<-o.exited
 	}
 }
 
