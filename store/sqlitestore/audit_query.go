@@ -11,6 +11,12 @@ import (
 // Query implements audit.Reader: the records selected by q in the order
 // written.
 func (a *AuditSink) Query(ctx context.Context, q audit.Query) ([]audit.Record, error) {
+	query, args := auditQuerySQL(q)
+	return a.query(ctx, query, args...)
+}
+
+// auditQuerySQL is the statement of Query and its arguments.
+func auditQuerySQL(q audit.Query) (string, []any) {
 	var where []string
 	var args []any
 	// Numbered parameters (?NNN) throughout: the key's condition uses its
@@ -32,7 +38,9 @@ func (a *AuditSink) Query(ctx context.Context, q audit.Query) ([]audit.Record, e
 		add("reference = ?", q.Reference)
 	}
 	if q.Incident != "" {
-		add("incident = ?", q.Incident)
+		// The index on incident is partial (WHERE incident <> '', migration
+		// 0003): SQLite uses it only when the query repeats its condition.
+		add("incident = ? AND incident <> ''", q.Incident)
 	}
 	if !q.From.IsZero() {
 		add("recorded_at >= ?", q.From.UnixMicro())
@@ -54,7 +62,7 @@ func (a *AuditSink) Query(ctx context.Context, q audit.Query) ([]audit.Record, e
 	if q.Newest {
 		order = ` ORDER BY id DESC LIMIT ?` + n
 	}
-	return a.query(ctx, sql+order, args...)
+	return sql + order, args
 }
 
 var _ audit.Reader = (*AuditSink)(nil)

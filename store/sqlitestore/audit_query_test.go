@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/edigateway/gateway/audit"
@@ -50,6 +51,33 @@ func TestAuditByKeySharedPrefix(t *testing.T) {
 			if r.Key != k {
 				t.Fatalf("ByKey(%q) returned a record of %q", k, r.Key)
 			}
+		}
+	}
+}
+
+// TestAuditQueryUsesIndexes: Query by incident (the reference a partner
+// quotes), by key and by partner and message id walks its index, not every
+// audit record. The incident index is partial, and SQLite used it only for
+// a query repeating its condition: before, a search by incident scanned the
+// whole table.
+func TestAuditQueryUsesIndexes(t *testing.T) {
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "a.db"), dedup.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, c := range []struct {
+		q     audit.Query
+		index string
+	}{
+		{audit.Query{Incident: "GW-7K3QX9"}, "audit_records_incident"},
+		{audit.Query{Incident: "GW-7K3QX9", Newest: true}, "audit_records_incident"},
+		{audit.Query{Key: "0123456789abcdef0123"}, "audit_records_key_prefix"},
+		{audit.Query{Partner: "p", MessageID: "m"}, "audit_records_message"},
+	} {
+		query, args := auditQuerySQL(c.q)
+		if plan := queryPlan(t, s, query, args...); !strings.Contains(plan, "INDEX "+c.index+" ") {
+			t.Errorf("plan of %+v:\n%swant %s", c.q, plan, c.index)
 		}
 	}
 }

@@ -184,6 +184,13 @@ func TestExpiredUsesIndex(t *testing.T) {
 			AND first_seen + window_ms < 10 ORDER BY last_seen, key LIMIT 10`: "ledger_interchanges_expire",
 		`SELECT key FROM ledger_interchanges WHERE reference = 'x' ORDER BY first_seen LIMIT 10`:                  "ledger_interchanges_reference",
 		`SELECT key FROM ledger_interchanges WHERE partner = 'x' AND last_seen >= 5 ORDER BY first_seen LIMIT 10`: "ledger_interchanges_partner",
+		// FindInterchanges by date alone (the console's search): the
+		// partial ledger_interchanges_expire holds only finished rows with
+		// a window, so this index is needed beside it.
+		`SELECT key FROM ledger_interchanges WHERE last_seen >= 5 AND last_seen < 10 ORDER BY first_seen, key LIMIT 10`: "ledger_interchanges_last_seen",
+		`SELECT key FROM ledger_history WHERE last_seen >= 5 AND last_seen < 10 ORDER BY replaced_at, key, id LIMIT 10`: "ledger_history_last_seen",
+		// Store.Expire
+		`SELECT rowid FROM dedup_claims WHERE state <> 'claimed' AND first_seen < 5 LIMIT 10`: "dedup_claims_expire",
 		// AuditSink.ByKey and Query by key (migration 0005)
 		`SELECT id FROM audit_records WHERE substr(dedup_key, 1, 12) = substr('0123456789abcdef', 1, 12)
 			AND dedup_key = '0123456789abcdef' ORDER BY id`: "audit_records_key_prefix",
