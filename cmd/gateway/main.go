@@ -72,7 +72,8 @@ func usage(w io.Writer) {
   gateway messages [-config FILE] [-partner ID] [-since 24h] [-decision D] [-limit 50]
                                            recent messages from the audit
   gateway version                          print the version
-  gateway dedup purge [-config FILE]       archive and remove dedup state past its windows
+  gateway dedup purge [-config FILE]       archive and remove dedup state past its windows, and
+                                           final outbound messages past outbound.retention
   gateway audit export [-config FILE] [-partner ID] [-message-id ID] [-reference REF] [-from T] [-to T]
                                            print the evidence of what was decided, as JSON
   gateway peppol report [-config FILE] [-month YYYY-MM] [-out DIR]

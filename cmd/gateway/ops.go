@@ -53,9 +53,10 @@ func openBackend(ctx context.Context, command, cfgPath string) (*config.Config, 
 	return cfg, be, nil
 }
 
-// dedupPurge runs one retention purge: ledger rows past their window are
-// archived as gzipped JSON lines, then deleted; transport keys past
-// retention are removed.
+// dedupPurge runs one retention purge, the one serve runs every
+// purge_interval: ledger rows past their window are archived as gzipped
+// JSON lines, then deleted; transport keys past retention are removed; final
+// outbound messages past outbound.retention are deleted with their payloads.
 func dedupPurge(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("dedup purge", flag.ContinueOnError)
 	cfgPath := configFlag(fs)
@@ -78,7 +79,8 @@ func dedupPurge(args []string, stdout io.Writer) error {
 	if err := retention.CheckWindows(cfg.Retention, dir.Partners); err != nil {
 		return fmt.Errorf("dedup purge refused: %w", err)
 	}
-	p := &retention.Purger{Store: be, Ledger: be, ArchiveDir: cfg.ArchiveDir, Retention: cfg.Retention}
+	p := &retention.Purger{Store: be, Ledger: be, ArchiveDir: cfg.ArchiveDir, Retention: cfg.Retention,
+		Outbound: be.Outbound(), OutboundRetention: cfg.Outbound.Retention}
 	if *archive != "" {
 		p.ArchiveDir = *archive
 	}
@@ -93,6 +95,12 @@ func dedupPurge(args []string, stdout io.Writer) error {
 	}
 	for _, a := range rep.Archives {
 		fmt.Fprintln(stdout, "archived:", a)
+	}
+	if cfg.Outbound.Retention > 0 {
+		fmt.Fprintf(stdout, "purged %d delivered, failed or cancelled outbound messages past outbound.retention %s\n",
+			rep.OutboundMessages, cfg.Outbound.Retention)
+	} else {
+		fmt.Fprintln(stdout, "outbound.retention is 0: final outbound messages are kept")
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/dedup"
 	"github.com/edigateway/gateway/internal/retention"
+	"github.com/edigateway/gateway/outbound"
+	"github.com/edigateway/gateway/outbound/outboundtest"
 	"github.com/edigateway/gateway/store"
 )
 
@@ -249,5 +252,50 @@ func TestStateCommandsRefuseWithoutConfigOrDatabase(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"audit", "export", "-reference", "R"}, &out, &errb); code != 0 {
 		t.Fatalf("export with GATEWAY_STORE: exit %d, %s", code, errb.String())
+	}
+}
+
+// TestDedupPurgePurgesFinalOutboundMessages: `gateway dedup purge` runs the
+// purge serve runs, outbound messages included: a cancelled message past
+// outbound.retention goes with its payload, a queued one stays.
+func TestDedupPurgePurgesFinalOutboundMessages(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "gateway.yaml")
+	os.MkdirAll(filepath.Join(dir, "partners"), 0o750)
+	os.WriteFile(cfgPath, []byte("store: sqlite:gw.db\narchive_dir: archive\npartners: partners\noutbound:\n  retention: 10ms\n"), 0o600)
+	ctx := context.Background()
+	be, err := store.Open(ctx, "sqlite:"+filepath.Join(dir, "gw.db"), dedup.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, queued := outboundtest.NewMessage(t, "acme"), outboundtest.NewMessage(t, "acme")
+	for _, m := range []outbound.Message{cancelled, queued} {
+		if _, _, err := be.Outbound().Submit(ctx, m, strings.NewReader("UNB+1'")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := be.Outbound().Cancel(ctx, cancelled.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	be.Close()
+	time.Sleep(50 * time.Millisecond) // past outbound.retention
+
+	var out, errb bytes.Buffer
+	if code := run([]string{"dedup", "purge", "-config", cfgPath}, &out, &errb); code != 0 {
+		t.Fatalf("purge exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "purged 1 delivered, failed or cancelled outbound messages past outbound.retention 10ms") {
+		t.Fatalf("purge output %q", out.String())
+	}
+	be, err = store.Open(ctx, "sqlite:"+filepath.Join(dir, "gw.db"), dedup.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	if _, err := be.Outbound().Get(ctx, cancelled.ID); !errors.Is(err, outbound.ErrNotFound) {
+		t.Errorf("cancelled message after the purge: %v", err)
+	}
+	if m, err := be.Outbound().Get(ctx, queued.ID); err != nil || m.State != outbound.Queued {
+		t.Errorf("queued message after the purge: %+v, %v", m, err)
 	}
 }
