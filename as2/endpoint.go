@@ -5,7 +5,10 @@
 // each Message-ID exactly once; see exchange.Handler for how often the
 // handler runs) and answers with an MDN:
 // synchronously on the HTTP response, or asynchronously through the durable
-// outbox to the Receipt-Delivery-Option URL.
+// outbox to the Receipt-Delivery-Option URL. A message the business handler
+// failed on gets HTTP 503 with Retry-After instead, whatever MDN was asked
+// for: a transient failure, which senders retry (they take a negative MDN
+// as final).
 //
 // Every failure before the pipeline gets the negative disposition RFC 4130
 // §7.5.3 names for it, and nothing reaches the handler. Requests that are
@@ -869,9 +872,10 @@ func (e *Endpoint) reject(ctx context.Context, w http.ResponseWriter, x *inbound
 	e.send(ctx, w, x, reply)
 }
 
-// send delivers a reply: the pipeline's own replies (503, 500) and sync MDNs
-// on the response; async MDNs through the outbox, answering the request
-// with 200 and an empty body.
+// send delivers a reply: the replies that are no MDN (the pipeline's 503
+// and 500, the 503 of a handler failure) and sync MDNs on the response, as
+// they are; async MDNs through the outbox, answering the request with 200
+// and an empty body.
 func (e *Endpoint) send(ctx context.Context, w http.ResponseWriter, x *inbound, reply exchange.Reply) {
 	if reply.Status != http.StatusOK || !isMDN(reply.Header.Get("Content-Type")) {
 		reply.Write(w)

@@ -3,6 +3,7 @@ package as2
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -10,10 +11,12 @@ import (
 	"github.com/edigateway/gateway/mdn"
 )
 
-// TestEveryFailureKindHasAnMDN: every exchange.FailureKind gets a negative
-// MDN naming the reason and the incident (a kind added to exchange without
-// an MDN fails here).
-func TestEveryFailureKindHasAnMDN(t *testing.T) {
+// TestEveryFailureKindHasAReply: every exchange.FailureKind gets its reply
+// (a kind added to exchange without one fails here): a handler failure is
+// transient, HTTP 503 with Retry-After and the incident, no MDN (senders
+// take a negative MDN as final); the permanent kinds get a negative MDN
+// naming the reason and the incident. The handler's error is in neither.
+func TestEveryFailureKindHasAReply(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{memory: true})
 	p, _ := e.dir.ByAS2("ACME", "GATEWAY", "GATEWAY")
@@ -26,13 +29,21 @@ func TestEveryFailureKindHasAnMDN(t *testing.T) {
 			t.Errorf("%s: %v", k, err)
 			continue
 		}
+		if k == exchange.HandlerFailed {
+			txt := string(rep.Body)
+			if rep.Status != http.StatusServiceUnavailable || rep.Header.Get("Retry-After") != "60" || rep.Disposition != "http-503" ||
+				!strings.Contains(txt, exchange.IncidentNote("GW-7K3QX9")) || !strings.Contains(txt, "<m1@acme>") || strings.Contains(txt, "internal detail") {
+				t.Errorf("%s: %d %v %s %q", k, rep.Status, rep.Header, rep.Disposition, txt)
+			}
+			continue
+		}
 		pm, err := mdn.ParseHTTP(rep.Header, rep.Body)
 		if err != nil {
 			t.Fatal(err)
 		}
 		txt := pm.Report.HumanText
 		if pm.Report.Disposition.String() != mdn.DispUnexpectedProcessingError.String() || !strings.Contains(txt, "GW-7K3QX9") ||
-			strings.Contains(txt, "internal detail") || (k != exchange.HandlerFailed && !strings.Contains(txt, "reason of "+k.String())) {
+			strings.Contains(txt, "internal detail") || !strings.Contains(txt, "reason of "+k.String()) {
 			t.Errorf("%s: %s %q", k, pm.Report.Disposition, txt)
 		}
 	}

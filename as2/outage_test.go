@@ -31,8 +31,8 @@ func TestRetransmissionAfterStoreOutage(t *testing.T) {
 	})
 	c := e.client()
 	m := prepare(t, c, "outage")
-	if r, err := c.Send(context.Background(), m); err == nil && r.OK() {
-		t.Fatalf("first delivery: %+v, want a negative MDN", r)
+	if r, err := c.Send(context.Background(), m); err != nil || r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("first delivery: %+v %v, want HTTP 503 (the handler failed)", r, err)
 	}
 	fl.Down.Store(false)
 	resp, body := e.post(t, m.Header, m.Body)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,18 +66,26 @@ func (r *replies) DuplicateInterchange(ctx context.Context, dups []exchange.Inte
 	return r.e.buildMDN(r.x, disp, text, r.x.mic, r.x.micAlg.spelled)
 }
 
-// Failed is the negative MDN of every exchange.FailureKind: a handler
-// failure (the partner should retransmit), payload drift or quarantine
-// (naming what clashed and both hashes), a damaged business envelope. The
-// text gives the pipeline's partner-safe reason and the incident reference;
-// the detail (f.Err) stays in our log and audit.
+// HandlerFailedRetryAfter is the Retry-After of the HTTP 503 that answers
+// a message the business handler failed on.
+const HandlerFailedRetryAfter = 60 * time.Second
+
+// Failed answers a message the pipeline did not accept. A handler failure
+// is transient (the back end is down, the disk is full): it gets HTTP 503
+// with Retry-After and no MDN, in every MDN mode, because AS2 senders
+// (ours included) take a negative MDN as a final refusal and never
+// retransmit, while they retry a 503. Payload drift or quarantine (naming
+// what clashed and both hashes) and a damaged business envelope are
+// permanent, the same bytes would be refused again: they get the negative
+// MDN. The text gives the pipeline's partner-safe reason and the incident
+// reference; the detail (f.Err) stays in our log and audit.
 func (r *replies) Failed(ctx context.Context, f *exchange.Failure) (exchange.Reply, error) {
 	id := r.x.req.MessageID
 	var text string
 	switch f.Kind {
 	case exchange.HandlerFailed:
 		// The handler's error stays in our log: it may name internal systems.
-		text = fmt.Sprintf("The AS2 message %s was received but could not be processed; it was not accepted and may be retransmitted.", id)
+		return handlerFailedReply(id, f.Incident), nil
 	case exchange.Drift, exchange.Quarantined:
 		text = fmt.Sprintf("The AS2 message %s was not processed: %s. A changed document needs a new Message-ID and interchange reference.", id, f.Reason)
 		if f.StoredSHA256 != "" && !strings.Contains(text, f.StoredSHA256) {
@@ -91,6 +100,28 @@ func (r *replies) Failed(ctx context.Context, f *exchange.Failure) (exchange.Rep
 		text += " Incident " + f.Incident + ": quote it when you ask us about this message."
 	}
 	return r.e.buildMDN(r.x, mdn.DispUnexpectedProcessingError, text, r.x.mic, r.x.micAlg.spelled)
+}
+
+// handlerFailedReply is the HTTP 503 of a message the handler failed on:
+// Retry-After in whole seconds and a plain-text reason with the incident
+// (audit disposition "http-503"). The endpoint writes it as is, so no MDN
+// is sent or queued; the pipeline stored nothing, so the retransmission is
+// processed anew.
+func handlerFailedReply(messageID, incident string) exchange.Reply {
+	text := fmt.Sprintf("The AS2 message %s was not accepted: it could not be processed at this time; please retransmit it later", messageID)
+	if incident != "" {
+		text += " (" + exchange.IncidentNote(incident) + ")"
+	}
+	text += "."
+	return exchange.Reply{
+		Status: http.StatusServiceUnavailable,
+		Header: http.Header{
+			"Retry-After":  {strconv.FormatInt(int64(HandlerFailedRetryAfter/time.Second), 10)},
+			"Content-Type": {"text/plain; charset=utf-8"},
+		},
+		Body:        []byte(text + "\n"),
+		Disposition: "http-503",
+	}
 }
 
 // splitMIC splits a Received-Content-MIC value into digest and algorithm,

@@ -6,8 +6,9 @@
 // It is also the plug-in API of the gateway. A business handler receives
 // each verified, decrypted and decompressed inbound message (AS2 or AS4) as
 // a Message with its Payloads, and decides by its error whether the partner
-// gets a positive reply (MDN processed, AS4 receipt) or a negative one it
-// retransmits after:
+// gets a positive reply (MDN processed, AS4 receipt) or a retryable refusal
+// it retransmits after (AS2: HTTP 503 with Retry-After; AS4: EBMS:0004 with
+// HTTP 500):
 //
 //   - Handler (or HandlerFunc) runs at least once per accepted message; it
 //     makes its effects exactly once by keying them on

@@ -36,9 +36,9 @@ func (d fileDrop) Handle(ctx context.Context, m *exchange.Message) error {
 			return fmt.Errorf("drop %s: %w", final, err)
 		}
 		if err := d.write(final, p); err != nil {
-			// The partner gets a negative reply (AS2: MDN processed/error:
-			// unexpected-processing-error; AS4: EBMS:0004 with HTTP 500) and
-			// its retransmission runs Handle again.
+			// The partner is asked to retransmit (AS2: HTTP 503 with
+			// Retry-After, no MDN; AS4: EBMS:0004 with HTTP 500) and its
+			// retransmission runs Handle again.
 			return fmt.Errorf("drop payload %s of %s: %w", p.ContentID, m.MessageID, err)
 		}
 	}

@@ -111,8 +111,12 @@ func (f FileBody) Open() (io.ReadCloser, error) { return os.Open(string(f)) }
 // accept runs it again for the partner's retransmission. It is exactly once
 // only when the handler is idempotent on the keys it is given
 // (Message.IdempotencyKey, Payload.IdempotencyKey). An error (or panic)
-// abandons the claim and answers the partner negatively, so that its
-// retransmission is processed anew. A handler whose data lives in the
+// abandons the claim and answers the partner with a refusal that asks for a
+// retransmission, which is processed anew: AS2 answers HTTP 503 with
+// Retry-After and the incident, and sends no MDN (whatever MDN was asked
+// for: senders take a negative MDN as final and never retransmit); AS4
+// answers a signed EBMS:0004 error with HTTP 500 and a SOAP Receiver fault.
+// Nothing is stored as the message's reply. A handler whose data lives in the
 // gateway's database can be a TxHandler instead: exactly once without
 // idempotency.
 type Handler interface {

@@ -21,7 +21,10 @@ type Replies interface {
 	// Duplicate is the positive reply to a retransmission of an accepted
 	// message; stored is the reply sent the first time.
 	Duplicate(ctx context.Context, stored Reply, d dedup.Decision) (Reply, error)
-	// Failed is the negative reply: the message was not processed.
+	// Failed is the reply to a message that was not processed: negative
+	// (a negative MDN, an ebMS error) for the permanent kinds, one the
+	// partner's sender retries for HandlerFailed (AS2: HTTP 503 with
+	// Retry-After; AS4: EBMS:0004 with HTTP 500). It is never stored.
 	Failed(ctx context.Context, f *Failure) (Reply, error)
 }
 
@@ -30,7 +33,8 @@ type FailureKind int
 
 const (
 	// HandlerFailed: the business handler returned an error or panicked; the
-	// partner should retransmit.
+	// partner should retransmit, and its reply says so in the protocol's
+	// retryable form (not a negative MDN, which senders take as final).
 	HandlerFailed FailureKind = iota + 1
 	// Drift: the key was accepted before with a different payload.
 	Drift

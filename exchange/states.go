@@ -32,10 +32,10 @@ import "fmt"
 //	claimed               a negative reply cannot be built                failed                   reply:error; 500 with incident, claims released
 //	interchanges-claimed  every payload an interchange accepted before    duplicate-interchange    reply:duplicate-interchange; positive (duplicate-document), no handler
 //	interchanges-claimed  handler returned nil                            handled                  (recorded by accept)
-//	interchanges-claimed  handler failed or panicked                      abandoned                handler:error; negative (HandlerFailed), claims released
+//	interchanges-claimed  handler failed or panicked                      abandoned                handler:error; retryable (HandlerFailed: AS2 503, AS4 500), claims released
 //	interchanges-claimed  claim lost while the handler ran                claim-lost               reply:unavailable; 503, claims released
 //	interchanges-claimed  TxHandler committed with the accept             accepted                 handler:ok, reply:accepted in the accept's transaction
-//	interchanges-claimed  TxHandler failed                                abandoned                handler:error; negative (HandlerFailed), writes rolled back
+//	interchanges-claimed  TxHandler failed                                abandoned                handler:error; retryable (HandlerFailed: AS2 503, AS4 500), writes rolled back
 //	interchanges-claimed  accept transaction failed or found stale        unavailable              reply:unavailable; 503
 //	interchanges-claimed  positive reply cannot be built                  failed                   reply:error; 500 with incident, claims released
 //	handled               interchanges, then key accepted with the reply  accepted                 handler:ok, reply:accepted; the positive reply

@@ -67,7 +67,7 @@ func TestServeRetriesFailedAbandons(t *testing.T) {
 		t.Fatal(err)
 	}
 	if r, err := c.Send(context.Background(), msg); err == nil && r.OK() {
-		t.Fatalf("first delivery: %+v, want a negative MDN", r)
+		t.Fatalf("first delivery: %+v, want HTTP 503 (the handler failed)", r)
 	}
 	if n := s.Pipeline.PendingAbandons(); n != 1 {
 		t.Fatalf("pending abandons after the outage: %d, want 1", n)

@@ -19,8 +19,9 @@ import (
 //   - 500: three 500 answers, then the real receiver: delivered on the 4th;
 //   - hang: the first request never answered (past send.timeout), then the
 //     real receiver: delivered on the 2nd;
-//   - negative: the real receiver answers a negative MDN: failed at once
-//     with its reason, and never sent again;
+//   - negative: the real receiver refuses the message for good (its
+//     agreement allows only SHA-512 signatures) with a negative MDN:
+//     failed at once with its reason, and never sent again;
 //   - never: 503 on every request: failed once the give-up age leaves no
 //     room for another attempt, with the last error.
 //

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -153,10 +152,8 @@ func sendDecisions(rs []audit.Record) []string {
 type obReceiver struct {
 	URL string
 	mu  sync.Mutex
-	// fail: the handler fails every message (our receiver then answers a
-	// negative MDN); got counts the payloads delivered.
-	fail bool
-	got  int
+	// got counts the payloads delivered.
+	got int
 }
 
 func (r *obReceiver) delivered() int {
@@ -165,7 +162,12 @@ func (r *obReceiver) delivered() int {
 	return r.got
 }
 
-func newObReceiver(t *testing.T, as2ID string, fail bool) *obReceiver {
+// newObReceiver serves the receiving gateway. refuse makes it refuse every
+// message for good with a signed negative MDN (its agreement with GATEWAY
+// allows only SHA-512 signatures; the sender signs with SHA-256): a
+// permanent refusal. A failing handler would not do: it is answered HTTP
+// 503, which the sender retries.
+func newObReceiver(t *testing.T, as2ID string, refuse bool) *obReceiver {
 	t.Helper()
 	fixture := filepath.Dir(demoConfig(t))
 	dir := t.TempDir()
@@ -181,9 +183,13 @@ func newObReceiver(t *testing.T, as2ID string, fail bool) *obReceiver {
 		"identity:\n  as2_id: " + as2ID + "\n  party_id: urn:demo:partner\n  party_type: urn:oasis:names:tc:ebcore:partyid-type:unregistered\n" +
 		"  keys:\n    - cert: " + filepath.Join(fixture, "partners", "demo-partner.pem") + "\n      key: " + filepath.Join(fixture, "keys", "demo-partner.key") + "\n" +
 		"handler: {type: dir, inbox: inbox}\naudit:\n  file: audit.jsonl\nshutdown_timeout: 2s\ndrain_period: 0s\n"
+	agreement := "id: gw\nas2:\n  as2_id: GATEWAY\n  certificates: [gateway.pem]\n"
+	if refuse {
+		agreement += "  allowed_digests: [sha512]\n"
+	}
 	files := map[string]string{
 		"gateway.yaml":         gw,
-		"partners/gw.yaml":     "id: gw\nas2:\n  as2_id: GATEWAY\n  certificates: [gateway.pem]\n",
+		"partners/gw.yaml":     agreement,
 		"partners/gateway.pem": string(pem),
 	}
 	for name, text := range files {
@@ -200,13 +206,10 @@ func newObReceiver(t *testing.T, as2ID string, fail bool) *obReceiver {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	r := &obReceiver{fail: fail}
+	r := &obReceiver{}
 	srv.SetHandler(exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if r.fail {
-			return errors.New("the business system refuses the invoice")
-		}
 		r.got++
 		return nil
 	}))

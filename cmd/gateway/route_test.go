@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/config"
@@ -24,8 +25,9 @@ import (
 // TestRoutedHandlersThroughBothProtocols routes AS2 EDIFACT to the http
 // handler and the AS4 invoicing service to the exec handler, everything
 // else to the inbox. Each built-in handler fails the first delivery (HTTP
-// 500, exit 1): the partner gets a negative reply, its retransmission is
-// delivered with the same idempotency key, and nothing reaches the inbox.
+// 500, exit 1): the partner is asked to retransmit (AS2: HTTP 503 with
+// Retry-After, no MDN; AS4: EBMS:0004), its retransmission is delivered
+// with the same idempotency key, and nothing reaches the inbox.
 func TestRoutedHandlersThroughBothProtocols(t *testing.T) {
 	demo := filepath.Dir(demoConfig(t))
 	cfg, err := config.Load(demoConfig(t))
@@ -91,8 +93,8 @@ echo "$GATEWAY_PARTNER $GATEWAY_PROTOCOL $GATEWAY_MESSAGE_ID $GATEWAY_SERVICE $G
 		t.Fatal(err)
 	}
 	res, err := c.Send(context.Background(), msg)
-	if err != nil || res.OK() {
-		t.Fatalf("AS2 first send (ERP answers 500): %v %+v", err, res)
+	if err != nil || res.Status != http.StatusServiceUnavailable || res.RetryAfter != time.Minute || res.MDN != nil {
+		t.Fatalf("AS2 first send (ERP answers 500): %v %+v, want HTTP 503 with Retry-After 60 and no MDN", err, res)
 	}
 	res, err = c.Send(context.Background(), msg)
 	if err != nil || !res.OK() {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -151,6 +152,107 @@ func TestAS2NegativeMDNRefused(t *testing.T) {
 	}
 	if got := gw.received(); len(got) != 0 {
 		t.Fatalf("handler received %+v", got)
+	}
+}
+
+// The served gateway's handler fails the first time (its back end is
+// down): the gateway answers HTTP 503 with Retry-After, not a negative MDN,
+// so the attempt is retried (with the gateway's Retry-After), not refused;
+// the next attempt, the same Message-ID and bytes, is delivered with a
+// positive MDN, and the handler received the payload once.
+func TestAS2ReceiverHandlerFailureRetried(t *testing.T) {
+	for _, mode := range []string{"sync", "none"} {
+		t.Run(mode, func(t *testing.T) {
+			gw := serveGateway(t, gatewayOptions{})
+			gw.failNext(1)
+			tr := as2To(t, gw.URL+"/as2", func(s *transmit.AS2Settings) { s.MDN = mode })
+			m := as2Message(t)
+			a := attempt(t, tr, m, []byte(edi))
+			if a.Outcome != outbound.Retry || a.Status != 503 || a.RetryAfter != 60*time.Second || a.Evidence != nil {
+				t.Fatalf("attempt %+v evidence %+v, want a retry after 60s", a, a.Evidence)
+			}
+			a = attempt(t, tr, m, []byte(edi))
+			if a.Outcome != outbound.Deliver {
+				t.Fatalf("second attempt %+v", a)
+			}
+			if mode == "sync" {
+				if a.Evidence == nil || !strings.HasSuffix(a.Evidence.Disposition, "; processed") {
+					t.Fatalf("second attempt: want a positive MDN as evidence, got %+v", a)
+				}
+			}
+			if len(m.Sent) != 1 {
+				t.Errorf("sent %q, want the same bytes twice", m.Sent)
+			}
+			if got := gw.received(); len(got) != 1 || got[0].sum != sum([]byte(edi)) {
+				t.Fatalf("handler received %+v", got)
+			}
+		})
+	}
+}
+
+// testClock is a settable clock for the Sender and its queue.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *testClock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// Our own sending side (outbound.Sender, the AS2 Transmitter, a queue on a
+// clock) against the served gateway whose handler fails the first time:
+// the message is queued again for the gateway's Retry-After (60s, over the
+// policy's 1s), not failed; once that passed, the retry delivers it with
+// the gateway's positive MDN, and the handler received the payload once.
+func TestAS2SenderDeliversAfterReceiverHandlerFailure(t *testing.T) {
+	gw := serveGateway(t, gatewayOptions{})
+	gw.failNext(1)
+	clk := &testClock{t: time.Now()}
+	st := outbound.NewMemory(outbound.MemoryClock(clk.Now))
+	pol := outbound.RetryPolicy{First: time.Second, Factor: 2, Max: time.Minute, GiveUpAfter: time.Hour}
+	s := outbound.NewSender(outbound.SenderConfig{Store: st, Transmitters: map[outbound.Protocol]outbound.Transmitter{
+		outbound.AS2: as2To(t, gw.URL+"/as2", nil)}, Policy: func(string, outbound.Protocol) outbound.RetryPolicy { return pol },
+		Now: clk.Now, Poll: 10 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	m, _, err := st.Submit(context.Background(), *as2Message(t), strings.NewReader(edi))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Notify()
+	waitMessage := func(what string, cond func(outbound.Message) bool) outbound.Message {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			got, err := st.Get(context.Background(), m.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cond(got) {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: message %+v", what, got)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	got := waitMessage("first attempt", func(m outbound.Message) bool { return m.Attempts == 1 && m.LeaseToken == "" })
+	if got.State != outbound.Queued || !strings.Contains(got.LastError, "503") || got.NextAttempt.Sub(clk.Now()) != 60*time.Second {
+		t.Fatalf("after the handler failure: state %s, last error %q, next attempt in %v; want queued for 60s",
+			got.State, got.LastError, got.NextAttempt.Sub(clk.Now()))
+	}
+	clk.Advance(60 * time.Second)
+	s.Notify()
+	got = waitMessage("delivered", func(m outbound.Message) bool { return m.State != outbound.Queued && m.LeaseToken == "" })
+	if got.State != outbound.Delivered || got.Attempts != 2 || got.Evidence == nil || !strings.HasSuffix(got.Evidence.Disposition, "; processed") {
+		t.Fatalf("after the retry: state %s, %d attempts, reason %q, evidence %+v", got.State, got.Attempts, got.Reason, got.Evidence != nil)
+	}
+	if r := gw.received(); len(r) != 1 || r[0].sum != sum([]byte(edi)) {
+		t.Fatalf("handler received %+v", r)
 	}
 }
 
