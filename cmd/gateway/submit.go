@@ -35,9 +35,13 @@ command polls the status until the message is final: exit status 0 when delivere
 failed or cancelled (or still not final when -wait runs out).
 
 The admin address and token come from the configuration (admin.listen, admin.token_file
-or GATEWAY_ADMIN_TOKEN, admin.tls.cert), or from -url and -token-file:
+or GATEWAY_ADMIN_TOKEN, admin.tls.cert), or from -url and -token-file (and -ca-file for an
+https URL whose certificate the system does not trust). An admin listener that asks for a
+client certificate (admin.tls.client_ca) gets -client-cert and -client-key:
   gateway submit -config gateway.yaml -partner acme -file invoice.edi -wait 2m
   gateway submit -url http://127.0.0.1:8079 -token-file admin.token -partner acme -file invoice.edi
+  gateway submit -url https://gw.example:8079 -ca-file admin-ca.pem -client-cert ops.pem \
+    -client-key ops.key -token-file admin.token -partner acme -file invoice.edi
 
 flags:
 `
@@ -45,6 +49,7 @@ flags:
 type submitOptions struct {
 	partner, file, protocol, key, contentType, filename, subject string
 	url, tokenFile, cfgPath                                      string
+	caFile, clientCert, clientKey                                string
 	wait, poll                                                   time.Duration
 }
 
@@ -64,6 +69,9 @@ func parseSubmitFlags(args []string, stderr io.Writer) (*submitOptions, error) {
 	cfgPath := configFlag(fs)
 	fs.StringVar(&o.url, "url", "", "admin listener URL, e.g. http://127.0.0.1:8079 (instead of -config)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the admin bearer token (with -url; default GATEWAY_ADMIN_TOKEN)")
+	fs.StringVar(&o.caFile, "ca-file", "", "with an https -url: PEM certificates trusted for the admin listener besides the system's")
+	fs.StringVar(&o.clientCert, "client-cert", "", "PEM certificate presented to an admin listener that asks for one (admin.tls.client_ca)")
+	fs.StringVar(&o.clientKey, "client-key", "", "the PEM private key of -client-cert")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), submitUsage)
 		fs.PrintDefaults()
@@ -83,6 +91,10 @@ func parseSubmitFlags(args []string, stderr io.Writer) (*submitOptions, error) {
 		return nil, fmt.Errorf("%w: -protocol %q is not as2 or as4", errUsage, o.protocol)
 	case o.wait < 0 || o.poll <= 0:
 		return nil, fmt.Errorf("%w: -wait must not be negative, -poll must be positive", errUsage)
+	case (o.clientCert == "") != (o.clientKey == ""):
+		return nil, fmt.Errorf("%w: -client-cert and -client-key go together", errUsage)
+	case o.caFile != "" && o.url == "":
+		return nil, fmt.Errorf("%w: -ca-file goes with -url (with -config, admin.tls.cert is trusted)", errUsage)
 	}
 	return o, nil
 }
@@ -102,6 +114,7 @@ type adminClient struct {
 
 func (o *submitOptions) admin() (*adminClient, error) {
 	c := &adminClient{base: strings.TrimSuffix(o.url, "/"), hc: &http.Client{}}
+	var trust []string // PEM files trusted for the admin listener's certificate
 	if c.base != "" {
 		c.token = os.Getenv("GATEWAY_ADMIN_TOKEN")
 		if o.tokenFile != "" {
@@ -111,32 +124,54 @@ func (o *submitOptions) admin() (*adminClient, error) {
 			}
 			c.token = strings.TrimSpace(string(b))
 		}
+		if o.caFile != "" {
+			trust = append(trust, o.caFile)
+		}
+	} else {
+		cfg, err := config.Load(o.cfgPath)
+		if err != nil {
+			return nil, err
+		}
+		c.token = cfg.Admin.Token
+		c.base = "http://" + dialable(cfg.Admin.Listen)
+		if cfg.Admin.TLS.ClientCA != "" && o.clientCert == "" {
+			return nil, errors.New("submit: the admin listener asks for a client certificate (admin.tls.client_ca): give -client-cert and -client-key")
+		}
+		if cfg.Admin.TLS.Cert != "" {
+			// The admin certificate is commonly self-signed: trust it as
+			// given, besides the system's roots.
+			trust = append(trust, cfg.Admin.TLS.Cert)
+			c.base = "https://" + dialable(cfg.Admin.Listen)
+		}
+	}
+	if len(trust) == 0 && o.clientCert == "" {
 		return c, nil
 	}
-	cfg, err := config.Load(o.cfgPath)
-	if err != nil {
-		return nil, err
-	}
-	c.token = cfg.Admin.Token
-	c.base = "http://" + dialable(cfg.Admin.Listen)
-	if cfg.Admin.TLS.ClientCA != "" {
-		return nil, errors.New("submit: the admin listener asks for a client certificate (admin.tls.client_ca), which submit does not present; use curl (docs/sending.md)")
-	}
-	if cfg.Admin.TLS.Cert != "" {
-		// The admin certificate is commonly self-signed: trust it as
-		// given, besides the system's roots.
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if len(trust) > 0 {
 		pool, err := x509.SystemCertPool()
 		if err != nil {
 			pool = x509.NewCertPool()
 		}
-		pem, err := os.ReadFile(cfg.Admin.TLS.Cert)
-		if err != nil {
-			return nil, fmt.Errorf("submit: admin.tls.cert: %w", err)
+		for _, f := range trust {
+			pem, err := os.ReadFile(f)
+			if err != nil {
+				return nil, fmt.Errorf("submit: %w", err)
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("submit: %s holds no PEM certificate", f)
+			}
 		}
-		pool.AppendCertsFromPEM(pem)
-		c.base = "https://" + dialable(cfg.Admin.Listen)
-		c.hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+		tc.RootCAs = pool
 	}
+	if o.clientCert != "" {
+		pair, err := tls.LoadX509KeyPair(o.clientCert, o.clientKey)
+		if err != nil {
+			return nil, fmt.Errorf("submit: -client-cert/-client-key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	c.hc.Transport = &http.Transport{TLSClientConfig: tc}
 	return c, nil
 }
 

@@ -3,6 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -169,4 +178,82 @@ func TestSubmitCommandReadsTheAdminAddressFromTheConfig(t *testing.T) {
 	if got := dialable(":8079"); got != "127.0.0.1:8079" {
 		t.Fatalf("dialable: %s", got)
 	}
+}
+
+// TestSubmitCommandPresentsAClientCertificate: an admin listener that asks
+// for a client certificate (admin.tls.client_ca) is reached with
+// -client-cert and -client-key over https, its self-made certificate
+// trusted through -ca-file; without the certificate the TLS handshake
+// fails and nothing is queued.
+func TestSubmitCommandPresentsAClientCertificate(t *testing.T) {
+	dir := t.TempDir()
+	ca, caKey := submitTestCert(t, dir, "ca", nil, nil)
+	_, _ = submitTestCert(t, dir, "ops", ca, caKey)
+	srvCert, srvKey := submitTestCert(t, dir, "server", ca, caKey)
+	srv, st := submitAPI(t)
+	srv.Close() // the plain one; the same API behind mutual TLS:
+	tlsSrv := httptest.NewUnstartedServer(srv.Config.Handler)
+	clients := x509.NewCertPool()
+	clients.AddCert(ca)
+	tlsSrv.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clients, MinVersion: tls.VersionTLS12,
+		Certificates: []tls.Certificate{{Certificate: [][]byte{srvCert.Raw}, PrivateKey: srvKey}}}
+	tlsSrv.StartTLS()
+	t.Cleanup(tlsSrv.Close)
+	payload, tokenFile := submitFiles(t)
+	base := []string{"-url", tlsSrv.URL, "-token-file", tokenFile, "-ca-file", filepath.Join(dir, "ca.pem"), "-partner", "acme", "-file", payload}
+
+	if code, _, errOut := runSubmit(base...); code != 1 || !strings.Contains(errOut, "certificate") {
+		t.Fatalf("without a client certificate: exit %d %s", code, errOut)
+	}
+	if ms, _ := st.List(context.Background(), outbound.Filter{}); len(ms) != 0 {
+		t.Fatalf("%d messages queued without a client certificate", len(ms))
+	}
+	code, out, errOut := runSubmit(append(base, "-client-cert", filepath.Join(dir, "ops.pem"), "-client-key", filepath.Join(dir, "ops.key"))...)
+	if ms, _ := st.List(context.Background(), outbound.Filter{}); code != 0 || len(ms) != 1 {
+		t.Fatalf("with the client certificate: exit %d, %d messages\n%s%s", code, len(ms), out, errOut)
+	}
+	if code, _, errOut = runSubmit(append(base, "-client-cert", filepath.Join(dir, "ops.pem"))...); code != 2 || !strings.Contains(errOut, "go together") {
+		t.Fatalf("-client-cert alone: exit %d %s", code, errOut)
+	}
+}
+
+// submitTestCert writes name.pem and name.key (PEM) to dir: a CA
+// certificate when issuer is nil, else a certificate for 127.0.0.1 that
+// issuer signed.
+func submitTestCert(t *testing.T, dir, name string, issuer *x509.Certificate, issuerKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+	parent, signer := tmpl, key
+	if issuer == nil {
+		tmpl.IsCA, tmpl.BasicConstraintsValid, tmpl.KeyUsage = true, true, x509.KeyUsageCertSign
+	} else {
+		parent, signer = issuer, issuerKey
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
 }
