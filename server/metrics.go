@@ -417,6 +417,7 @@ func (s *Server) RefreshMetrics() { s.Metrics.SetPartners(s.partnerIDs()) }
 // outbound queue)
 // and counts reloads by result, refreshing the partner labels after each.
 func (s *Server) startMetrics() {
+	s.Metrics.SetLogger(s.Log)
 	s.RefreshMetrics()
 	s.Metrics.WatchCertificates(s.certificates)
 	s.Metrics.Registry.MustRegister(&s.conns)

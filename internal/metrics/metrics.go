@@ -6,6 +6,7 @@ package metrics
 import (
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"runtime"
 	"strings"
@@ -43,6 +44,7 @@ const OtherReason = "other"
 // Metrics is one gateway's set of metrics on its own registry.
 type Metrics struct {
 	Registry *prometheus.Registry
+	log      *slog.Logger // scrape read errors (nil: slog.Default())
 
 	messages        *prometheus.CounterVec
 	requestDuration *prometheus.HistogramVec
@@ -118,9 +120,50 @@ func New(version string) *Metrics {
 	return m
 }
 
-// Handler serves the registry in the Prometheus exposition format.
+// Handler serves the registry in the Prometheus exposition format. A
+// figure that could not be read at scrape time (the store did not answer
+// within the readiness timeout) is left out and logged, and its source's
+// gateway_scrape_source_up is 0: the rest of the scrape is served, so that
+// the gateway stays observable while its store is down.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry,
+		ErrorHandling: promhttp.ContinueOnError, ErrorLog: scrapeErrorLog{m}})
+}
+
+// SetLogger sets where the scrape's read errors are logged (default
+// slog.Default()).
+func (m *Metrics) SetLogger(l *slog.Logger) { m.log = l }
+
+type scrapeErrorLog struct{ m *Metrics }
+
+func (e scrapeErrorLog) Println(v ...any) {
+	l := e.m.log
+	if l == nil {
+		l = slog.Default()
+	}
+	l.Warn("metrics: a figure could not be read for the scrape; left out", "err", fmt.Sprint(v...))
+}
+
+// sourceUpDesc is gateway_scrape_source_up of one source (one descriptor
+// per collector: a registry refuses a descriptor two collectors share).
+func sourceUpDesc(source string) *prometheus.Desc {
+	return prometheus.NewDesc("gateway_scrape_source_up",
+		"1 when the figures of source (mdn_outbox, outbound) were read for this scrape, 0 when the read failed and they are left out.",
+		nil, prometheus.Labels{"source": source})
+}
+
+var (
+	outboxUpDesc   = sourceUpDesc("mdn_outbox")
+	outboundUpDesc = sourceUpDesc("outbound")
+)
+
+// sourceUp is the gateway_scrape_source_up sample of a read.
+func sourceUp(d *prometheus.Desc, err error) prometheus.Metric {
+	v := 1.0
+	if err != nil {
+		v = 0
+	}
+	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
 }
 
 // SetPartners sets the partner ids that may appear as label values; call it
@@ -294,7 +337,8 @@ var (
 
 // WatchOutbox exports gateway_mdn_outbox_depth and
 // gateway_mdn_outbox_oldest_age_seconds, read from stats at every scrape.
-// A failing read exports neither (the scrape shows them missing).
+// A failing read exports neither (they are missing from the scrape, and
+// gateway_scrape_source_up{source="mdn_outbox"} is 0).
 func (m *Metrics) WatchOutbox(stats OutboxStats) {
 	m.Registry.MustRegister(outboxCollector(stats))
 }
@@ -304,10 +348,12 @@ type outboxCollector OutboxStats
 func (c outboxCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- outboxDepthDesc
 	ch <- outboxAgeDesc
+	ch <- outboxUpDesc
 }
 
 func (c outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	n, oldest, err := c()
+	ch <- sourceUp(outboxUpDesc, err)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(outboxDepthDesc, err)
 		return

@@ -90,8 +90,8 @@ var (
 // gateway_outbound_oldest_queued_seconds and gateway_outbound_awaiting_mdn,
 // read from stats at every scrape. A partner no longer in the directory is
 // counted as "unknown" (figures summed, the oldest kept). A failing read
-// is reported as the async MDN outbox's is (an invalid metric: promhttp
-// answers the scrape with the error).
+// leaves them out, as the async MDN outbox's figures
+// (gateway_scrape_source_up{source="outbound"} is 0, the error logged).
 func (m *Metrics) WatchOutbound(stats OutboundStats) {
 	m.Registry.MustRegister(&outboundCollector{m: m, stats: stats, now: time.Now})
 }
@@ -106,10 +106,12 @@ func (c *outboundCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- outboundQueuedDesc
 	ch <- outboundOldestDesc
 	ch <- outboundAwaitingDesc
+	ch <- outboundUpDesc
 }
 
 func (c *outboundCollector) Collect(ch chan<- prometheus.Metric) {
 	stats, err := c.stats()
+	ch <- sourceUp(outboundUpDesc, err)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(outboundQueuedDesc, err)
 		return

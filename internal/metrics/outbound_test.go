@@ -1,9 +1,11 @@
 package metrics
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -83,11 +85,44 @@ func TestOutboundMetricsInTheScrape(t *testing.T) {
 			t.Errorf("%s= %v (%v), want %v..%v", series, v, err, want[0], want[1])
 		}
 	}
-	// A failing read is reported, as the async MDN outbox's is (promhttp
-	// answers the scrape with the error).
+	if !strings.Contains(out, `gateway_scrape_source_up{source="outbound"} 1`) {
+		t.Errorf("no source up:\n%s", out)
+	}
+	// A failing read leaves the outbound figures out and says so; the rest
+	// of the scrape is served (200) and the error logged.
+	var logged bytes.Buffer
+	m.SetLogger(slog.New(slog.NewJSONHandler(&logged, nil)))
 	statsErr = errors.New("database down")
-	if out = scrape(t, m); !strings.Contains(out, "gateway_outbound_queued") || !strings.Contains(out, "database down") {
-		t.Errorf("scrape with a failing read:\n%s", out)
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	out = rec.Body.String()
+	if rec.Code != 200 || strings.Contains(out, "gateway_outbound_queued{") || !strings.Contains(out, `gateway_scrape_source_up{source="outbound"} 0`) ||
+		!strings.Contains(out, "gateway_outbound_final_total{") || !strings.Contains(out, "go_goroutines") {
+		t.Errorf("scrape with a failing read: %d\n%s", rec.Code, out)
+	}
+	if !strings.Contains(logged.String(), "database down") {
+		t.Errorf("the read error was not logged: %q", logged.String())
+	}
+}
+
+// TestOutboxReadFailureLeavesTheRestOfTheScrape: the async MDN outbox's
+// figures too; both sources' failures at once still serve the rest.
+func TestOutboxReadFailureLeavesTheRestOfTheScrape(t *testing.T) {
+	m := New("test")
+	m.SetLogger(slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	var err error
+	m.WatchOutbox(func() (int, time.Time, error) { return 2, time.Now().Add(-time.Minute), err })
+	m.WatchOutbound(func() ([]outbound.Stats, error) { return nil, err })
+	if out := scrape(t, m); !strings.Contains(out, "gateway_mdn_outbox_depth 2") || !strings.Contains(out, `gateway_scrape_source_up{source="mdn_outbox"} 1`) {
+		t.Fatalf("scrape:\n%s", out)
+	}
+	err = errors.New("store down")
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	out := rec.Body.String()
+	if rec.Code != 200 || strings.Contains(out, "gateway_mdn_outbox_depth") || !strings.Contains(out, `gateway_scrape_source_up{source="mdn_outbox"} 0`) ||
+		!strings.Contains(out, `gateway_scrape_source_up{source="outbound"} 0`) || !strings.Contains(out, "gateway_messages_total") && !strings.Contains(out, "go_goroutines") {
+		t.Fatalf("scrape with both reads failing: %d\n%s", rec.Code, out)
 	}
 }
 
