@@ -239,6 +239,18 @@ func (c *Config) AllIdentities() []Identity {
 	return append(out, c.Identities...)
 }
 
+// IdentityField names identity j of AllIdentities as the configuration
+// file does: "identity" (the identity block) or "identities[i]".
+func (c *Config) IdentityField(j int) string {
+	if len(c.AllIdentities()) > len(c.Identities) { // the identity block comes first
+		if j == 0 {
+			return "identity"
+		}
+		j--
+	}
+	return fmt.Sprintf("identities[%d]", j)
+}
+
 // AllKeys are the key pairs of every identity, in order.
 func (c *Config) AllKeys() []KeyPair {
 	var out []KeyPair

@@ -217,6 +217,16 @@ identities:
 		keys[0].Field != "identity.keys[0]" || keys[1].Field != "identities[0].keys[0]" {
 		t.Fatalf("identities %+v keys %+v", ids, keys)
 	}
+	if f0, f1 := c.IdentityField(0), c.IdentityField(1); f0 != "identity" || f1 != "identities[0]" {
+		t.Errorf("identity fields %q, %q", f0, f1)
+	}
+	c2, err := Load(write(t, "identities:\n  - as2_id: A\n  - as2_id: B\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f0, f1 := c2.IdentityField(0), c2.IdentityField(1); f0 != "identities[0]" || f1 != "identities[1]" {
+		t.Errorf("without the identity block: identity fields %q, %q", f0, f1)
+	}
 	for body, want := range map[string]string{
 		"identity:\n  as2_id: GW\nidentities:\n  - as2_id: GW\n":  `identities[0].as2_id: "GW" is also another identity's`,
 		"identities:\n  - party_id: urn:a\n  - party_id: urn:a\n": `identities[1].party_id: "urn:a"`,

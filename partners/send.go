@@ -120,6 +120,10 @@ type AS4Send struct {
 	TLS                   SendTLS   `yaml:"tls"`
 	Timeout               Duration  `yaml:"timeout"`
 	Retry                 SendRetry `yaml:"retry"`
+	// FromPartyID is the party_id of the identity of ours we send as
+	// (eb:From; its key signs); empty: the first identity with a
+	// party_id. It must be one of our identities' (CheckIdentities).
+	FromPartyID string `yaml:"from_party_id"`
 
 	set map[string]bool
 }
@@ -372,6 +376,9 @@ func (s *AS4Send) validate(a *AS4, bad func(field, format string, a ...any)) {
 	if pm.ToPartyID == "" {
 		pm.ToPartyID, pm.ToPartyType = a.PartyID, firstSet(pm.ToPartyType, a.PartyType)
 	}
+	if s.FromPartyID != "" && strings.TrimSpace(s.FromPartyID) != s.FromPartyID {
+		bad("as4.send.from_party_id", "%q has leading or trailing spaces", s.FromPartyID)
+	}
 	if s.Encrypt && len(a.Certificates) == 0 && s.EncryptionCertificate == "" {
 		bad("as4.send.encrypt", "encrypting needs the partner's certificate: as4.certificates or as4.send.encryption_certificate (encrypt: false sends unencrypted)")
 	}
@@ -535,4 +542,75 @@ func (s *AS4Send) String() string {
 
 func retryString(p outbound.RetryPolicy) string {
 	return fmt.Sprintf("retry %s ×%g up to %s apart for %s", p.First, p.Factor, p.Max, p.GiveUpAfter)
+}
+
+// SendIdentity is the index in ids (our identities in order,
+// config.AllIdentities) of the identity we are towards p with proto: for
+// AS2 the one whose as2_id is as2.our_as2_id, for AS4 the one whose
+// party_id is as4.send.from_party_id (the first of them when several
+// identities share the party_id with different types); without the key,
+// the first identity with an as2_id (party_id). Its first key signs what
+// we send (for a bdew partner its brainpoolP256r1 signing key). -1 when
+// none matches.
+func (p *Partner) SendIdentity(proto outbound.Protocol, ids []config.Identity) int {
+	var want string
+	name := func(id config.Identity) string { return id.AS2ID }
+	switch proto {
+	case outbound.AS2:
+		if p.AS2 != nil {
+			want = p.AS2.OurID
+		}
+	case outbound.AS4:
+		if p.AS4 != nil && p.AS4.Send != nil {
+			want = p.AS4.Send.FromPartyID
+		}
+		name = func(id config.Identity) string { return id.PartyID }
+	default:
+		return -1
+	}
+	for j, id := range ids {
+		if n := name(id); n != "" && (want == "" || n == want) {
+			return j
+		}
+	}
+	return -1
+}
+
+// CheckIdentities refuses a partner file we send to that names an identity
+// we do not have (ids: our identities, config.AllIdentities): with
+// as2.send, as2.our_as2_id must be the as2_id of one of them (it picks the
+// identity that signs); as4.send.from_party_id the party_id of one. A
+// receive-only partner's unknown our_as2_id is left as it always was (its
+// MDNs are signed with the first identity's key), so that no configuration
+// that ran stops starting. Every problem is reported, naming the file and
+// the key.
+func (d *Directory) CheckIdentities(ids []config.Identity) error {
+	var as2IDs, partyIDs []string
+	add := func(names []string, n string) []string {
+		if q := fmt.Sprintf("%q", n); n != "" && !oneOf(q, names) {
+			names = append(names, q)
+		}
+		return names
+	}
+	for _, id := range ids {
+		as2IDs, partyIDs = add(as2IDs, id.AS2ID), add(partyIDs, id.PartyID)
+	}
+	ours := func(names []string) string {
+		if len(names) == 0 {
+			return "none"
+		}
+		return strings.Join(names, ", ")
+	}
+	var errs []error
+	for _, p := range d.Partners {
+		if p.AS2 != nil && p.AS2.Send != nil && p.AS2.OurID != "" && p.SendIdentity(outbound.AS2, ids) < 0 {
+			errs = append(errs, &FieldError{p.File, "as2.our_as2_id",
+				fmt.Sprintf("%q is the as2_id of none of our identities (identity, identities[]: %s)", p.AS2.OurID, ours(as2IDs))})
+		}
+		if p.AS4 != nil && p.AS4.Send != nil && p.AS4.Send.FromPartyID != "" && p.SendIdentity(outbound.AS4, ids) < 0 {
+			errs = append(errs, &FieldError{p.File, "as4.send.from_party_id",
+				fmt.Sprintf("%q is the party_id of none of our identities (identity, identities[]: %s)", p.AS4.Send.FromPartyID, ours(partyIDs))})
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -169,12 +169,14 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 	var as2IDs []as2.Identity
 	var as4IDs []endpoint.Identity
 	var allKeys []config.KeyPair
+	var sends []sendKeys
 	for j, id := range next {
 		name := running[j]
 		as2Keys, as4Keys, err := s.loadIdentityKeys(id)
 		if err != nil {
 			return nil, err
 		}
+		sends = append(sends, loadSendKeys(name, id.Keys, as4Keys))
 		allKeys = append(allKeys, id.Keys...)
 		if name.AS2ID != "" {
 			as2IDs = append(as2IDs, as2.Identity{ID: name.AS2ID, Keys: as2Keys})
@@ -183,16 +185,15 @@ func (s *Server) buildSnapshot(dir *partners.Directory, cfg *config.Config) (*Sn
 			as4IDs = append(as4IDs, endpoint.Identity{PartyID: name.PartyID, PartyType: name.PartyType, Keys: as4Keys})
 		}
 	}
-	snap := &Snapshot{Partners: dir, Keys: allKeys, CertWarning: cfg.CertWarning, Loaded: time.Now()}
-	if len(next) > 0 {
-		// Our identity for sending: the first identity's first key.
-		send, err := loadSendIdentity(config.Identity{AS2ID: running[0].AS2ID, PartyID: running[0].PartyID,
-			PartyType: running[0].PartyType, Keys: next[0].Keys})
-		if err != nil {
-			return nil, err
+	// Our identities for sending: a key that cannot sign is refused for
+	// the first identity (as before identities could send) and for every
+	// identity a partner sends as.
+	for j, k := range sends {
+		if k.err != nil && (j == 0 || sendsAs(dir, running, j)) {
+			return nil, k.err
 		}
-		snap.send = send
 	}
+	snap := &Snapshot{Partners: dir, Keys: allKeys, CertWarning: cfg.CertWarning, Loaded: time.Now(), sends: sends}
 	ids, _ := certs.IdentityCerts(allKeys)
 	snap.Certificates = append(ids, certs.PartnerCerts(dir)...)
 	snap.Certificates = append(snap.Certificates, trustCerts(dir, cfg.Peppol)...)
@@ -303,6 +304,15 @@ func (s *Server) loadIdentityKeys(id config.Identity) ([]cms.KeyPair, []xmlenc.K
 // purging inside a window would let a late retransmission through.
 func checkWindows(d *partners.Directory, retentionPeriod time.Duration) error {
 	if err := retention.CheckWindows(retentionPeriod, d.Partners); err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	return nil
+}
+
+// checkIdentities refuses partner files that name an identity we do not
+// have (as2.our_as2_id, as4.send.from_party_id).
+func checkIdentities(d *partners.Directory, ids []config.Identity) error {
+	if err := d.CheckIdentities(ids); err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/edigateway/gateway/internal/transmit"
 	"net/http"
 	"reflect"
 	"slices"
@@ -38,8 +37,9 @@ type Snapshot struct {
 
 	as2 http.Handler
 	as4 http.Handler
-	// send is our identity for sending (the first identity's first key).
-	send transmit.Identity
+	// sends are our identities for sending, one for each identity
+	// (config.AllIdentities), with their keys.
+	sends []sendKeys
 }
 
 // ReloadStatus is the outcome of the last reload attempt.
@@ -172,6 +172,10 @@ func (s *Server) loadSnapshot() (*Snapshot, []string, error) {
 		return nil, restart, err
 	}
 	if err := checkWindows(dir, running.Retention); err != nil {
+		return nil, restart, err
+	}
+	// Identity names are fixed at start: the running ones.
+	if err := checkIdentities(dir, running.AllIdentities()); err != nil {
 		return nil, restart, err
 	}
 	snap, err := s.buildSnapshot(dir, next)

@@ -16,10 +16,12 @@ import (
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/audit"
 	"github.com/edigateway/gateway/config"
+	"github.com/edigateway/gateway/internal/brainpool"
 	"github.com/edigateway/gateway/internal/certs"
 	"github.com/edigateway/gateway/internal/pickup"
 	"github.com/edigateway/gateway/internal/submitapi"
 	"github.com/edigateway/gateway/internal/transmit"
+	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/mdn"
 	"github.com/edigateway/gateway/outbound"
 	"github.com/edigateway/gateway/partners"
@@ -51,8 +53,10 @@ func (s *Server) mountSending() error {
 	}
 	sd := &sending{store: st}
 	s.sending = sd
-	sd.as2 = transmit.NewAS2(s.sendIdentity, s.as2SendSettings, s.spoolDir)
-	sd.as4 = transmit.NewAS4(s.sendIdentity, s.as4SendSettings, s.spoolDir)
+	sd.as2 = transmit.NewAS2(func(partner string) (transmit.Identity, error) { return s.sendIdentity(outbound.AS2, partner) },
+		s.as2SendSettings, s.spoolDir)
+	sd.as4 = transmit.NewAS4(func(partner string) (transmit.Identity, error) { return s.sendIdentity(outbound.AS4, partner) },
+		s.as4SendSettings, s.spoolDir)
 	sd.sender = outbound.NewSender(outbound.SenderConfig{
 		Store:        s.fault.wrapOutbound(st), // the send-* kill points of the gatewayfault build
 		Transmitters: map[outbound.Protocol]outbound.Transmitter{outbound.AS2: sd.as2, outbound.AS4: sd.as4},
@@ -69,7 +73,13 @@ func (s *Server) mountSending() error {
 		Store:   st,
 		Resolve: s.resolveSending,
 		NewMessageID: func(p outbound.Protocol, partner string) (string, error) {
-			return transmit.NewMessageID(p, s.sendIdentity())
+			// From the names of the identity we send as (its key is not
+			// needed for the id).
+			k, _, err := s.sendKeysFor(p, partner)
+			if err != nil {
+				return "", err
+			}
+			return transmit.NewMessageID(p, k.id)
 		},
 		Notify: sd.sender.Notify,
 		Audit:  s.Pipeline.Audit,
@@ -183,14 +193,43 @@ func (s *Server) sendPolicy(partner string, p outbound.Protocol) outbound.RetryP
 	return outbound.DefaultRetryPolicy
 }
 
-// sendIdentity is our identity for sending: the first identity's name,
-// party and first key (read at every attempt from the snapshot in force,
-// so that a reloaded key signs the next attempt).
-func (s *Server) sendIdentity() transmit.Identity {
-	return s.Current().send
+// sendKeys are one identity's names and keys for sending: id with its
+// first key (err: that key cannot sign), bdew with its brainpoolP256r1
+// signing key for bdew partners (nil: it has none).
+type sendKeys struct {
+	id   transmit.Identity
+	err  error
+	bdew *transmit.Identity
 }
 
-// loadSendIdentity reads the signing key of the first identity.
+// loadSendKeys reads the sending keys of the identity named name: keys[0]
+// signs; for bdew partners the first brainpoolP256r1 key of as4Keys
+// whose certificate allows signatures (as for our receipts to them:
+// the profile gives signing and encryption separate key pairs), else
+// keys[0] too.
+func loadSendKeys(name config.Identity, keys []config.KeyPair, as4Keys []xmlenc.KeyPair) sendKeys {
+	var out sendKeys
+	out.id, out.err = loadSendIdentity(config.Identity{AS2ID: name.AS2ID, PartyID: name.PartyID, PartyType: name.PartyType, Keys: keys})
+	for _, k := range as4Keys {
+		bk, ok := k.Key.(*brainpool.PrivateKey)
+		if !ok || k.Cert == nil || !bk.PublicKey().Equal(k.Cert.PublicKey) || !maySign(k.Cert) {
+			continue
+		}
+		id := out.id
+		id.Cert, id.Key, id.Chain = k.Cert, bk, nil
+		out.bdew = &id
+		break
+	}
+	return out
+}
+
+// maySign reports whether a certificate's key usage allows signatures
+// (none written allows all).
+func maySign(c *x509.Certificate) bool {
+	return c.KeyUsage == 0 || c.KeyUsage&(x509.KeyUsageDigitalSignature|x509.KeyUsageContentCommitment) != 0
+}
+
+// loadSendIdentity reads the signing key of an identity: its first key.
 func loadSendIdentity(id config.Identity) (transmit.Identity, error) {
 	out := transmit.Identity{AS2ID: id.AS2ID, PartyID: id.PartyID, PartyType: id.PartyType}
 	if len(id.Keys) == 0 {
@@ -207,6 +246,67 @@ func loadSendIdentity(id config.Identity) (transmit.Identity, error) {
 	}
 	out.Cert, out.Key = cert, signer
 	return out, nil
+}
+
+// sendsAs reports whether a partner of dir sends (as2.send or as4.send)
+// as identity j of ids.
+func sendsAs(dir *partners.Directory, ids []config.Identity, j int) bool {
+	for _, p := range dir.Partners {
+		for _, proto := range p.Sends() {
+			if p.SendIdentity(proto, ids) == j {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sendKeysFor is the identity we are towards partner with proto
+// (partners.Partner.SendIdentity: as2.our_as2_id, as4.send.from_party_id,
+// else the first identity with an as2_id / party_id), with its keys from
+// the snapshot in force, and the partner.
+func (s *Server) sendKeysFor(proto outbound.Protocol, partner string) (sendKeys, *partners.Partner, error) {
+	snap := s.Current()
+	var p *partners.Partner
+	for _, q := range snap.Partners.Partners {
+		if q.ID == partner {
+			p = q
+		}
+	}
+	if p == nil {
+		return sendKeys{}, nil, fmt.Errorf("no partner %q in the partner directory", partner)
+	}
+	ids := s.Config.AllIdentities()
+	j := p.SendIdentity(proto, ids)
+	if j < 0 || j >= len(snap.sends) {
+		switch {
+		case proto == outbound.AS2 && p.AS2 != nil && p.AS2.OurID != "":
+			return sendKeys{}, p, fmt.Errorf("as2.our_as2_id %q of partner %q is the as2_id of none of our identities", p.AS2.OurID, partner)
+		case proto == outbound.AS4 && p.AS4 != nil && p.AS4.Send != nil && p.AS4.Send.FromPartyID != "":
+			return sendKeys{}, p, fmt.Errorf("as4.send.from_party_id %q of partner %q is the party_id of none of our identities", p.AS4.Send.FromPartyID, partner)
+		case proto == outbound.AS2:
+			return sendKeys{}, p, errors.New("none of our identities has an as2_id")
+		}
+		return sendKeys{}, p, errors.New("none of our identities has a party_id")
+	}
+	return snap.sends[j], p, nil
+}
+
+// sendIdentity is our identity towards partner with proto, with the key
+// that signs: the identity's first key, for a bdew partner its brainpool
+// signing key. It is read at every attempt from the snapshot in force, so
+// that a reloaded key signs the next attempt.
+func (s *Server) sendIdentity(proto outbound.Protocol, partner string) (transmit.Identity, error) {
+	k, p, err := s.sendKeysFor(proto, partner)
+	switch {
+	case err != nil:
+		return transmit.Identity{}, err
+	case proto == outbound.AS4 && k.bdew != nil && p.AS4 != nil && strings.EqualFold(p.AS4.Profile, transmit.ProfileBDEW):
+		return *k.bdew, nil
+	case k.err != nil:
+		return transmit.Identity{}, k.err
+	}
+	return k.id, nil
 }
 
 // sendTLS is the transmitters' TLS settings of a send block (files
@@ -238,15 +338,12 @@ func (s *Server) as2SendSettings(partner string) (*transmit.AS2Settings, error) 
 		certs = append([]*x509.Certificate{enc}, certs...)
 	}
 	st := &transmit.AS2Settings{
-		URL: snd.URL, To: p.AS2.ID, From: p.AS2.OurID,
+		URL: snd.URL, To: p.AS2.ID, // AS2-From: the identity we send as (sendIdentity)
 		Digest: snd.Digest, Cipher: snd.Cipher, Compression: snd.Compression,
 		MDN: snd.MDN, SignedMDN: snd.SignedMDN, AsyncMDNURL: snd.AsyncMDNURL,
 		ContentType: snd.ContentType, Subject: snd.Subject,
 		PartnerCerts: certs, AllowWeakKeys: p.AS2.AllowWeakKeys,
 		TLS: sendTLS(dir, snd.TLS), Timeout: snd.Timeout.Std(), MDNTimeout: snd.MDNTimeout.Std(),
-	}
-	if st.From == s.Config.Identity.AS2ID {
-		st.From = ""
 	}
 	if st.MDN == partners.MDNAsync && st.AsyncMDNURL == "" {
 		u, err := s.asyncMDNURL()

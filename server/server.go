@@ -172,6 +172,10 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 		s.Close()
 		return nil, err
 	}
+	if err := checkIdentities(dir, cfg.AllIdentities()); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if err := s.mountProtocols(dir); err != nil {
 		s.Close()
 		return nil, err

@@ -116,7 +116,7 @@ as4:
 	code := run([]string{"partners", "check", "-dir", dir}, &out, &errb)
 	weak, umdn := filepath.Join(dir, "weak.yaml"), filepath.Join(dir, "unsignedmdn.yaml")
 	wants := []string{
-		"send secure: as2 to https://secure.example/as2 (signed sha256, encrypted aes256-cbc, sync signed MDN; timeout 5m0s; retry 1m0s ×2 up to 1h0m0s apart for 72h0m0s)\n",
+		"send secure: as2 to https://secure.example/as2 (signed sha256, encrypted aes256-cbc, sync signed MDN; timeout 5m0s; retry 1m0s ×2 up to 1h0m0s apart for 72h0m0s) as our first identity\n",
 		"send weak: as2 to http://weak.example/as2 (unsigned, unencrypted, no MDN; ",
 		"; as4 to https://weak.example/as4 (signed, unencrypted, compressed, no receipt required; ",
 		"send unsignedmdn: as2 to https://u.example/as2 (signed sha256, encrypted aes256-cbc, sync unsigned MDN; ",
@@ -138,6 +138,56 @@ as4:
 		t.Error("a partner we only receive from has a send line")
 	}
 	if code != 0 {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+	if t.Failed() {
+		t.Logf("stdout:\n%s", out.String())
+	}
+}
+
+// TestPartnersCheckShowsSendIdentity: with a configuration, partners check
+// names the identity we send as on each send line (as2.our_as2_id,
+// as4.send.from_party_id, else the first identity) with its field, and
+// refuses one that is none of ours, naming the file and the key.
+func TestPartnersCheckShowsSendIdentity(t *testing.T) {
+	fixture := filepath.Dir(demoConfig(t))
+	pdir := t.TempDir()
+	pem, err := os.ReadFile(filepath.Join(fixture, "partners", "demo-partner.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	as4 := func(party, send string) string {
+		return "as4:\n  party_id: " + party + "\n  certificates: [demo-partner.pem]\n  pmodes: [{id: p}]\n  send: {url: \"https://a.example/as4\"" + send + "}\n"
+	}
+	for name, body := range map[string]string{
+		"demo-partner.pem": string(pem),
+		"one.yaml":         "id: one\nas2:\n  as2_id: ONE\n  certificates: [demo-partner.pem]\n  send: {url: \"https://one.example/as2\"}\n" + as4("urn:one", ""),
+		"two.yaml": "id: two\nas2:\n  as2_id: TWO\n  our_as2_id: GW2\n  certificates: [demo-partner.pem]\n  send: {url: \"https://two.example/as2\"}\n" +
+			as4("urn:two", ", from_party_id: urn:gw2"),
+		"bad.yaml": "id: bad\nas2:\n  as2_id: BAD\n  our_as2_id: GW9\n  certificates: [demo-partner.pem]\n  send: {url: \"https://bad.example/as2\"}\n" +
+			as4("urn:bad", ", from_party_id: urn:gw9"),
+	} {
+		if err := os.WriteFile(filepath.Join(pdir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := operatorConfig(t, pdir, "identities:\n  - as2_id: GW2\n    party_id: urn:gw2\n    keys:\n      - cert: "+
+		filepath.Join(fixture, "partners", "demo-partner.pem")+"\n        key: "+filepath.Join(fixture, "keys", "demo-partner.key")+"\n")
+	var out, errb bytes.Buffer
+	code := run([]string{"partners", "check", "-config", cfg}, &out, &errb)
+	bad := filepath.Join(pdir, "bad.yaml")
+	for _, want := range []string{
+		"send one: as2 to https://one.example/as2 (", ") as GATEWAY (identity); as4 to https://a.example/as4 (", ") as urn:demo:gateway (identity)\n",
+		"send two: as2 to https://two.example/as2 (", ") as GW2 (identities[0]); as4 to https://a.example/as4 (", ") as urn:gw2 (identities[0])\n",
+		") as GW9 (none of our identities); as4 ", ") as urn:gw9 (none of our identities)\n",
+		"error: " + bad + `: as2.our_as2_id: "GW9" is the as2_id of none of our identities (identity, identities[]: "GATEWAY", "GW2")`,
+		"error: " + bad + `: as4.send.from_party_id: "urn:gw9" is the party_id of none of our identities (identity, identities[]: "urn:demo:gateway", "urn:gw2")`,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("partners check output lacks %q", want)
+		}
+	}
+	if code != 1 || !strings.Contains(errb.String(), "2 problems in partner files") {
 		t.Errorf("exit %d, stderr %q", code, errb.String())
 	}
 	if t.Failed() {

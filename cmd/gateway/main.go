@@ -30,6 +30,7 @@ import (
 
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/internal/certs"
+	"github.com/edigateway/gateway/outbound"
 	"github.com/edigateway/gateway/partners"
 	"github.com/edigateway/gateway/server"
 )
@@ -374,10 +375,12 @@ func partnersCheck(args []string, stdout io.Writer) error {
 	}
 	path := *dir
 	var keys []config.KeyPair
+	var cfg *config.Config
 	warnAhead := certs.DefaultWarning
 	if path == "" || *cfgPath != "" {
 		// With a configuration, our identity keys are checked too.
-		cfg, err := config.Load(*cfgPath)
+		var err error
+		cfg, err = config.Load(*cfgPath)
 		if err != nil {
 			return err
 		}
@@ -402,6 +405,13 @@ func partnersCheck(args []string, stdout io.Writer) error {
 			return err
 		}
 	}
+	if cfg != nil {
+		// The identities the partner files name must be ours (as at
+		// start and reload).
+		if err := d.CheckIdentities(cfg.AllIdentities()); err != nil {
+			fileErrs = append(fileErrs, flatten(err)...)
+		}
+	}
 	for _, p := range d.Partners {
 		var protos []string
 		if p.AS2 != nil {
@@ -411,7 +421,7 @@ func partnersCheck(args []string, stdout io.Writer) error {
 			protos = append(protos, fmt.Sprintf("as4 %s (%d certificates, %d pmodes, window %s)", p.AS4.PartyID, len(d.AS4Certificates(p)), len(p.AS4.PModes), p.AS4.DedupWindow.Std()))
 		}
 		fmt.Fprintf(stdout, "ok %s: %v\n", p.ID, protos)
-		if line := sendSetup(p); line != "" {
+		if line := sendSetup(p, cfg); line != "" {
 			fmt.Fprintf(stdout, "send %s: %s\n", p.ID, line)
 		}
 	}
@@ -437,14 +447,35 @@ func partnersCheck(args []string, stdout io.Writer) error {
 }
 
 // sendSetup is how we send to p, in one line ("" when we only receive
-// from it).
-func sendSetup(p *partners.Partner) string {
+// from it), with the identity we send as: its name and field in the
+// configuration cfg (nil: partners check -dir without a configuration,
+// the name the partner file gives, else "our first identity").
+func sendSetup(p *partners.Partner, cfg *config.Config) string {
+	as := func(proto outbound.Protocol, named string) string {
+		if cfg == nil {
+			if named == "" {
+				return "our first identity"
+			}
+			return named
+		}
+		ids := cfg.AllIdentities()
+		j := p.SendIdentity(proto, ids)
+		switch {
+		case j < 0 && named != "":
+			return named + " (none of our identities)"
+		case j < 0:
+			return "none of our identities"
+		case proto == outbound.AS2:
+			return ids[j].AS2ID + " (" + cfg.IdentityField(j) + ")"
+		}
+		return ids[j].PartyID + " (" + cfg.IdentityField(j) + ")"
+	}
 	var parts []string
 	if p.AS2 != nil && p.AS2.Send != nil {
-		parts = append(parts, p.AS2.Send.String())
+		parts = append(parts, p.AS2.Send.String()+" as "+as(outbound.AS2, p.AS2.OurID))
 	}
 	if p.AS4 != nil && p.AS4.Send != nil {
-		parts = append(parts, p.AS4.Send.String())
+		parts = append(parts, p.AS4.Send.String()+" as "+as(outbound.AS4, p.AS4.Send.FromPartyID))
 	}
 	return strings.Join(parts, "; ")
 }

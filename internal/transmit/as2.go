@@ -56,15 +56,16 @@ type AS2Settings struct {
 
 // AS2 is the AS2 Transmitter (outbound.Transmitter).
 type AS2 struct {
-	id       func() Identity
+	id       func(partner string) (Identity, error)
 	settings func(partner string) (*AS2Settings, error)
 	spoolDir string
 }
 
-// NewAS2 returns the AS2 Transmitter: id is our identity, settings the
-// partner's (both called at every attempt), spoolDir where messages are
-// built (empty: the system's temporary directory).
-func NewAS2(id func() Identity, settings func(partner string) (*AS2Settings, error), spoolDir string) *AS2 {
+// NewAS2 returns the AS2 Transmitter: id is our identity towards a
+// partner (the key that signs, the AS2-From), settings the partner's (both
+// called at every attempt), spoolDir where messages are built (empty: the
+// system's temporary directory).
+func NewAS2(id func(partner string) (Identity, error), settings func(partner string) (*AS2Settings, error), spoolDir string) *AS2 {
 	return &AS2{id: id, settings: settings, spoolDir: spoolDir}
 }
 
@@ -137,7 +138,11 @@ func (t *AS2) Transmit(ctx context.Context, m outbound.Message, open func() (io.
 	if s == nil {
 		return retry("not sent: partner %q has no AS2 sending settings", m.Partner)
 	}
-	c, err := t.client(s, t.id())
+	id, err := t.id(m.Partner)
+	if err != nil {
+		return retry("not sent: our identity for partner %q: %v", m.Partner, err)
+	}
+	c, err := t.client(s, id)
 	if err != nil {
 		return retry("not sent: %v", err)
 	}

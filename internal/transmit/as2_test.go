@@ -23,12 +23,18 @@ import (
 
 const edi = "UNA:+.? 'UNB+UNOC:3+DEMO+GATEWAY+250101:1200+1'UNH+1+ORDERS:D:96A:UN'UNT+2+1'UNZ+1+1'"
 
-func identity(t testing.TB) func() transmit.Identity {
+// demo is our identity in these tests: the fixture's demo partner.
+func demo(t testing.TB) transmit.Identity {
 	kp := ours(t)
-	return func() transmit.Identity {
-		return transmit.Identity{AS2ID: "DEMO", PartyID: "urn:demo:partner",
-			PartyType: "urn:oasis:names:tc:ebcore:partyid-type:unregistered", Cert: kp.Cert, Key: kp.Key}
-	}
+	return transmit.Identity{AS2ID: "DEMO", PartyID: "urn:demo:partner",
+		PartyType: "urn:oasis:names:tc:ebcore:partyid-type:unregistered", Cert: kp.Cert, Key: kp.Key}
+}
+
+// identity is the Transmitters' identity provider: demo towards every
+// partner.
+func identity(t testing.TB) func(string) (transmit.Identity, error) {
+	id := demo(t)
+	return func(string) (transmit.Identity, error) { return id, nil }
 }
 
 // as2To returns a Transmitter sending to url as our gateway fixture
@@ -53,7 +59,7 @@ func as2ToIn(t testing.TB, url, spool string, tune func(s *transmit.AS2Settings)
 }
 
 func as2Message(t testing.TB) *outbound.Message {
-	id, err := transmit.NewMessageID(outbound.AS2, identity(t)())
+	id, err := transmit.NewMessageID(outbound.AS2, demo(t))
 	if err != nil {
 		t.Fatal(err)
 	}

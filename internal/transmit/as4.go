@@ -64,15 +64,16 @@ type AS4Settings struct {
 
 // AS4 is the AS4 Transmitter (outbound.Transmitter).
 type AS4 struct {
-	id       func() Identity
+	id       func(partner string) (Identity, error)
 	settings func(partner string) (*AS4Settings, error)
 	spoolDir string
 }
 
-// NewAS4 returns the AS4 Transmitter: id is our identity, settings the
-// partner's (both called at every attempt), spoolDir where messages are
-// built (empty: the system's temporary directory).
-func NewAS4(id func() Identity, settings func(partner string) (*AS4Settings, error), spoolDir string) *AS4 {
+// NewAS4 returns the AS4 Transmitter: id is our identity towards a
+// partner (the key that signs, eb:From), settings the partner's (both
+// called at every attempt), spoolDir where messages are built (empty: the
+// system's temporary directory).
+func NewAS4(id func(partner string) (Identity, error), settings func(partner string) (*AS4Settings, error), spoolDir string) *AS4 {
 	return &AS4{id: id, settings: settings, spoolDir: spoolDir}
 }
 
@@ -158,7 +159,10 @@ func (t *AS4) Transmit(ctx context.Context, m outbound.Message, open func() (io.
 		return retry("not sent: %v", err)
 	}
 	defer hc.CloseIdleConnections()
-	id := t.id()
+	id, err := t.id(m.Partner)
+	if err != nil {
+		return retry("not sent: our identity for partner %q: %v", m.Partner, err)
+	}
 	c, err := t.client(s, id, hc)
 	if err != nil {
 		return retry("not sent: %v", err)

@@ -41,7 +41,7 @@ func as4ToIn(t testing.TB, url, spool string, tune func(s *transmit.AS4Settings)
 }
 
 func as4Message(t testing.TB) *outbound.Message {
-	id, err := transmit.NewMessageID(outbound.AS4, identity(t)())
+	id, err := transmit.NewMessageID(outbound.AS4, demo(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,17 +102,15 @@ func TestAS4BDEWAcceptedByOurReceiver(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	id := func() transmit.Identity {
-		return transmit.Identity{PartyID: sw.ID, PartyType: partners.PartyTypeGLN, Cert: sw.Signing.Cert, Key: sw.Signing.Key}
-	}
-	tr := transmit.NewAS4(id, func(string) (*transmit.AS4Settings, error) {
+	id := transmit.Identity{PartyID: sw.ID, PartyType: partners.PartyTypeGLN, Cert: sw.Signing.Cert, Key: sw.Signing.Key}
+	tr := transmit.NewAS4(func(string) (transmit.Identity, error) { return id, nil }, func(string) (*transmit.AS4Settings, error) {
 		return &transmit.AS4Settings{URL: srv.URL, To: as4.PartyID{Value: gw.ID, Type: partners.PartyTypeGLN},
 			From:         as4.PartyID{Value: sw.ID, Type: partners.PartyTypeGLN},
 			AgreementRef: partners.BDEWAgreement, Service: "https://www.bdew.de/as4/communication/services/MP",
 			Action: "http://docs.oasis-open.org/ebxml-msg/as4/200902/action", Profile: transmit.ProfileBDEW,
 			ReceiptSigners: certs(gw.Signing.Cert), EncryptTo: gw.Encrypt.Cert, ReceiptRequired: true}, nil
 	}, t.TempDir())
-	mid, err := transmit.NewMessageID(outbound.AS4, id())
+	mid, err := transmit.NewMessageID(outbound.AS4, id)
 	if err != nil {
 		t.Fatal(err)
 	}
