@@ -341,15 +341,15 @@ func TestSendAsTheIdentityThePartnerKnows(t *testing.T) {
 	}
 }
 
-// TestSendIdentityNamedNoneOfOursRefused: a partner file whose
-// as2.our_as2_id or as4.send.from_party_id names none of our identities
-// is refused by a reload (the running directory stays: p2 still sends as
+// TestSendIdentityNamedNoneOfOursRefused: the file of a partner we send to
+// whose as2.our_as2_id or as4.send.from_party_id names none of our
+// identities is refused by a reload (the running directory stays: p2 still sends as
 // GW2) and at start, naming the file and the key.
 func TestSendIdentityNamedNoneOfOursRefused(t *testing.T) {
 	f := newSendIdentityFixture(t)
 	s := filepath.Join(f.dir, "s")
 	bad := filepath.Join(s, "partners", "p3.yaml")
-	writeFiles(t, map[string]string{bad: "id: p3\nas2:\n  as2_id: R3\n  our_as2_id: GW9\n  certificates: [r1.pem]\n" +
+	writeFiles(t, map[string]string{bad: "id: p3\nas2:\n  as2_id: R3\n  our_as2_id: GW9\n  certificates: [r1.pem]\n  send: {url: \"https://r3.example/as2\"}\n" +
 		"as4:\n  party_id: urn:r3\n  certificates: [r1.pem]\n  pmodes: [{id: inv}]\n  send: {url: \"https://r3.example/as4\", from_party_id: urn:gw9}\n"})
 	wants := []string{
 		bad + `: as2.our_as2_id: "GW9" is the as2_id of none of our identities (identity, identities[]: "GW", "GW2")`,
