@@ -362,7 +362,7 @@ func (m *Memory) List(ctx context.Context, f Filter) ([]Message, error) {
 		msg := &r.m
 		if (f.Partner != "" && msg.Partner != f.Partner) ||
 			(len(f.States) > 0 && !slices.Contains(f.States, msg.State)) ||
-			(!f.Before.IsZero() && !msg.Created.Before(f.Before)) {
+			!f.admits(msg.Created, msg.ID) {
 			continue
 		}
 		out = append(out, cloneMessage(*msg))

@@ -182,11 +182,35 @@ type Evidence struct {
 type Filter struct {
 	Partner string
 	States  []State
-	// Before lists messages created before this time (paging: the Created
-	// of the last message of the previous page); zero: no bound.
+	// Before lists messages created before this time; zero: no bound.
+	// With BeforeID it is a keyset cursor (paging: the Created and ID of
+	// the last message of the previous page): messages with (Created, ID)
+	// before (Before, BeforeID) in the list's order, that is created
+	// before Before, or created at Before with an ID below BeforeID. Many
+	// messages may share one Created (stores keep milliseconds or
+	// microseconds, and a bulk of submissions lands many in one), so a
+	// page bound by Before alone skips the rest of the last one's.
 	Before time.Time
-	// Limit bounds the result (0: 100). Newest first.
+	// BeforeID is the ID of the last message of the previous page;
+	// ignored when Before is zero; empty: Before alone.
+	BeforeID string
+	// Limit bounds the result (0: 100). Newest first (Created, then ID).
 	Limit int
+}
+
+// admits reports whether a message created at created with id is within
+// f's Before (and BeforeID) bound, in the list's order (Created, then ID,
+// newest first).
+func (f Filter) admits(created time.Time, id string) bool {
+	switch {
+	case f.Before.IsZero():
+		return true
+	case created.Before(f.Before):
+		return true
+	case created.Equal(f.Before):
+		return f.BeforeID != "" && id < f.BeforeID
+	}
+	return false
 }
 
 // Stats are the queue's figures per partner, for metrics and the console.
@@ -260,7 +284,9 @@ type Store interface {
 	// transport id.
 	Get(ctx context.Context, id string) (Message, error)
 	FindByMessageID(ctx context.Context, partner, messageID string) (Message, error)
-	// List returns messages matching f, newest first.
+	// List returns messages matching f, newest first: by Created, then
+	// by ID (both descending), so that (Before, BeforeID) pages through
+	// messages sharing one Created.
 	List(ctx context.Context, f Filter) ([]Message, error)
 	// Stats returns the figures of every partner with messages.
 	Stats(ctx context.Context) ([]Stats, error)

@@ -409,14 +409,14 @@ func submitOne(ctx context.Context, admin string, s *sendKillSub, r *sendKillRes
 // does not answer).
 func listOutbound(admin, states string) ([]submitapi.Status, error) {
 	var all []submitapi.Status
-	before := ""
+	before, beforeID := "", ""
 	for {
 		u := "http://" + admin + "/api/v1/outbound/messages?limit=1000"
 		if states != "" {
 			u += "&state=" + states
 		}
 		if before != "" {
-			u += "&before=" + url.QueryEscape(before)
+			u += "&before=" + url.QueryEscape(before) + "&before_id=" + url.QueryEscape(beforeID)
 		}
 		resp, err := http.Get(u)
 		if err != nil {
@@ -432,7 +432,7 @@ func listOutbound(admin, states string) ([]submitapi.Status, error) {
 		if l.NextBefore == nil {
 			return all, nil
 		}
-		before = l.NextBefore.Format(time.RFC3339Nano)
+		before, beforeID = l.NextBefore.Format(time.RFC3339Nano), l.NextBeforeID
 	}
 }
 

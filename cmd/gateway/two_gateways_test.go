@@ -270,7 +270,8 @@ func tgList(t *testing.T, g *tgGateway) []submitapi.Status {
 		if l.NextBefore == nil {
 			return all
 		}
-		before = "&before=" + url.QueryEscape(l.NextBefore.Format(time.RFC3339Nano))
+		before = "&before=" + url.QueryEscape(l.NextBefore.Format(time.RFC3339Nano)) +
+			"&before_id=" + url.QueryEscape(l.NextBeforeID)
 	}
 	t.Fatal("list: more than 100 pages")
 	return nil

@@ -87,14 +87,16 @@ func (c *Console) outboundList(w http.ResponseWriter, r *http.Request, who calle
 		c.notice(w, r, who, http.StatusBadRequest, "", "Unknown state; pick one of the tabs.", "/console/outbound", "Back to the outbound queue")
 		return
 	}
-	var before time.Time
+	// The page's bound: the Created and ID of the previous page's last
+	// message (before_id alone, without before, bounds nothing).
+	var cur cursor
 	if b := q.Get("before"); b != "" {
 		t, err := time.Parse(time.RFC3339Nano, b)
 		if err != nil {
 			c.notice(w, r, who, http.StatusBadRequest, "", "before: want an RFC 3339 time.", "/console/outbound", "Back to the outbound queue")
 			return
 		}
-		before = t
+		cur = cursor{created: t, id: q.Get("before_id")}
 	}
 	stats, err := c.src.Outbound.Stats(ctx)
 	if err != nil {
@@ -103,7 +105,7 @@ func (c *Console) outboundList(w http.ResponseWriter, r *http.Request, who calle
 	}
 	d.Partners = outboundPartners(c, stats)
 	d.Tabs = tabsOf(stats, d.State, d.Partner)
-	msgs, more, truncated, err := c.listOutbound(ctx, d.State, d.Partner, before, now)
+	msgs, more, truncated, err := c.listOutbound(ctx, d.State, d.Partner, cur, now)
 	if err != nil {
 		c.fail(w, "reading the outbound queue", err)
 		return
@@ -117,18 +119,30 @@ func (c *Console) outboundList(w http.ResponseWriter, r *http.Request, who calle
 		d.Rows = append(d.Rows, row)
 	}
 	if more && len(msgs) > 0 {
-		d.Older = outboundLink(d.State, d.Partner, msgs[len(msgs)-1].Created)
+		d.Older = outboundLink(d.State, d.Partner, cursorAfter(msgs[len(msgs)-1]))
 	}
-	if !before.IsZero() {
-		d.First = outboundLink(d.State, d.Partner, time.Time{})
+	if !cur.created.IsZero() {
+		d.First = outboundLink(d.State, d.Partner, cursor{})
 	}
 	c.render(w, r, who, "outbound", "Outbound", d)
 }
 
+// cursor is where a page of the list starts: after the message created at
+// created with id, in the list's order (newest first: Created, then ID).
+// Many messages may share one Created (a bulk of submissions in one
+// millisecond), so the ID is part of it. Zero: the newest page.
+type cursor struct {
+	created time.Time
+	id      string
+}
+
+// cursorAfter is the cursor of the page after the one m is the last of.
+func cursorAfter(m outbound.Message) cursor { return cursor{created: m.Created, id: m.ID} }
+
 // listOutbound reads one page of the list: up to outboundPageSize messages
-// created before before (zero: no bound), and whether there are more.
-func (c *Console) listOutbound(ctx context.Context, state, partner string, before, now time.Time) (msgs []outbound.Message, more, truncated bool, err error) {
-	f := outbound.Filter{Partner: partner, Before: before, Limit: outboundPageSize + 1}
+// after cur, and whether there are more.
+func (c *Console) listOutbound(ctx context.Context, state, partner string, cur cursor, now time.Time) (msgs []outbound.Message, more, truncated bool, err error) {
+	f := outbound.Filter{Partner: partner, Before: cur.created, BeforeID: cur.id, Limit: outboundPageSize + 1}
 	if state != "" && state != "sending" {
 		f.States = []outbound.State{outbound.State(state)}
 	}
@@ -163,13 +177,14 @@ func (c *Console) listOutbound(ctx context.Context, state, partner string, befor
 		if len(batch) < f.Limit {
 			return msgs, false, false, nil
 		}
-		f.Before = batch[len(batch)-1].Created
+		next := cursorAfter(batch[len(batch)-1])
+		f.Before, f.BeforeID = next.created, next.id
 	}
 	return msgs, false, true, nil
 }
 
 // outboundLink is the list's URL for a tab, partner and page.
-func outboundLink(state, partner string, before time.Time) string {
+func outboundLink(state, partner string, cur cursor) string {
 	v := url.Values{}
 	if state != "" {
 		v.Set("state", state)
@@ -177,8 +192,11 @@ func outboundLink(state, partner string, before time.Time) string {
 	if partner != "" {
 		v.Set("partner", partner)
 	}
-	if !before.IsZero() {
-		v.Set("before", before.UTC().Format(time.RFC3339Nano))
+	if !cur.created.IsZero() {
+		v.Set("before", cur.created.UTC().Format(time.RFC3339Nano))
+		if cur.id != "" {
+			v.Set("before_id", cur.id)
+		}
 	}
 	if len(v) == 0 {
 		return "/console/outbound"
@@ -205,7 +223,7 @@ func tabsOf(stats []outbound.Stats, state, partner string) []outboundTab {
 	var out []outboundTab
 	for _, t := range outboundTabs {
 		n, ok := counts[t.Key]
-		out = append(out, outboundTab{Key: t.Key, Label: t.Label, Link: outboundLink(t.Key, partner, time.Time{}),
+		out = append(out, outboundTab{Key: t.Key, Label: t.Label, Link: outboundLink(t.Key, partner, cursor{}),
 			On: t.Key == state, Count: n, Counted: ok})
 	}
 	return out

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -69,7 +70,10 @@ func (f *fakeOutbound) List(ctx context.Context, flt outbound.Filter) ([]outboun
 	f.lists++
 	var out []outbound.Message
 	for _, m := range f.msgs {
-		if flt.Partner != "" && m.Partner != flt.Partner || !flt.Before.IsZero() && !m.Created.Before(flt.Before) {
+		// Before, BeforeID: the keyset bound of outbound.Filter.
+		after := !flt.Before.IsZero() && !m.Created.Before(flt.Before) &&
+			(!m.Created.Equal(flt.Before) || flt.BeforeID == "" || m.ID >= flt.BeforeID)
+		if flt.Partner != "" && m.Partner != flt.Partner || after {
 			continue
 		}
 		if len(flt.States) > 0 && !contains(flt.States, m.State) {
@@ -77,7 +81,12 @@ func (f *fakeOutbound) List(ctx context.Context, flt outbound.Filter) ([]outboun
 		}
 		out = append(out, m)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.After(out[j].Created)
+		}
+		return out[i].ID > out[j].ID
+	})
 	limit := flt.Limit
 	if limit == 0 {
 		limit = 100
@@ -285,6 +294,64 @@ func TestOutboundListTabsPartnerAndPaging(t *testing.T) {
 	b = get(t, f.client, u+"/console/")
 	if !strings.Contains(b, `id="nav-outbound"`) || !regexp.MustCompile(`id="outbound-queued">2<`).MatchString(b) {
 		t.Errorf("dashboard without the outbound card or link: %.3000s", b)
+	}
+}
+
+// pageIDs follows the list's Older links from u and returns the ids of
+// every page, in order.
+func pageIDs(t *testing.T, f *outboundFixture, u string) []string {
+	t.Helper()
+	var all []string
+	for pages := 0; u != ""; pages++ {
+		if pages > 10 {
+			t.Fatal("paging does not end")
+		}
+		b := get(t, f.client, u)
+		all = append(all, ids(b)...)
+		u = ""
+		if m := regexp.MustCompile(`href="([^"]+)" id="outbound-older"`).FindStringSubmatch(b); m != nil {
+			u = f.srv.URL + strings.ReplaceAll(m[1], "&amp;", "&")
+		}
+	}
+	return all
+}
+
+// TestOutboundPagingKeepsMessagesCreatedInOneInstant: 120 delivered
+// messages created in one instant (a bulk of submissions in one
+// millisecond) page by 50 through the Older links, each once, newest first
+// (by id within the instant); on the sending tab, 60 held messages behind
+// 600 queued ones of the same instant (more than one batch of the scan)
+// are all found.
+func TestOutboundPagingKeepsMessagesCreatedInOneInstant(t *testing.T) {
+	f := newOutboundFixture(t, true)
+	at := f.base.Add(2000 * time.Second)
+	var want []string
+	for i := range 120 {
+		id := fmt.Sprintf("g%03d", i)
+		f.store.put(outbound.Message{ID: id, Partner: "gamma", Protocol: outbound.AS2, MessageID: "<" + id + "@gw>",
+			State: outbound.Delivered, Created: at, Updated: at}, "x")
+		want = append([]string{id}, want...)
+	}
+	got := pageIDs(t, f, f.srv.URL+"/console/outbound?state=delivered&partner=gamma")
+	if !slices.Equal(got, want) {
+		t.Errorf("paged through %d messages of one instant, want 120 each once, newest first:\n got %v\nwant %v",
+			len(got), got, want)
+	}
+	want = nil
+	for i := range 660 {
+		id := fmt.Sprintf("h%04d", i)
+		m := outbound.Message{ID: id, Partner: "held", Protocol: outbound.AS2, MessageID: "<" + id + "@gw>",
+			State: outbound.Queued, Created: at, Updated: at}
+		if i < 60 {
+			m.LeaseToken, m.LeasedUntil = "tok", time.Now().Add(time.Hour)
+			want = append([]string{id}, want...)
+		}
+		f.store.put(m, "x")
+	}
+	got = pageIDs(t, f, f.srv.URL+"/console/outbound?state=sending&partner=held")
+	if !slices.Equal(got, want) {
+		t.Errorf("sending tab listed %d held messages, want 60 each once, newest first:\n got %v\nwant %v",
+			len(got), got, want)
 	}
 }
 

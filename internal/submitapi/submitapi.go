@@ -4,7 +4,7 @@
 // authentication):
 //
 //	POST /api/v1/outbound/messages?partner=P[&protocol=as2|as4][&filename=F][&subject=S][&service=..&action=..&conversation_id=..]
-//	GET  /api/v1/outbound/messages?partner=&state=&before=&limit=
+//	GET  /api/v1/outbound/messages?partner=&state=&before=&before_id=&limit=
 //	GET  /api/v1/outbound/messages/{id}
 //	GET  /api/v1/outbound/messages/{id}/evidence
 //	POST /api/v1/outbound/messages/{id}/cancel   {"reason": "..."}
@@ -163,11 +163,16 @@ type EvidenceSummary struct {
 	URL         string    `json:"url"`
 }
 
-// List is the answer to a list: newest first; NextBefore (when the page
-// is full) is the before= of the next page.
+// List is the answer to a list: newest first (by creation, then by id);
+// NextBefore and NextBeforeID (when the page is full) are the before= and
+// before_id= of the next page: the creation time and id of the page's last
+// message. Both are needed: many messages may share one creation time (a
+// bulk lands many in one millisecond), and before= alone lists only those
+// created strictly before it.
 type List struct {
-	Messages   []Status   `json:"messages"`
-	NextBefore *time.Time `json:"next_before,omitempty"`
+	Messages     []Status   `json:"messages"`
+	NextBefore   *time.Time `json:"next_before,omitempty"`
+	NextBeforeID string     `json:"next_before_id,omitempty"`
 }
 
 // Error is every error's body: what went wrong and the incident reference
@@ -434,9 +439,9 @@ var states = map[string]bool{string(outbound.Queued): true, "sending": true, str
 func filter(q url.Values) (f outbound.Filter, sending bool, err error) {
 	for k := range q {
 		switch k {
-		case "partner", "state", "before", "limit":
+		case "partner", "state", "before", "before_id", "limit":
 		default:
-			return f, false, fmt.Errorf("unknown parameter %q (partner, state, before, limit)", k)
+			return f, false, fmt.Errorf("unknown parameter %q (partner, state, before, before_id, limit)", k)
 		}
 	}
 	f.Partner = q.Get("partner")
@@ -459,6 +464,9 @@ func filter(q url.Values) (f outbound.Filter, sending bool, err error) {
 		if f.Before, err = time.Parse(time.RFC3339Nano, v); err != nil {
 			return f, false, fmt.Errorf("before: %q is not an RFC 3339 time", v)
 		}
+	}
+	if f.BeforeID = q.Get("before_id"); f.BeforeID != "" && f.Before.IsZero() {
+		return f, false, errors.New("before_id needs before (next_before and next_before_id of the previous page)")
 	}
 	if v := q.Get("limit"); v != "" {
 		if f.Limit, err = strconv.Atoi(v); err != nil || f.Limit < 1 || f.Limit > MaxListLimit {
@@ -487,8 +495,8 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(ms) == f.Limit && len(ms) > 0 {
-		t := ms[len(ms)-1].Created
-		out.NextBefore = &t
+		last := ms[len(ms)-1]
+		out.NextBefore, out.NextBeforeID = &last.Created, last.ID
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -10,6 +10,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -287,6 +289,57 @@ func TestStatusEvidenceListCancelResend(t *testing.T) {
 	wantError(t, do(t, "GET", base+"?state=lost", nil, nil), http.StatusBadRequest, "state")
 	wantError(t, do(t, "GET", base+"?limit=0", nil, nil), http.StatusBadRequest, "limit")
 	wantError(t, do(t, "GET", base+"?before=yesterday", nil, nil), http.StatusBadRequest, "before")
+}
+
+// TestListPagesThroughMessagesCreatedInOneInstant: 7 messages share one
+// Created (a bulk in one millisecond); pages of 3 following next_before and
+// next_before_id list each once, newest first (by id within the instant).
+// A client sending before= alone gets what it got before: the messages
+// created strictly before it.
+func TestListPagesThroughMessagesCreatedInOneInstant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	created := time.Date(2026, 12, 5, 1, 0, 0, 123_000_000, time.UTC)
+	st := outbound.NewMemory(outbound.MemoryClock(func() time.Time { return created }))
+	srv := httptest.NewServer(New(Config{Submitter: &submitter{store: st}, Store: st, MaxPayload: 1 << 20}))
+	t.Cleanup(srv.Close)
+	base := srv.URL + "/api/v1/outbound/messages"
+	var want []string
+	for i := range 7 {
+		id := fmt.Sprintf("m%02d", i)
+		if _, _, err := st.Submit(ctx, outbound.Message{ID: id, MessageID: "<" + id + "@test>", Partner: "acme",
+			Protocol: outbound.AS2}, strings.NewReader("x")); err != nil {
+			t.Fatal(err)
+		}
+		want = append([]string{id}, want...)
+	}
+	var got []string
+	u := base + "?limit=3"
+	for range 5 {
+		l := decode[List](t, do(t, "GET", u, nil, nil))
+		for _, m := range l.Messages {
+			got = append(got, m.ID)
+		}
+		if l.NextBefore == nil {
+			break
+		}
+		if !l.NextBefore.Equal(created) || l.NextBeforeID != l.Messages[len(l.Messages)-1].ID {
+			t.Fatalf("cursor %v %q, want the last message's Created %v and id", l.NextBefore, l.NextBeforeID, created)
+		}
+		u = base + "?limit=3&before=" + url.QueryEscape(l.NextBefore.Format(time.RFC3339Nano)) +
+			"&before_id=" + url.QueryEscape(l.NextBeforeID)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("paging by 3 listed %v, want %v", got, want)
+	}
+	older := base + "?before=" + url.QueryEscape(created.Format(time.RFC3339Nano))
+	if l := decode[List](t, do(t, "GET", older, nil, nil)); len(l.Messages) != 0 {
+		t.Errorf("before= alone listed %d messages created at it, want none", len(l.Messages))
+	}
+	if l := decode[List](t, do(t, "GET", older+"&before_id=m03", nil, nil)); len(l.Messages) != 3 {
+		t.Errorf("before_id=m03 listed %+v, want m02, m01, m00", l.Messages)
+	}
+	wantError(t, do(t, "GET", base+"?before_id=m03", nil, nil), http.StatusBadRequest, "before_id needs before")
 }
 
 // discardSubmitter streams a payload to nowhere, counting and hashing it.

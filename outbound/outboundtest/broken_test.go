@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/edigateway/gateway/outbound"
+	"github.com/edigateway/gateway/outbound/outboundtest"
 )
 
 // brokenCases are stores that each break one rule of the contract (most
@@ -60,6 +61,8 @@ func brokenCases() []brokenCase {
 		w("find-any-partner", func(s outbound.Store) outbound.Store { return findAnyPartner{s} }, "find/by-message-id"),
 		w("list-oldest-first", func(s outbound.Store) outbound.Store { return listOldestFirst{s} }, "list/filters"),
 		w("list-ignores-before", func(s outbound.Store) outbound.Store { return listIgnoresBefore{s} }, "list/filters"),
+		{"list-ignores-before-id", func() outbound.Store { return listIgnoresBeforeID{outboundtest.NewMemory()} },
+			[]string{"list/same-created"}},
 		w("list-unlimited", func(s outbound.Store) outbound.Store { return listUnlimited{s} }, "list/default-limit"),
 		w("stats-no-oldest", func(s outbound.Store) outbound.Store { return statsNoOldest{s} }, "stats/per-partner"),
 		w("stats-leased-not-queued", func(s outbound.Store) outbound.Store { return statsLeasedNotQueued{s} },
@@ -418,6 +421,15 @@ type listIgnoresBefore struct{ outbound.Store }
 func (s listIgnoresBefore) List(ctx context.Context, f outbound.Filter) ([]outbound.Message, error) {
 	f.Before = time.Time{}
 	return s.Store.List(ctx, f)
+}
+
+// listIgnoresBeforeID pages by Created alone: it skips the messages that
+// share the Created of a page's last message.
+type listIgnoresBeforeID struct{ *outboundtest.ClockedMemory }
+
+func (s listIgnoresBeforeID) List(ctx context.Context, f outbound.Filter) ([]outbound.Message, error) {
+	f.BeforeID = ""
+	return s.ClockedMemory.List(ctx, f)
 }
 
 type listUnlimited struct{ outbound.Store }

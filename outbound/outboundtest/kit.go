@@ -124,6 +124,9 @@ func Exercise(t *testing.T, open func(t *testing.T) outbound.Store) {
 //	find/by-message-id         FindByMessageID finds the partner's message only
 //	list/filters               List: newest first, by Partner, States, Before, Limit; pages with Before
 //	list/default-limit         List with Limit 0 returns 100 messages
+//	list/same-created          paging by 4 with (Before, BeforeID) through 30 messages created at 3 instants
+//	                           returns each once, newest first (Created, then ID), for every filter; Before
+//	                           alone bounds by time (needs a Backdater: skipped for other stores)
 //	stats/per-partner          Stats: counts by state per partner, OldestQueued the oldest queued's Created
 //	cancel/not-final           Cancel of a Queued or AwaitingMDN message: Cancelled with reason, not leased
 //	cancel/leased              Cancel of a leased message: the worker's outcome fails with ErrLeaseLost
@@ -179,6 +182,7 @@ func ExerciseT(t T, open func(t T) outbound.Store) {
 	t.Run("list", func(t T) {
 		t.Run("filters", k.listFilters)
 		t.Run("default-limit", k.listDefaultLimit)
+		t.Run("same-created", k.listSameCreated)
 	})
 	t.Run("stats", func(t T) { t.Run("per-partner", k.stats) })
 	t.Run("cancel", func(t T) {

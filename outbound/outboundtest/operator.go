@@ -1,6 +1,7 @@
 package outboundtest
 
 import (
+	"bytes"
 	"slices"
 	"strings"
 	"time"
@@ -109,6 +110,105 @@ func (k kit) listDefaultLimit(t T) {
 	}
 	if got := list(t, s, outbound.Filter{Limit: 101}); len(got) != 101 {
 		t.Errorf("List with limit 101 returned %d messages, want 101", len(got))
+	}
+}
+
+// listSameCreated pages through 25 messages of acme and 5 of globex
+// created at 3 instants (as a bulk of submissions lands many in one
+// millisecond), 4 a page, with the keyset cursor (Before, BeforeID) of each
+// page's last message: every message exactly once, newest first (Created,
+// then ID), for every kind of filter. Before alone still bounds by time.
+func (k kit) listSameCreated(t T) {
+	s, c := k.store(t), ctx(t)
+	b, ok := s.(Backdater)
+	if !ok {
+		t.Skipf("the store (%T) is not an outboundtest.Backdater: cannot queue messages created in one instant", s)
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	at := []time.Time{t0, t0.Add(time.Millisecond), t0.Add(2 * time.Millisecond)}
+	var all []outbound.Message
+	for i := range 30 {
+		partner := "acme"
+		if i%6 == 5 {
+			partner = "globex"
+		}
+		// Created disagrees with submission order (and so with the
+		// time-ordered IDs): 0, 1, 2, 0, 1, 2, …
+		m, created, err := b.SubmitAt(c, at[i%3], NewMessage(t, partner), bytes.NewReader(testPayload))
+		if err != nil || !created {
+			t.Fatalf("SubmitAt(%s): created %v, %v", at[i%3], created, err)
+		}
+		if !m.Created.Equal(at[i%3]) {
+			t.Fatalf("SubmitAt(%s): Created %s", at[i%3], m.Created)
+		}
+		all = append(all, m)
+	}
+	// Some cancelled: a list of one state, and of several, skips them.
+	for _, i := range []int{4, 9, 16, 27} {
+		mustOK(t, s.Cancel(c, all[i].ID, "operator"), "Cancel")
+		all[i].State = outbound.Cancelled
+	}
+	newestFirst := func(keep func(m outbound.Message) bool) []string {
+		var ms []outbound.Message
+		for _, m := range all {
+			if keep(m) {
+				ms = append(ms, m)
+			}
+		}
+		slices.SortFunc(ms, func(a, b outbound.Message) int {
+			if c := b.Created.Compare(a.Created); c != 0 {
+				return c
+			}
+			return strings.Compare(b.ID, a.ID)
+		})
+		return ids(ms)
+	}
+	for _, tc := range []struct {
+		name string
+		f    outbound.Filter
+		keep func(m outbound.Message) bool
+	}{
+		{"everything", outbound.Filter{}, func(outbound.Message) bool { return true }},
+		{"partner", outbound.Filter{Partner: "acme"}, func(m outbound.Message) bool { return m.Partner == "acme" }},
+		{"one state", outbound.Filter{States: []outbound.State{outbound.Queued}},
+			func(m outbound.Message) bool { return m.State == outbound.Queued }},
+		{"states", outbound.Filter{States: []outbound.State{outbound.Queued, outbound.Cancelled}},
+			func(outbound.Message) bool { return true }},
+		{"partner and state", outbound.Filter{Partner: "acme", States: []outbound.State{outbound.Queued}},
+			func(m outbound.Message) bool { return m.Partner == "acme" && m.State == outbound.Queued }},
+	} {
+		want := newestFirst(tc.keep)
+		var paged []string
+		f := tc.f
+		f.Limit = 4
+		for range len(all) {
+			page, err := s.List(c, f)
+			mustOK(t, err, "List page")
+			paged = append(paged, ids(page)...)
+			if len(page) < f.Limit {
+				break
+			}
+			f.Before, f.BeforeID = page[len(page)-1].Created, page[len(page)-1].ID
+		}
+		if !slices.Equal(paged, want) {
+			var missed []string
+			for _, id := range want {
+				if !slices.Contains(paged, id) {
+					missed = append(missed, id)
+				}
+			}
+			t.Errorf("paging %s by 4 with (Before, BeforeID) returned %d messages, want %d (newest first, each "+
+				"once); missed %v;\n got %v\nwant %v", tc.name, len(paged), len(want), missed, paged, want)
+		}
+	}
+	// Before alone: created before it, whatever their IDs; BeforeID
+	// without Before: no bound.
+	want := newestFirst(func(m outbound.Message) bool { return m.Created.Before(at[1]) })
+	if got := list(t, s, outbound.Filter{Before: at[1]}); !slices.Equal(got, want) {
+		t.Errorf("List before %s returned %v, want %v", at[1], got, want)
+	}
+	if got := list(t, s, outbound.Filter{BeforeID: all[0].ID}); len(got) != len(all) {
+		t.Errorf("List with BeforeID and no Before returned %d messages, want %d", len(got), len(all))
 	}
 }
 

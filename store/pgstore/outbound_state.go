@@ -85,19 +85,22 @@ WHERE id = $1 AND state IN ('queued', 'awaiting-mdn')`,
 		resend: `UPDATE ` + t + ` SET state = 'queued', next_attempt = now(), created = now(), reason = '', evidence = NULL, ` + released + `
 WHERE id = $1 AND state IN ('failed', 'cancelled')`,
 		// List walks outbound_messages_created (or, for one partner,
-		// outbound_messages_partner_created) down from $3 (a page's
-		// bound), so a page costs the same however deep it is.
+		// outbound_messages_partner_created) down from ($3, $5), a
+		// page's keyset bound (the last message's created and id; id ''
+		// for a bound by time alone), so a page costs the same however
+		// deep it is, and messages sharing the last one's created are
+		// not skipped.
 		list: `SELECT ` + outboundColumns + ` FROM ` + t + `
-WHERE $1 = '' AND created < coalesce($3::timestamptz, 'infinity')
+WHERE $1 = '' AND (created, id) < (coalesce($3::timestamptz, 'infinity'), $5::text)
 	AND (cardinality($2::text[]) = 0 OR state = ANY($2::text[]))
 ORDER BY created DESC, id DESC LIMIT $4`,
 		listPartner: `SELECT ` + outboundColumns + ` FROM ` + t + `
-WHERE partner = $1 AND created < coalesce($3::timestamptz, 'infinity')
+WHERE partner = $1 AND (created, id) < (coalesce($3::timestamptz, 'infinity'), $5::text)
 	AND (cardinality($2::text[]) = 0 OR state = ANY($2::text[]))
 ORDER BY created DESC, id DESC LIMIT $4`,
 		// one state, all partners: down outbound_messages_state_created
 		listState: `SELECT ` + outboundColumns + ` FROM ` + t + `
-WHERE $1 = '' AND state = $2 AND created < coalesce($3::timestamptz, 'infinity')
+WHERE $1 = '' AND state = $2 AND (created, id) < (coalesce($3::timestamptz, 'infinity'), $5::text)
 ORDER BY created DESC, id DESC LIMIT $4`,
 		stats: `SELECT partner, protocol, count(*) FILTER (WHERE state = 'queued'),
 	min(created) FILTER (WHERE state = 'queued'), count(*) FILTER (WHERE state = 'awaiting-mdn'),
@@ -308,18 +311,22 @@ func (o *Outbound) listQuery(f outbound.Filter) (string, []any) {
 	for _, s := range f.States {
 		states = append(states, string(s))
 	}
-	var before *time.Time
+	// Every id sorts after '': (before, '') bounds by time alone.
+	var (
+		before   *time.Time
+		beforeID string
+	)
 	if !f.Before.IsZero() {
-		before = &f.Before
+		before, beforeID = &f.Before, f.BeforeID
 	}
 	if f.Partner == "" && len(states) == 1 {
-		return o.q.listState, []any{"", states[0], before, limit}
+		return o.q.listState, []any{"", states[0], before, limit, beforeID}
 	}
 	q := o.q.list
 	if f.Partner != "" {
 		q = o.q.listPartner
 	}
-	return q, []any{f.Partner, states, before, limit}
+	return q, []any{f.Partner, states, before, limit, beforeID}
 }
 
 // Stats implements outbound.Store.

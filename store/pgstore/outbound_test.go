@@ -116,9 +116,19 @@ ORDER BY next_attempt, id LIMIT 1`).Scan(&id)
 	})
 }
 
+// backdated is s's queue with SubmitAt for the kit's checks of messages
+// created in one instant.
+func backdated(s *pgstore.Store) outbound.Store {
+	q := `UPDATE ` + pgx.Identifier{s.Schema(), "outbound_messages"}.Sanitize() + ` SET created = $2 WHERE id = $1`
+	return outboundcheck.Backdated(s.Outbound(), func(ctx context.Context, id string, created time.Time) error {
+		_, err := s.Pool().Exec(ctx, q, id, created)
+		return err
+	})
+}
+
 func TestOutboundContract(t *testing.T) {
 	t.Parallel()
-	outboundtest.Exercise(t, func(t *testing.T) outbound.Store { return openOutbound(t).Outbound() })
+	outboundtest.Exercise(t, func(t *testing.T) outbound.Store { return backdated(openOutbound(t)) })
 }
 
 // TestOutboundContractTwoPools runs the kit against two stores (two pools)
@@ -127,7 +137,7 @@ func TestOutboundContractTwoPools(t *testing.T) {
 	t.Parallel()
 	outboundtest.Exercise(t, func(t *testing.T) outbound.Store {
 		dsn, schema := pgtest.Schema(t)
-		return outboundcheck.Alternate(open(t, smallPool(dsn), schema, dedup.Options{}).Outbound(),
+		return outboundcheck.Alternate(backdated(open(t, smallPool(dsn), schema, dedup.Options{})),
 			open(t, smallPool(dsn), schema, dedup.Options{}).Outbound())
 	})
 }
@@ -184,7 +194,8 @@ func TestOutboundPurgeMidway(t *testing.T) {
 // TestOutboundStateListUsesItsIndex, with 10,000 messages queued: a list
 // of one state (the console's tabs) walks outbound_messages_state_created
 // backwards, so that a page of failed messages does not scan every queued
-// one newer; it lists the right messages.
+// one newer; a page after a keyset cursor (created, id) is bounded in
+// the index of its filter; it lists the right messages.
 func TestOutboundStateListUsesItsIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -214,6 +225,29 @@ FROM generate_series(1, 10000) AS i`,
 	if !strings.Contains(plan, "Index Scan Backward using outbound_messages_state_created") || strings.Contains(plan, "Seq Scan") ||
 		strings.Contains(plan, "Sort") {
 		t.Errorf("a list of one state scans:\n%s", plan)
+	}
+	// A page after a keyset cursor (created, id): a backward scan of the
+	// (created, id) index of the filter, bounded by the cursor, no sort.
+	cursor := time.Now().Add(time.Hour)
+	for _, tc := range []struct {
+		f     outbound.Filter
+		index string
+	}{
+		{outbound.Filter{}, "outbound_messages_created"},
+		{outbound.Filter{States: []outbound.State{outbound.Queued, outbound.Failed}}, "outbound_messages_created"},
+		{outbound.Filter{Partner: "acme"}, "outbound_messages_partner_created"},
+		{outbound.Filter{States: []outbound.State{outbound.Failed}}, "outbound_messages_state_created"},
+	} {
+		kf := tc.f
+		kf.Before, kf.BeforeID, kf.Limit = cursor, "w00005000", 51
+		plan, err := s.OutboundQueue().ListQueryPlan(ctx, kf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(plan, "Index Scan Backward using "+tc.index) || !strings.Contains(plan, "ROW(created, id) < ROW(") ||
+			strings.Contains(plan, "Seq Scan") || strings.Contains(plan, "Sort") {
+			t.Errorf("a page of %+v after a cursor is not a bounded scan of %s:\n%s", tc.f, tc.index, plan)
+		}
 	}
 	ms, err := s.Outbound().List(ctx, f)
 	if err != nil || len(ms) != 1 || ms[0].ID != failed.ID {

@@ -57,19 +57,21 @@ WHERE id = ?1 AND state IN ('queued', 'awaiting-mdn')`
 WHERE id = ?1 AND state IN ('failed', 'cancelled')`
 
 	// List walks outbound_messages_created (or, for one partner,
-	// outbound_messages_partner_created) down from ?3 (a page's bound), so
-	// a page costs the same however deep it is. ?2: a JSON array of states
-	// (empty: all).
+	// outbound_messages_partner_created) down from (?3, ?5), a page's
+	// keyset bound (the last message's created and id; id '' for a bound
+	// by time alone), so a page costs the same however deep it is, and
+	// messages sharing the last one's created are not skipped. ?2: a JSON
+	// array of states (empty: all).
 	obListSQL = `SELECT ` + outboundColumns + ` FROM outbound_messages
-WHERE ?1 = '' AND created < ?3 AND (?2 = '[]' OR state IN (SELECT value FROM json_each(?2)))
+WHERE ?1 = '' AND (created, id) < (?3, ?5) AND (?2 = '[]' OR state IN (SELECT value FROM json_each(?2)))
 ORDER BY created DESC, id DESC LIMIT ?4`
 	obListPartnerSQL = `SELECT ` + outboundColumns + ` FROM outbound_messages
-WHERE partner = ?1 AND created < ?3 AND (?2 = '[]' OR state IN (SELECT value FROM json_each(?2)))
+WHERE partner = ?1 AND (created, id) < (?3, ?5) AND (?2 = '[]' OR state IN (SELECT value FROM json_each(?2)))
 ORDER BY created DESC, id DESC LIMIT ?4`
 	// obListStateSQL lists the messages of one state ?2 (all partners)
 	// down outbound_messages_state_created.
 	obListStateSQL = `SELECT ` + outboundColumns + ` FROM outbound_messages
-WHERE ?1 = '' AND state = ?2 AND created < ?3
+WHERE ?1 = '' AND state = ?2 AND (created, id) < (?3, ?5)
 ORDER BY created DESC, id DESC LIMIT ?4`
 	obStatsSQL = `SELECT partner, protocol, count(*) FILTER (WHERE state = 'queued'),
 	min(created) FILTER (WHERE state = 'queued'), count(*) FILTER (WHERE state = 'awaiting-mdn'),
@@ -249,18 +251,19 @@ func (o *Outbound) List(ctx context.Context, f outbound.Filter) ([]outbound.Mess
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: outbound list: %w", err)
 	}
-	before := int64(math.MaxInt64)
+	// Every id sorts after '': (before, '') bounds by time alone.
+	before, beforeID := int64(math.MaxInt64), ""
 	if !f.Before.IsZero() {
-		before = f.Before.UnixMilli()
+		before, beforeID = f.Before.UnixMilli(), f.BeforeID
 	}
 	if f.Partner == "" && len(f.States) == 1 {
-		return o.query(ctx, "list", obListStateSQL, "", string(f.States[0]), before, limit)
+		return o.query(ctx, "list", obListStateSQL, "", string(f.States[0]), before, limit, beforeID)
 	}
 	q := obListSQL
 	if f.Partner != "" {
 		q = obListPartnerSQL
 	}
-	return o.query(ctx, "list", q, f.Partner, string(sj), before, limit)
+	return o.query(ctx, "list", q, f.Partner, string(sj), before, limit, beforeID)
 }
 
 // Stats implements outbound.Store.

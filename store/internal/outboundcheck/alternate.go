@@ -7,13 +7,21 @@ import (
 	"time"
 
 	"github.com/edigateway/gateway/outbound"
+	"github.com/edigateway/gateway/outbound/outboundtest"
 )
 
 // Alternate is one queue seen through two stores (two handles of one
 // SQLite file, two pools on one PostgreSQL schema): each call goes to the
 // next of them in turn, as the gateways (or processes) sharing a database
-// would. Run the conformance kit against it.
-func Alternate(a, b outbound.Store) outbound.Store { return &alternate{s: [2]outbound.Store{a, b}} }
+// would. Run the conformance kit against it. When a is an
+// outboundtest.Backdater, so is the result (SubmitAt goes to a).
+func Alternate(a, b outbound.Store) outbound.Store {
+	x := &alternate{s: [2]outbound.Store{a, b}}
+	if at, ok := a.(outboundtest.Backdater); ok {
+		return alternateAt{alternate: x, at: at}
+	}
+	return x
+}
 
 type alternate struct {
 	n atomic.Uint64
