@@ -20,6 +20,7 @@ import (
 	"github.com/edigateway/gateway/internal/pickup"
 	"github.com/edigateway/gateway/internal/submitapi"
 	"github.com/edigateway/gateway/internal/transmit"
+	"github.com/edigateway/gateway/internal/trust"
 	"github.com/edigateway/gateway/mdn"
 	"github.com/edigateway/gateway/outbound"
 	"github.com/edigateway/gateway/partners"
@@ -245,6 +246,7 @@ func (s *Server) as2SendSettings(partner string) (*transmit.AS2Settings, error) 
 		PartnerCerts: certs, AllowWeakKeys: p.AS2.AllowWeakKeys,
 		TLS: sendTLS(dir, snd.TLS), Timeout: snd.Timeout.Std(), MDNTimeout: snd.MDNTimeout.Std(),
 	}
+	st.CA = s.sendCATrust(dir.AS2Trust(p))
 	if st.From == s.Config.Identity.AS2ID {
 		st.From = ""
 	}
@@ -256,6 +258,17 @@ func (s *Server) as2SendSettings(partner string) (*transmit.AS2Settings, error) 
 		st.AsyncMDNURL = u
 	}
 	return st, nil
+}
+
+// sendCATrust is the transmitters' check of a trust: ca partner's MDN,
+// receipt and error signal signers: its CA policy (nil: pinned
+// certificates only) with the checker receiving uses, so that both share
+// the revocation cache.
+func (s *Server) sendCATrust(pol *trust.CAPolicy) *transmit.CATrust {
+	if pol == nil {
+		return nil
+	}
+	return &transmit.CATrust{Policy: pol, Checker: s.trust}
 }
 
 // asyncMDNURL is where partners post the asynchronous MDNs of our
@@ -316,6 +329,7 @@ func (s *Server) as4SendSettings(partner string) (*transmit.AS4Settings, error) 
 		AllowWeakKeys:   p.AS4.AllowWeakKeys,
 		TLS:             sendTLS(dir, snd.TLS), Timeout: snd.Timeout.Std(),
 	}
+	st.CA = s.sendCATrust(dir.AS4Trust(p))
 	if st.To.Value == "" {
 		st.To = as4.PartyID{Value: p.AS4.PartyID, Type: p.AS4.PartyType}
 	}
@@ -337,7 +351,8 @@ type mdnIntake struct{ s *Server }
 
 // ReceiveMDN matches an MDN to the partner's message by its
 // Original-Message-ID, verifies it (signature against the partner's
-// certificates, MIC against the message's transmissions) and settles the
+// certificates or, under trust: ca, its CA policy; MIC against the
+// message's transmissions) and settles the
 // message. A duplicate MDN of a settled message is answered 200 and
 // changes nothing.
 func (in mdnIntake) ReceiveMDN(ctx context.Context, partner *partners.Partner, h http.Header, body []byte) as2.MDNVerdict {
