@@ -21,6 +21,7 @@ import (
 	"github.com/edigateway/gateway/internal/pickup"
 	"github.com/edigateway/gateway/internal/submitapi"
 	"github.com/edigateway/gateway/internal/transmit"
+	"github.com/edigateway/gateway/internal/trust"
 	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/mdn"
 	"github.com/edigateway/gateway/outbound"
@@ -345,6 +346,7 @@ func (s *Server) as2SendSettings(partner string) (*transmit.AS2Settings, error) 
 		PartnerCerts: certs, AllowWeakKeys: p.AS2.AllowWeakKeys,
 		TLS: sendTLS(dir, snd.TLS), Timeout: snd.Timeout.Std(), MDNTimeout: snd.MDNTimeout.Std(),
 	}
+	st.CA = s.sendCATrust(dir.AS2Trust(p))
 	if st.MDN == partners.MDNAsync && st.AsyncMDNURL == "" {
 		u, err := s.asyncMDNURL()
 		if err != nil {
@@ -353,6 +355,17 @@ func (s *Server) as2SendSettings(partner string) (*transmit.AS2Settings, error) 
 		st.AsyncMDNURL = u
 	}
 	return st, nil
+}
+
+// sendCATrust is the transmitters' check of a trust: ca partner's MDN,
+// receipt and error signal signers: its CA policy (nil: pinned
+// certificates only) with the checker receiving uses, so that both share
+// the revocation cache.
+func (s *Server) sendCATrust(pol *trust.CAPolicy) *transmit.CATrust {
+	if pol == nil {
+		return nil
+	}
+	return &transmit.CATrust{Policy: pol, Checker: s.trust}
 }
 
 // asyncMDNURL is where partners post the asynchronous MDNs of our
@@ -413,6 +426,7 @@ func (s *Server) as4SendSettings(partner string) (*transmit.AS4Settings, error) 
 		AllowWeakKeys:   p.AS4.AllowWeakKeys,
 		TLS:             sendTLS(dir, snd.TLS), Timeout: snd.Timeout.Std(),
 	}
+	st.CA = s.sendCATrust(dir.AS4Trust(p))
 	if st.To.Value == "" {
 		st.To = as4.PartyID{Value: p.AS4.PartyID, Type: p.AS4.PartyType}
 	}
@@ -434,7 +448,8 @@ type mdnIntake struct{ s *Server }
 
 // ReceiveMDN matches an MDN to the partner's message by its
 // Original-Message-ID, verifies it (signature against the partner's
-// certificates, MIC against the message's transmissions) and settles the
+// certificates or, under trust: ca, its CA policy; MIC against the
+// message's transmissions) and settles the
 // message. A duplicate MDN of a settled message is answered 200 and
 // changes nothing.
 func (in mdnIntake) ReceiveMDN(ctx context.Context, partner *partners.Partner, h http.Header, body []byte) as2.MDNVerdict {

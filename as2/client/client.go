@@ -86,6 +86,14 @@ type Client struct {
 	NotificationTo string
 	// MDNCerts, when set, replace RecipientCerts for MDN verification.
 	MDNCerts []*x509.Certificate
+	// VerifySigner, when set, turns on CA trust for the MDN signature (a
+	// partner under trust: ca): a certificate the MDN's CMS SignedData
+	// carries may be the signer as well as MDNCerts or RecipientCerts, and
+	// once the signature verified with its key, VerifySigner decides
+	// whether that signer is trusted (presented: the certificates the
+	// SignedData carried, chain material). Its refusal leaves the MDN
+	// unverified, with the refusal in Problems.
+	VerifySigner func(signer *x509.Certificate, presented []*x509.Certificate) error
 
 	// Subject is the Subject header (default "AS2 message").
 	Subject string
@@ -374,7 +382,13 @@ func (c *Client) CheckMDN(m *Message, h http.Header, body []byte) *MDNCheck {
 			now = c.Now()
 		}
 		err := p.Verify(func(sig, content []byte) error {
-			s, err := cms.VerifyDetached(sig, content, trusted, now)
+			var s *cms.Signer
+			var err error
+			if c.VerifySigner != nil {
+				s, err = cms.VerifyDetachedCheck(sig, content, trusted, now, c.VerifySigner)
+			} else {
+				s, err = cms.VerifyDetached(sig, content, trusted, now)
+			}
 			if err == nil {
 				ch.Signer = s.Cert
 			}

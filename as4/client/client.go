@@ -78,8 +78,16 @@ type Client struct {
 	Encryption *Encryption
 	// ReceiptSigners are the receiver's certificates that may sign its
 	// receipts and error signals (several during a rollover). Required to
-	// accept a receipt.
+	// accept a receipt, unless VerifySigner is set.
 	ReceiptSigners []*x509.Certificate
+	// VerifySigner, when set, turns on CA trust for receipts and error
+	// signals (a receiver under trust: ca): a certificate of a
+	// wsse:BinarySecurityToken of the answer (X509v3 or X509PKIPathv1) may
+	// be the signer as well as ReceiptSigners, and once the signature
+	// verified with its key, VerifySigner decides whether that signer is
+	// trusted (presented: the tokens' certificates, chain material). Its
+	// refusal leaves the answer unverified.
+	VerifySigner func(signer *x509.Certificate, presented []*x509.Certificate) error
 	// TimestampTTL, when positive, adds a signed wsu:Timestamp to our
 	// messages that expires TimestampTTL after creation.
 	TimestampTTL time.Duration
@@ -682,6 +690,9 @@ type Response struct {
 	Body []byte
 	// Receipt is the verified receipt, nil when the answer is not one.
 	Receipt *receipt.Receipt
+	// Signer is the certificate whose signature over the answer verified
+	// (a receipt or an error signal); nil when none did.
+	Signer *x509.Certificate
 }
 
 // Send builds m and posts it to url.
@@ -738,10 +749,11 @@ func (c *Client) Post(ctx context.Context, url string, out *Outgoing) (*Response
 	if mt != "application/soap+xml" && mt != "text/xml" && mt != "multipart/related" {
 		return resp, fmt.Errorf("%w: HTTP %d %s: %s", ErrNoSignal, hr.StatusCode, resp.ContentType, snippet(body))
 	}
-	r, err := VerifyReceipt(resp.ContentType, body, ReceiptCheck{
+	r, signer, err := verifyReceipt(resp.ContentType, body, ReceiptCheck{
 		Trusted: c.ReceiptSigners, MessageID: out.MessageID, References: out.References,
-		Now: c.now, ClockSkew: c.ClockSkew, AllowWeakKeys: c.AllowWeakKeys,
+		Now: c.now, ClockSkew: c.ClockSkew, AllowWeakKeys: c.AllowWeakKeys, CheckSigner: c.VerifySigner,
 	})
+	resp.Signer = signer
 	if errors.Is(err, ErrNotCovered) {
 		resp.Receipt = r
 	}

@@ -43,6 +43,11 @@ type AS2Settings struct {
 	ContentType, Subject string
 	// PartnerCerts: the first encrypts, all may sign the partner's MDNs.
 	PartnerCerts []*x509.Certificate
+	// CA, for a partner under trust: ca, also accepts an MDN signer the
+	// MDN carries that the partner's CA policy trusts (and judges a
+	// listed one by that policy too): a signed MDN then needs no
+	// PartnerCerts.
+	CA *CATrust
 	// AllowWeakKeys is the partner's allow_weak_keys (AS2 MDN signers are
 	// checked by the cms package's own rules; kept for symmetry).
 	AllowWeakKeys bool
@@ -123,8 +128,8 @@ func (t *AS2) client(s *AS2Settings, id Identity) (*as2client.Client, error) {
 	default:
 		return nil, fmt.Errorf("transmit: mdn %q is not sync, async or none", s.MDN)
 	}
-	if c.SignedMDN && c.MDN != as2client.MDNNone && len(s.PartnerCerts) == 0 {
-		return nil, errors.New("transmit: a signed MDN needs the partner's certificates")
+	if c.SignedMDN && c.MDN != as2client.MDNNone && len(s.PartnerCerts) == 0 && !s.CA.active() {
+		return nil, errors.New("transmit: a signed MDN needs the partner's certificates or its trust: ca policy")
 	}
 	return c, nil
 }
@@ -191,8 +196,12 @@ func (t *AS2) Transmit(ctx context.Context, m outbound.Message, open func() (io.
 		return a
 	}
 	// A sync MDN, or one a partner sent on the response although async
-	// was asked.
-	v := judgeMDN(c, m.MessageID, append(append([]string(nil), m.Sent...), digest), h, body)
+	// was asked. The CA policy is set only now: Send's own check of the
+	// MDN (against this transmission alone) is not used, and so the
+	// policy, with its revocation lookups, runs once per MDN.
+	run := &signerRun{}
+	c.VerifySigner = s.CA.verifySigner(ctx, run)
+	v := judgeMDN(c, run, m.MessageID, append(append([]string(nil), m.Sent...), digest), h, body)
 	a.Evidence = v.ev
 	switch {
 	case v.problem != "":
@@ -238,7 +247,8 @@ func (t *AS2) prepare(c *as2client.Client, s *AS2Settings, m outbound.Message, o
 
 // VerifyAsyncMDN judges an asynchronous MDN (the request's header and
 // body) that answers m: its signature must verify against the partner's
-// certificates (and it must be signed when a signed MDN is asked for),
+// certificates or, under trust: ca, with a certificate its CA policy
+// accepts (and it must be signed when a signed MDN is asked for),
 // its Original-Message-ID must be m.MessageID and, when positive, its
 // Received-Content-MIC one of m.Sent. delivered and reason are the
 // partner's verdict; err is for an MDN that must not settle the message
@@ -251,11 +261,12 @@ func (t *AS2) VerifyAsyncMDN(ctx context.Context, m outbound.Message, h http.Hea
 	if s == nil {
 		return false, "", nil, fmt.Errorf("transmit: partner %q has no AS2 sending settings", m.Partner)
 	}
-	c := &as2client.Client{RecipientCerts: s.PartnerCerts, SignedMDN: s.SignedMDN}
-	if s.SignedMDN && len(s.PartnerCerts) == 0 {
-		return false, "", nil, errors.New("transmit: a signed MDN is required and the partner has no certificate")
+	run := &signerRun{}
+	c := &as2client.Client{RecipientCerts: s.PartnerCerts, SignedMDN: s.SignedMDN, VerifySigner: s.CA.verifySigner(ctx, run)}
+	if s.SignedMDN && len(s.PartnerCerts) == 0 && !s.CA.active() {
+		return false, "", nil, errors.New("transmit: a signed MDN is required and the partner has no certificate and no trust: ca policy")
 	}
-	v := judgeMDN(c, m.MessageID, m.Sent, h, body)
+	v := judgeMDN(c, run, m.MessageID, m.Sent, h, body)
 	if v.problem != "" {
 		return false, "", v.ev, fmt.Errorf("transmit: async MDN for %s: %s", m.MessageID, v.problem)
 	}
@@ -272,8 +283,9 @@ type mdnVerdict struct {
 }
 
 // judgeMDN checks an MDN answering messageID against the transmissions
-// made (sent: "MIC, alg" each).
-func judgeMDN(c *as2client.Client, messageID string, sent []string, h http.Header, body []byte) mdnVerdict {
+// made (sent: "MIC, alg" each); run is the CA trust check of its signer
+// (trust: ca partners).
+func judgeMDN(c *as2client.Client, run *signerRun, messageID string, sent []string, h http.Header, body []byte) mdnVerdict {
 	ch := c.CheckMDN(&as2client.Message{ID: messageID}, h, body)
 	var v mdnVerdict
 	if ch.MDN == nil {
@@ -282,7 +294,14 @@ func judgeMDN(c *as2client.Client, messageID string, sent []string, h http.Heade
 	}
 	v.ev = &outbound.Evidence{Kind: "mdn", ContentType: h.Get("Content-Type"), Body: append([]byte(nil), body...),
 		Disposition: ch.Disposition.String(), Signer: signerName(ch.Signer), Received: time.Now()}
+	if ch.Verified {
+		v.ev.Signer += run.note()
+	}
 	switch {
+	case ch.Signed && !ch.Verified && run.refused():
+		v.problem = "the MDN's signature verified, but " + run.refusal()
+		v.ev.Signer = signerName(run.cert)
+		return v
 	case ch.Signed && !ch.Verified:
 		v.problem = "the MDN's signature does not verify against the partner's certificates"
 		for _, p := range ch.Problems {

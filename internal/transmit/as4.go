@@ -44,6 +44,11 @@ type AS4Settings struct {
 	// ReceiptSigners are the partner's certificates that may sign its
 	// receipts and error signals.
 	ReceiptSigners []*x509.Certificate
+	// CA, for a partner under trust: ca, also accepts a signer the
+	// answer carries (BinarySecurityToken, PKIPath) that the partner's CA
+	// policy trusts (and judges a listed one by that policy too):
+	// ReceiptSigners may then be empty.
+	CA *CATrust
 	// EncryptTo is the partner's encryption certificate; nil sends signed
 	// only (an opt-out; the BDEW profile refuses it).
 	EncryptTo *x509.Certificate
@@ -183,24 +188,27 @@ func (t *AS4) Transmit(ctx context.Context, m outbound.Message, open func() (io.
 	if err := posting(digest); err != nil {
 		return retry("not sent: recording the transmission: %v", err)
 	}
+	run := &signerRun{}
+	c.VerifySigner = s.CA.verifySigner(ctx, run)
 	resp, err := c.Post(ctx, s.URL, out)
 	if resp == nil {
 		return transportRetry(err, hc.Timeout)
 	}
-	return judgeAS4(c, s, m.Sent, out, resp, err)
+	return judgeAS4(s, run, m.Sent, resp, err)
 }
 
-// judgeAS4 turns the answer to a transmission of out into an Attempt.
-func judgeAS4(c *client.Client, s *AS4Settings, sent []string, out *client.Outgoing, resp *client.Response, err error) outbound.Attempt {
+// judgeAS4 turns the answer to a transmission into an Attempt; run is the
+// CA trust check of the answer's signer (trust: ca partners).
+func judgeAS4(s *AS4Settings, run *signerRun, sent []string, resp *client.Response, err error) outbound.Attempt {
 	a := outbound.Attempt{Status: resp.Status, RetryAfter: retryAfter(resp.RetryAfter, time.Now())}
 	ev := &outbound.Evidence{ContentType: resp.ContentType, Body: resp.Body, Received: time.Now()}
 	var se *receipt.SignalError
 	switch {
 	case err == nil:
-		ev.Kind, ev.Disposition, ev.Signer = "receipt", "receipt", receiptSigner(c, out, resp)
+		ev.Kind, ev.Disposition, ev.Signer = "receipt", "receipt", receiptSigner(resp, run)
 		a.Outcome, a.Evidence = outbound.Deliver, ev
 	case errors.As(err, &se):
-		ev.Kind, ev.Signer = "error", receiptSigner(c, nil, resp)
+		ev.Kind, ev.Signer = "error", receiptSigner(resp, run)
 		var codes []string
 		failure := false
 		for _, e := range se.Errors {
@@ -229,7 +237,7 @@ func judgeAS4(c *client.Client, s *AS4Settings, sent []string, out *client.Outgo
 		for _, d := range sent {
 			refs, derr := DecodeReferences(d)
 			if derr == nil && len(refs) > 0 && resp.Receipt.Covers(refs) == nil {
-				ev.Signer = receiptSigner(c, nil, resp)
+				ev.Signer = receiptSigner(resp, run)
 				a.Outcome = outbound.Deliver
 				return a
 			}
@@ -248,27 +256,23 @@ func judgeAS4(c *client.Client, s *AS4Settings, sent []string, out *client.Outgo
 		}
 	case !s.ReceiptRequired && resp.Status >= 200 && resp.Status <= 299:
 		a.Outcome, a.Evidence = outbound.Deliver, &outbound.Evidence{Kind: "status", Disposition: fmt.Sprintf("HTTP %d (no receipt required; the answer did not verify: %s)", resp.Status, snippet([]byte(err.Error()))), Received: time.Now()}
+	case run.refused():
+		// A signer the partner's CA policy refuses: unverifiable, as one
+		// signed by another key.
+		a.Outcome, a.Reason = outbound.Retry, "not delivered: the answer's signature verified, but "+run.refusal()
 	default:
 		a.Outcome, a.Reason = outbound.Retry, "not delivered: "+snippet([]byte(err.Error()))
 	}
 	return a
 }
 
-// receiptSigner names the receipt signer whose signature verified (the
-// client does not say which one of several did).
-func receiptSigner(c *client.Client, out *client.Outgoing, resp *client.Response) string {
-	if len(c.ReceiptSigners) == 1 {
-		return signerName(c.ReceiptSigners[0])
+// receiptSigner names the signer whose signature over the answer verified
+// and, under trust: ca, the policy's decision.
+func receiptSigner(resp *client.Response, run *signerRun) string {
+	if resp.Signer == nil {
+		return ""
 	}
-	for _, cert := range c.ReceiptSigners {
-		chk := client.ReceiptCheck{Trusted: []*x509.Certificate{cert}, AllowWeakKeys: c.AllowWeakKeys}
-		_, err := client.VerifyReceipt(resp.ContentType, resp.Body, chk)
-		var se *receipt.SignalError
-		if err == nil || errors.As(err, &se) || errors.Is(err, client.ErrNotCovered) {
-			return signerName(cert)
-		}
-	}
-	return ""
+	return signerName(resp.Signer) + run.note()
 }
 
 // EncodeReferences is the digest of an AS4 transmission (Sent): "as4:"

@@ -88,6 +88,10 @@ func (s *served) received() []receivedPayload {
 type gatewayOptions struct {
 	// as2 and as4 are appended to the partner's sections (indented).
 	as2, as4 string
+	// cert and key are the gateway's identity key pair files (default the
+	// fixture's gateway.pem and gateway.key): it signs its MDNs and
+	// receipts with it.
+	cert, key string
 }
 
 // serveGateway serves the fixture gateway (identity GATEWAY,
@@ -107,9 +111,12 @@ func serveGateway(t testing.TB, o gatewayOptions) *served {
 	partner := "id: demo\non_drift: reject\nas2:\n  as2_id: DEMO\n  certificates: [demo-partner.pem]\n  duplicate_disposition: warning\n" + o.as2 +
 		"as4:\n  party_id: urn:demo:partner\n  party_type: urn:oasis:names:tc:ebcore:partyid-type:unregistered\n  certificates: [demo-partner.pem]\n" +
 		"  pmodes:\n    - id: demo-invoice\n      service: urn:demo:invoicing\n      action: Deliver\n" + o.as4
+	if o.cert == "" {
+		o.cert, o.key = filepath.Join(fixtureDir(), "keys", "gateway.pem"), filepath.Join(fixtureDir(), "keys", "gateway.key")
+	}
 	gw := "listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\nstore: \"memory:\"\npartners: partners\nquarantine_dir: quarantine\n" +
 		"spool_dir: spool\nidentity:\n  as2_id: GATEWAY\n  party_id: urn:demo:gateway\n  party_type: urn:oasis:names:tc:ebcore:partyid-type:unregistered\n" +
-		"  keys:\n    - cert: " + filepath.Join(fixtureDir(), "keys", "gateway.pem") + "\n      key: " + filepath.Join(fixtureDir(), "keys", "gateway.key") + "\n" +
+		"  keys:\n    - cert: " + o.cert + "\n      key: " + o.key + "\n" +
 		"handler: {type: dir, inbox: inbox}\naudit:\n  file: audit.jsonl\nshutdown_timeout: 2s\ndrain_period: 0s\n"
 	for name, text := range map[string]string{"gateway.yaml": gw, "partners/demo.yaml": partner, "partners/demo-partner.pem": string(pem)} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {

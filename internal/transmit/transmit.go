@@ -5,8 +5,9 @@
 // Message-ID or eb:MessageId, reports the transmission's digest (the AS2
 // MIC, the AS4 signed references) before anything leaves, posts it and
 // judges the answer: Deliver only on a positive MDN or receipt whose
-// signature verifies against the partner's certificates and that matches a
-// transmission of the message; Refuse on the partner's verified refusal;
+// signature verifies against the partner's certificates (or, for a partner
+// under trust: ca, with a certificate the answer carries that its CA
+// policy accepts: CATrust) and that matches a transmission of the message; Refuse on the partner's verified refusal;
 // Retry on anything that is not the partner's verdict; Await an
 // asynchronous MDN.
 //
@@ -33,6 +34,7 @@ import (
 	"time"
 
 	as2client "github.com/edigateway/gateway/as2/client"
+	"github.com/edigateway/gateway/internal/trust"
 	"github.com/edigateway/gateway/outbound"
 )
 
@@ -57,6 +59,79 @@ type TLS struct {
 	PinnedCertificate string
 	// ClientCertificate and ClientKey: our TLS client certificate.
 	ClientCertificate, ClientKey string
+}
+
+// CATrust is the trust: ca policy of a partner for the signer of its MDNs,
+// receipts and error signals, checked as on receiving: the certificate the
+// answer carries (CMS certificates of an AS2 MDN, BinarySecurityTokens of
+// an AS4 signal), or one of the partner's listed certificates, whose key
+// verified the signature must chain to Policy's roots, match its subject
+// pattern and key usages and, when asked, not be revoked (Checker.Check).
+// A signer it refuses leaves the answer unverified: the attempt is retried
+// with a reason naming the certificate and the decision; a revocation
+// status that is unavailable under a soft policy is accepted.
+type CATrust struct {
+	Policy *trust.CAPolicy
+	// Checker is the gateway's shared checker (its revocation cache);
+	// nil: a checker of the attempt's own.
+	Checker *trust.Checker
+}
+
+// active reports a CA policy to check signers with.
+func (ct *CATrust) active() bool { return ct != nil && ct.Policy != nil }
+
+// signerRun is the outcome of the CA trust check of one answer's signer.
+type signerRun struct {
+	ran      bool
+	cert     *x509.Certificate
+	decision *trust.Decision
+	err      error
+}
+
+// verifySigner is the clients' signer callback of ct (nil without a
+// policy: the listed certificates alone are trusted), recording its
+// outcome in run.
+func (ct *CATrust) verifySigner(ctx context.Context, run *signerRun) func(*x509.Certificate, []*x509.Certificate) error {
+	if ct == nil || ct.Policy == nil {
+		return nil
+	}
+	chk := ct.Checker
+	if chk == nil {
+		chk = &trust.Checker{}
+	}
+	return func(signer *x509.Certificate, presented []*x509.Certificate) error {
+		d, err := chk.Check(ctx, ct.Policy, signer, presented)
+		run.ran, run.cert, run.decision, run.err = true, signer, d, err
+		return err
+	}
+}
+
+// refused reports a signer the policy refused.
+func (r *signerRun) refused() bool { return r != nil && r.ran && r.err != nil }
+
+// refusal is the reason of a refused signer: the certificate and the
+// policy's decision (refused/untrusted, refused/revoked,
+// unavailable/undetermined, ...).
+func (r *signerRun) refusal() string {
+	decision, detail := trust.AuditDecision(r.cert, r.decision, r.err)
+	return fmt.Sprintf("the partner's trust: ca policy does not accept the signer (%s): %s", decision, detail)
+}
+
+// note is what Evidence.Signer adds for a signer the policy accepted:
+// the decision and the revocation source.
+func (r *signerRun) note() string {
+	if r == nil || !r.ran || r.err != nil || r.decision == nil {
+		return ""
+	}
+	decision, _ := trust.AuditDecision(r.cert, r.decision, nil)
+	n := "; trust: ca " + decision
+	if r.decision.Source != "" {
+		n += " from " + r.decision.Source
+	}
+	if r.decision.Detail != "" {
+		n += " (" + r.decision.Detail + ")"
+	}
+	return n
 }
 
 // Defaults of the settings.
