@@ -213,34 +213,7 @@ func floorHTTP(b *testing.B, n int) time.Duration {
 			b.Fatal(err)
 		}
 	}
-	jobs := make(chan int)
-	errs := make(chan error, floorSenders)
-	var wg sync.WaitGroup
-	c0, _ := processCPU()
-	for range floorSenders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range jobs {
-				if err := post(); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	for i := range n {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	c1, _ := processCPU()
-	select {
-	case err := <-errs:
-		b.Fatal(err)
-	default:
-	}
-	return (c1 - c0) / time.Duration(n)
+	return concurrently(b, n, func(int) error { return post() })
 }
 
 // floorInbox is the CPU time of the `dir` handler's durable write of one
