@@ -6,8 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,7 +15,6 @@ import (
 
 	as2client "github.com/edigateway/gateway/as2/client"
 	"github.com/edigateway/gateway/exchange"
-	"github.com/edigateway/gateway/internal/cms"
 )
 
 // TestAS2HandlerFailureIs503AndCounted: through the whole server, a message
@@ -43,17 +40,7 @@ func TestAS2HandlerFailureIs503AndCounted(t *testing.T) {
 	}))
 	partnerURL, admin := serveBoth(t, s)
 
-	demo := filepath.Dir(cfg.File)
-	pair := func(cert, key string) cms.KeyPair {
-		c, _ := os.ReadFile(filepath.Join(demo, cert))
-		k, _ := os.ReadFile(filepath.Join(demo, key))
-		kp, err := cms.ParseKeyPair(c, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return kp
-	}
-	partner, gw := pair("partners/demo-partner.pem", "keys/demo-partner.key"), pair("keys/gateway.pem", "keys/gateway.key")
+	partner, gw := demoAS2KeyPairs(t)
 	c := &as2client.Client{URL: partnerURL + "/as2", From: "DEMO", To: "GATEWAY", SignCert: partner.Cert,
 		SignKey: partner.Key, SignDigest: "sha256", RecipientCerts: []*x509.Certificate{gw.Cert}, Cipher: "aes128-cbc",
 		MDN: as2client.MDNSync, SignedMDN: true, MDNCerts: []*x509.Certificate{gw.Cert}}
