@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -118,15 +117,7 @@ func memoryServer(t *testing.T, tune func(c *config.Config)) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return "http://" + ln.Addr().String()
+	return serveGateway(t, s)
 }
 
 // as2Post sends a request from the demo partner (AS2-From DEMO) and returns

@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -123,15 +122,7 @@ func memoryServerWith(t *testing.T, tune func(c *config.Config), h func(m *excha
 	}
 	t.Cleanup(func() { s.Close() })
 	s.SetHandler(exchange.HandlerFunc(func(ctx context.Context, m *exchange.Message) error { return h(m) }))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return "http://" + ln.Addr().String()
+	return serveGateway(t, s)
 }
 
 // prngReader yields n bytes from a seeded PRNG, generated as read.
