@@ -15,6 +15,7 @@ import (
 
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/internal/trust"
+	"github.com/edigateway/gateway/outbound"
 	"github.com/edigateway/gateway/partners"
 )
 
@@ -76,6 +77,16 @@ type as4Profile struct {
 	KeyTransport      []string      `json:"key_transport"`
 	Receipt           receiptInfo   `json:"receipt"`
 	Certificates      []certProfile `json:"certificates"`
+	// SendingAs and SendingCertificates: the identity we send to the
+	// partner as (as4.send.from_party_id), when it is not the one the
+	// partner sends to: its certificates sign our messages.
+	SendingAs           *partyInfo    `json:"sending_as,omitempty"`
+	SendingCertificates []certProfile `json:"sending_certificates,omitempty"`
+}
+
+type partyInfo struct {
+	ID   string `json:"party_id"`
+	Type string `json:"party_type,omitempty"`
 }
 
 type pmodeInfo struct {
@@ -239,6 +250,17 @@ func profileOf(cfg *config.Config, p *partners.Partner) (partnerProfile, error) 
 			SignatureMethods: sigs, DigestMethods: digests, ContentCiphers: ciphers, KeyTransport: kt,
 			Receipt:      receiptInfo{Reply: "synchronous (on the HTTP response)", Signed: true, NonRepudiation: true},
 			Certificates: certs}
+		if a.Send != nil {
+			ids := cfg.AllIdentities()
+			if j := p.SendIdentity(outbound.AS4, ids); j >= 0 && (ids[j].PartyID != ourID || ids[j].PartyType != ourType) {
+				sc, err := identityCertificates(ids[j])
+				if err != nil {
+					return pp, err
+				}
+				pp.AS4.SendingAs = &partyInfo{ID: ids[j].PartyID, Type: ids[j].PartyType}
+				pp.AS4.SendingCertificates = sc
+			}
+		}
 	}
 	return pp, nil
 }
@@ -378,6 +400,11 @@ func writeProfile(w io.Writer, pp partnerProfile) {
 		line("receipt", fmt.Sprintf("%s, %s, %s", a.Receipt.Reply, yesNo(a.Receipt.Signed, "signed", "unsigned"),
 			yesNo(a.Receipt.NonRepudiation, "with NonRepudiationInformation", "without NonRepudiationInformation")))
 		writeCerts(w, a.Certificates)
+		if a.SendingAs != nil {
+			line("we send to you as (eb:From)", party(a.SendingAs.ID, a.SendingAs.Type))
+			fmt.Fprintln(w, "  the certificates of that identity sign the messages we send you:")
+			writeCerts(w, a.SendingCertificates)
+		}
 	}
 }
 

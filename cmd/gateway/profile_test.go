@@ -165,3 +165,48 @@ func TestPartnersProfile(t *testing.T) {
 		t.Errorf("unknown partner: exit %d, stderr %q", code, errb.String())
 	}
 }
+
+// TestPartnersProfileNamesTheSendingIdentity: an AS4 partner we send to as
+// another identity (as4.send.from_party_id) than the one its messages
+// address is told that party and that identity's certificates, which sign
+// what we send; a partner we send to as the identity it addresses is not.
+func TestPartnersProfileNamesTheSendingIdentity(t *testing.T) {
+	fixture := filepath.Dir(demoConfig(t))
+	pdir := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(fixture, "partners", "demo-partner.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(pdir, "demo-partner.pem"), b, 0o600)
+	partner := func(id, from string) string {
+		return "id: " + id + "\nas4:\n  party_id: urn:" + id + "\n  certificates: [demo-partner.pem]\n  pmodes: [{id: inv}]\n" +
+			"  send: {url: \"https://" + id + ".example/as4\"" + from + "}\n"
+	}
+	os.WriteFile(filepath.Join(pdir, "p1.yaml"), []byte(partner("p1", "")), 0o600)
+	os.WriteFile(filepath.Join(pdir, "p2.yaml"), []byte(partner("p2", ", from_party_id: urn:gw2")), 0o600)
+	cfg := operatorConfig(t, pdir, "public_url: https://edi.example.com/gw/\nidentities:\n  - as2_id: GW2\n    party_id: urn:gw2\n"+
+		"    keys:\n      - cert: "+filepath.Join(fixture, "partners", "demo-partner.pem")+"\n        key: "+filepath.Join(fixture, "keys", "demo-partner.key")+"\n")
+	var out, errb bytes.Buffer
+	if code := run([]string{"partners", "profile", "-config", cfg, "-json"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var all []partnerProfile
+	if err := json.Unmarshal(out.Bytes(), &all); err != nil || len(all) != 2 {
+		t.Fatalf("%v, %d profiles:\n%s", err, len(all), out.String())
+	}
+	p1, p2 := all[0].AS4, all[1].AS4
+	if p1 == nil || p1.SendingAs != nil || len(p1.SendingCertificates) != 0 {
+		t.Errorf("p1 (sent to as the identity it addresses): %+v", p1)
+	}
+	if p2 == nil || p2.SendingAs == nil || p2.SendingAs.ID != "urn:gw2" || len(p2.SendingCertificates) != 1 ||
+		!strings.Contains(p2.SendingCertificates[0].Subject, "demo") || p2.SendingCertificates[0].SHA256 == p2.Certificates[0].SHA256 {
+		t.Fatalf("p2 (sent to as urn:gw2): %+v", p2)
+	}
+	out.Reset()
+	if code := run([]string{"partners", "profile", "-config", cfg, "-partner", "p2"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "we send to you as (eb:From): urn:gw2") {
+		t.Errorf("text profile of p2:\n%s", out.String())
+	}
+}
