@@ -71,6 +71,9 @@ func TestCheckIdentities(t *testing.T) {
 	if err := d.CheckIdentities(ours); err != nil {
 		t.Errorf("a receive-only partner's our_as2_id refused: %v", err)
 	}
+	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], `as2.our_as2_id: "GW3" is the as2_id of none of our identities`) {
+		t.Errorf("warnings for a receive-only partner's unknown our_as2_id: %q", d.Warnings)
+	}
 	d, file, err := loadOne(t, "id: acme\nas2:\n  as2_id: ACME\n  our_as2_id: GW3\n  certificates: [acme.pem]\n  send: {url: https://a.example}\n"+as4Head+
 		"  send: {url: https://a.example, from_party_id: urn:gw3}\n")
 	if err != nil {

@@ -580,10 +580,10 @@ func (p *Partner) SendIdentity(proto outbound.Protocol, ids []config.Identity) i
 // we do not have (ids: our identities, config.AllIdentities): with
 // as2.send, as2.our_as2_id must be the as2_id of one of them (it picks the
 // identity that signs); as4.send.from_party_id the party_id of one. A
-// receive-only partner's unknown our_as2_id is left as it always was (its
-// MDNs are signed with the first identity's key), so that no configuration
-// that ran stops starting. Every problem is reported, naming the file and
-// the key.
+// receive-only partner's unknown our_as2_id is accepted as it always was
+// (its MDNs are signed with the first identity's key), so that no
+// configuration that ran stops starting, with a warning added to
+// d.Warnings. Every problem is reported, naming the file and the key.
 func (d *Directory) CheckIdentities(ids []config.Identity) error {
 	var as2IDs, partyIDs []string
 	add := func(names []string, n string) []string {
@@ -603,9 +603,14 @@ func (d *Directory) CheckIdentities(ids []config.Identity) error {
 	}
 	var errs []error
 	for _, p := range d.Partners {
-		if p.AS2 != nil && p.AS2.Send != nil && p.AS2.OurID != "" && p.SendIdentity(outbound.AS2, ids) < 0 {
-			errs = append(errs, &FieldError{p.File, "as2.our_as2_id",
-				fmt.Sprintf("%q is the as2_id of none of our identities (identity, identities[]: %s)", p.AS2.OurID, ours(as2IDs))})
+		if p.AS2 != nil && p.AS2.OurID != "" && p.SendIdentity(outbound.AS2, ids) < 0 {
+			if p.AS2.Send != nil {
+				errs = append(errs, &FieldError{p.File, "as2.our_as2_id",
+					fmt.Sprintf("%q is the as2_id of none of our identities (identity, identities[]: %s)", p.AS2.OurID, ours(as2IDs))})
+			} else {
+				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: as2.our_as2_id: %q is the as2_id of none of our identities (identity, identities[]: %s); "+
+					"its messages are answered with MDNs signed by the first identity's key", p.File, p.AS2.OurID, ours(as2IDs)))
+			}
 		}
 		if p.AS4 != nil && p.AS4.Send != nil && p.AS4.Send.FromPartyID != "" && p.SendIdentity(outbound.AS4, ids) < 0 {
 			errs = append(errs, &FieldError{p.File, "as4.send.from_party_id",

@@ -88,9 +88,6 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range dir.Warnings {
-		log.Warn("partner configuration", "warning", w)
-	}
 	be, err := store.Open(ctx, cfg.Store, dedup.Options{Lease: cfg.Lease})
 	if err != nil {
 		return nil, fmt.Errorf("server: open store %s: %w", cfg.Redacted(), err)
@@ -175,6 +172,9 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, er
 	if err := checkIdentities(dir, cfg.AllIdentities()); err != nil {
 		s.Close()
 		return nil, err
+	}
+	for _, w := range dir.Warnings {
+		log.Warn("partner configuration", "warning", w)
 	}
 	if err := s.mountProtocols(dir); err != nil {
 		s.Close()
