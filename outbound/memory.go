@@ -513,6 +513,7 @@ func (m *Memory) Purge(ctx context.Context, before time.Time, limit int) (int, e
 // cloneMessage returns msg sharing no memory with it.
 func cloneMessage(msg Message) Message {
 	msg.Sent = slices.Clone(msg.Sent)
+	msg.Properties = slices.Clone(msg.Properties)
 	msg.Evidence = cloneEvidence(msg.Evidence)
 	return msg
 }

@@ -103,6 +103,11 @@ type Submission struct {
 	// the partner's send.pmode). ConversationID is the AS4
 	// eb:ConversationId (empty: the profile's default).
 	Service, Action, ConversationID string
+	// Properties are AS4 part properties of the payload
+	// (eb:PartProperties), sent in this order after the ones the sender
+	// writes itself (MimeType, CompressionType). ValidateProperties says
+	// what is allowed; an AS2 submission with properties is refused.
+	Properties []Property
 	// Source says where the submission came from, for the audit and the
 	// console: "api", "http", "pickup", "cli".
 	Source string
@@ -125,6 +130,8 @@ type Message struct {
 	Service        string
 	Action         string
 	ConversationID string
+	// Properties are the AS4 part properties submitted (nil: none).
+	Properties []Property
 	// Size and SHA256 (hex) of the payload.
 	Size   int64
 	SHA256 string

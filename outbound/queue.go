@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,8 +20,9 @@ var (
 	// ErrNoSending: the partner has no sending set up for the protocol
 	// asked (or none at all, or both AS2 and AS4 and none was asked).
 	ErrNoSending = errors.New("outbound: partner has no sending set up for the protocol")
-	// ErrInvalid: the submission lacks a partner or a payload, or names a
-	// protocol other than as2 and as4.
+	// ErrInvalid: the submission lacks a partner or a payload, names a
+	// protocol other than as2 and as4, has properties ValidateProperties
+	// refuses, or has properties for AS2 (which has none).
 	ErrInvalid = errors.New("outbound: invalid submission")
 )
 
@@ -62,6 +64,9 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (Message, bool, error)
 	if s.Protocol != "" && s.Protocol != AS2 && s.Protocol != AS4 {
 		return Message{}, false, fmt.Errorf("%w: protocol %q (want as2 or as4)", ErrInvalid, s.Protocol)
 	}
+	if err := ValidateProperties(s.Properties); err != nil {
+		return Message{}, false, fmt.Errorf("%w: partner %q: %w", ErrInvalid, s.Partner, err)
+	}
 	p := s.Protocol
 	if q.Resolve != nil {
 		var err error
@@ -70,6 +75,9 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (Message, bool, error)
 		}
 	} else if p == "" {
 		return Message{}, false, fmt.Errorf("%w: no protocol for partner %q", ErrInvalid, s.Partner)
+	}
+	if p == AS2 && len(s.Properties) > 0 {
+		return Message{}, false, fmt.Errorf("%w: partner %q is sent AS2, which has no part properties (%d given)", ErrInvalid, s.Partner, len(s.Properties))
 	}
 	now := q.now()
 	newMID := q.NewMessageID
@@ -86,7 +94,7 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (Message, bool, error)
 	}
 	m := Message{ID: NewID(now), Partner: s.Partner, Protocol: p, MessageID: mid, IdempotencyKey: s.IdempotencyKey,
 		Source: src, ContentType: s.ContentType, Filename: s.Filename, Subject: s.Subject, Service: s.Service,
-		Action: s.Action, ConversationID: s.ConversationID}
+		Action: s.Action, ConversationID: s.ConversationID, Properties: slices.Clone(s.Properties)}
 	stored, created, err := q.Store.Submit(ctx, m, s.Payload)
 	if err != nil {
 		return Message{}, false, fmt.Errorf("outbound: submit to partner %q: %w", s.Partner, err)

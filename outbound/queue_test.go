@@ -129,3 +129,56 @@ func TestQueueSubmitThenSend(t *testing.T) {
 	}
 	waitFor(t, "delivered", func() bool { return get(t, st, m.ID).State == outbound.Delivered })
 }
+
+// TestQueueSubmitProperties: AS4 properties are queued in their order;
+// invalid ones, and any for AS2, are refused with ErrInvalid and a reason,
+// nothing queued.
+func TestQueueSubmitProperties(t *testing.T) {
+	ctx := context.Background()
+	st := outbound.NewMemory()
+	var notified atomic.Int32
+	q := newQueue(st, nil, &notified)
+	props := []outbound.Property{{Name: "BDEWDocumentType", Value: "UTILMD"}, {Name: "BDEWDocumentNo", Value: "4711"},
+		{Name: "CharacterSet", Value: "utf-8"}}
+	m, created, err := q.Submit(ctx, outbound.Submission{Partner: "both", Protocol: outbound.AS4,
+		Payload: strings.NewReader("UNB+..."), Properties: props})
+	if err != nil || !created {
+		t.Fatalf("Submit: created %v, %v", created, err)
+	}
+	if got, _ := st.Get(ctx, m.ID); !outbound.EqualProperties(got.Properties, props) {
+		t.Errorf("stored properties %q, want %q", got.Properties, props)
+	}
+	long := strings.Repeat("x", 65)
+	many := make([]outbound.Property, 33)
+	for i := range many {
+		many[i] = outbound.Property{Name: fmt.Sprintf("P%d", i), Value: "v"}
+	}
+	for _, c := range []struct {
+		partner  string
+		protocol outbound.Protocol
+		props    []outbound.Property
+		reason   string
+	}{
+		{"acme", "", props, "AS2"},
+		{"both", outbound.AS2, props, "AS2"},
+		{"both", outbound.AS4, many, "33 properties: at most 32"},
+		{"both", outbound.AS4, []outbound.Property{{Name: "", Value: "v"}}, "empty name"},
+		{"both", outbound.AS4, []outbound.Property{{Name: long, Value: "v"}}, "longer than 64"},
+		{"both", outbound.AS4, []outbound.Property{{Name: "a b", Value: "v"}}, "only A-Z"},
+		{"both", outbound.AS4, []outbound.Property{{Name: "Doc", Value: "a\nb"}}, "control character"},
+		{"both", outbound.AS4, []outbound.Property{{Name: "Doc", Value: "\xff"}}, "not UTF-8"},
+		{"both", outbound.AS4, []outbound.Property{{Name: "Doc", Value: strings.Repeat("ü", 513)}}, "1026 bytes"},
+		{"both", outbound.AS4, []outbound.Property{{Name: "Doc", Value: "1"}, {Name: "doc", Value: "2"}}, "twice"},
+		{"both", outbound.AS4, []outbound.Property{{Name: "mimetype", Value: "text/plain"}}, "reserved"},
+		{"both", outbound.AS4, []outbound.Property{{Name: "CompressionType", Value: "application/gzip"}}, "reserved"},
+	} {
+		_, _, err := q.Submit(ctx, outbound.Submission{Partner: c.partner, Protocol: c.protocol,
+			Payload: strings.NewReader("x"), Properties: c.props})
+		if !errors.Is(err, outbound.ErrInvalid) || !strings.Contains(err.Error(), c.reason) {
+			t.Errorf("%s %s %.40q: %v, want ErrInvalid saying %q", c.partner, c.protocol, c.props, err, c.reason)
+		}
+	}
+	if ms, _ := st.List(ctx, outbound.Filter{}); len(ms) != 1 {
+		t.Errorf("%d messages queued, want the one valid submission", len(ms))
+	}
+}

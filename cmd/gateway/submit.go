@@ -22,6 +22,7 @@ import (
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/internal/pickup"
 	"github.com/edigateway/gateway/internal/submitapi"
+	"github.com/edigateway/gateway/outbound"
 )
 
 const submitUsage = `usage: gateway submit -partner ID -file PATH [options]
@@ -40,6 +41,8 @@ https URL whose certificate the system does not trust). An admin listener that a
 client certificate (admin.tls.client_ca) gets -client-cert and -client-key:
   gateway submit -config gateway.yaml -partner acme -file invoice.edi -wait 2m
   gateway submit -url http://127.0.0.1:8079 -token-file admin.token -partner acme -file invoice.edi
+  gateway submit -config gateway.yaml -partner stadtwerke -file utilmd.edi \
+    -property BDEWDocumentType=UTILMD -property BDEWDocumentNo=4711
   gateway submit -url https://gw.example:8079 -ca-file admin-ca.pem -client-cert ops.pem \
     -client-key ops.key -token-file admin.token -partner acme -file invoice.edi
 
@@ -51,6 +54,8 @@ type submitOptions struct {
 	url, tokenFile, cfgPath                                      string
 	caFile, clientCert, clientKey                                string
 	wait, poll                                                   time.Duration
+	// properties are the -property NAME=VALUE flags, in order.
+	properties []outbound.Property
 }
 
 func parseSubmitFlags(args []string, stderr io.Writer) (*submitOptions, error) {
@@ -64,6 +69,11 @@ func parseSubmitFlags(args []string, stderr io.Writer) (*submitOptions, error) {
 	fs.StringVar(&o.contentType, "content-type", "", "payload content type (default: the partner's send content_type)")
 	fs.StringVar(&o.filename, "filename", "", "file name the partner is given (default: the file's base name)")
 	fs.StringVar(&o.subject, "subject", "", "AS2 Subject (default: the partner's)")
+	var props []string
+	fs.Func("property", "AS4 part property NAME=VALUE of the payload, e.g. BDEWDocumentType=UTILMD (repeatable; sent in the order given)", func(v string) error {
+		props = append(props, v)
+		return nil
+	})
 	fs.DurationVar(&o.wait, "wait", 0, "wait this long for the final outcome (0: do not wait)")
 	fs.DurationVar(&o.poll, "poll", 2*time.Second, "with -wait: how often the status is asked")
 	cfgPath := configFlag(fs)
@@ -80,6 +90,13 @@ func parseSubmitFlags(args []string, stderr io.Writer) (*submitOptions, error) {
 		return nil, err
 	}
 	o.cfgPath = *cfgPath
+	for _, v := range props {
+		p, err := outbound.ParseProperty(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: -property: %w", errUsage, err)
+		}
+		o.properties = append(o.properties, p)
+	}
 	switch {
 	case fs.NArg() > 0:
 		return nil, fmt.Errorf("%w: submit takes no arguments, got %q", errUsage, fs.Args())
@@ -95,6 +112,11 @@ func parseSubmitFlags(args []string, stderr io.Writer) (*submitOptions, error) {
 		return nil, fmt.Errorf("%w: -client-cert and -client-key go together", errUsage)
 	case o.caFile != "" && o.url == "":
 		return nil, fmt.Errorf("%w: -ca-file goes with -url (with -config, admin.tls.cert is trusted)", errUsage)
+	case o.protocol == "as2" && len(o.properties) > 0:
+		return nil, fmt.Errorf("%w: -property: AS2 has no part properties (they are AS4's)", errUsage)
+	}
+	if err := outbound.ValidateProperties(o.properties); err != nil {
+		return nil, fmt.Errorf("%w: -property: %w", errUsage, err)
 	}
 	return o, nil
 }
@@ -262,6 +284,9 @@ func submit(args []string, stdout, stderr io.Writer) error {
 		if v != "" {
 			q.Set(k, v)
 		}
+	}
+	for _, p := range o.properties {
+		q.Add("property", p.Name+"="+p.Value)
 	}
 	req, err := http.NewRequest(http.MethodPost, c.base+submitapi.Prefix+"/messages?"+q.Encode(), io.LimitReader(f, fi.Size()))
 	if err != nil {

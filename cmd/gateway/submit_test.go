@@ -25,16 +25,21 @@ import (
 )
 
 // fakeQueue is outbound.Queue's stand-in behind the submission API: it
-// knows partner "acme" (AS2).
+// knows partner "acme" (AS2, or AS4 when asked for).
 type fakeQueue struct{ store outbound.Store }
 
 func (q fakeQueue) Submit(ctx context.Context, s outbound.Submission) (outbound.Message, bool, error) {
 	if s.Partner != "acme" {
 		return outbound.Message{}, false, outbound.ErrNotFound
 	}
+	p := outbound.AS2
+	if s.Protocol == outbound.AS4 {
+		p = outbound.AS4
+	}
 	id := outbound.NewID(time.Now())
-	return q.store.Submit(ctx, outbound.Message{ID: id, MessageID: "<" + id + "@test>", Partner: s.Partner, Protocol: outbound.AS2,
-		IdempotencyKey: s.IdempotencyKey, Source: s.Source, Filename: s.Filename, ContentType: s.ContentType}, s.Payload)
+	return q.store.Submit(ctx, outbound.Message{ID: id, MessageID: "<" + id + "@test>", Partner: s.Partner, Protocol: p,
+		IdempotencyKey: s.IdempotencyKey, Source: s.Source, Filename: s.Filename, ContentType: s.ContentType,
+		Properties: s.Properties}, s.Payload)
 }
 
 const submitTestToken = "submit-test-token-0123456789"
@@ -256,4 +261,42 @@ func submitTestCert(t *testing.T, dir, name string, issuer *x509.Certificate, is
 		t.Fatal(err)
 	}
 	return cert, key
+}
+
+// -property NAME=VALUE (repeated) sends AS4 part properties in their
+// order; a malformed or invalid one, or one for AS2, is a usage error
+// (exit 2) and nothing is queued.
+func TestSubmitCommandProperties(t *testing.T) {
+	srv, st := submitAPI(t)
+	payload, tokenFile := submitFiles(t)
+	base := []string{"-url", srv.URL, "-token-file", tokenFile, "-partner", "acme", "-file", payload}
+	code, out, errOut := runSubmit(append(base, "-protocol", "as4", "-property", "BDEWDocumentType=UTILMD",
+		"-property", "BDEWDocumentNo=47=11", "-property", "BDEWDocumentDate=2026-12-05", "-property", "app:Note=Grüße & <gut>")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	ms, _ := st.List(context.Background(), outbound.Filter{})
+	want := []outbound.Property{{Name: "BDEWDocumentType", Value: "UTILMD"}, {Name: "BDEWDocumentNo", Value: "47=11"},
+		{Name: "BDEWDocumentDate", Value: "2026-12-05"}, {Name: "app:Note", Value: "Grüße & <gut>"}}
+	if len(ms) != 1 || !outbound.EqualProperties(ms[0].Properties, want) {
+		t.Fatalf("queued %d messages, properties %q; want 1 with %q", len(ms), ms[0].Properties, want)
+	}
+	for _, c := range []struct {
+		args   []string
+		reason string
+	}{
+		{[]string{"-protocol", "as4", "-property", "NoValue"}, "want NAME=VALUE"},
+		{[]string{"-protocol", "as4", "-property", "bad name=x"}, "only A-Z"},
+		{[]string{"-protocol", "as4", "-property", "MimeType=text/plain"}, "reserved"},
+		{[]string{"-protocol", "as4", "-property", "A=1", "-property", "a=2"}, "twice"},
+		{[]string{"-protocol", "as2", "-property", "A=1"}, "AS2"},
+	} {
+		code, _, errOut := runSubmit(append(append(base, c.args...), "-idempotency-key", "k-"+c.reason)...)
+		if code != 2 || !strings.Contains(errOut, c.reason) {
+			t.Errorf("%q: exit %d, %q; want 2 saying %q", c.args, code, errOut, c.reason)
+		}
+	}
+	if ms, _ := st.List(context.Background(), outbound.Filter{}); len(ms) != 1 {
+		t.Fatalf("%d messages queued, want 1", len(ms))
+	}
 }

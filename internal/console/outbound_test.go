@@ -547,3 +547,36 @@ func TestOutboundPagesOverTheMemoryStore(t *testing.T) {
 		t.Fatalf("after resend and cancel: m1 %s, m2 %s %q, woken %d", m1.State, m2.State, m2.Reason, f.woken)
 	}
 }
+
+// The detail page shows a message's AS4 part properties in their order,
+// escaped (a submitter controls them); a message without shows no row.
+func TestOutboundDetailShowsPartProperties(t *testing.T) {
+	f := newOutboundFixture(t, true)
+	m := outbound.Message{ID: "p1", Partner: "acme", Protocol: outbound.AS4, MessageID: "p1@gw", State: outbound.Queued,
+		Created: f.base, Updated: f.base, NextAttempt: f.base, Size: 3, SHA256: strings.Repeat("e", 64),
+		Properties: []outbound.Property{{Name: "BDEWDocumentType", Value: "UTILMD"}, {Name: "BDEWDocumentNo", Value: "4711"},
+			{Name: "app:Note", Value: `<img src=x onerror=alert(1)> & "q"`}}}
+	f.store.put(m, "UNB")
+	b := get(t, f.client, f.srv.URL+"/console/outbound/message?id=p1")
+	i := strings.Index(b, `id="outbound-properties"`)
+	if i < 0 {
+		t.Fatalf("no part properties on the detail page: %.3000s", b)
+	}
+	row := b[i:]
+	row = row[:strings.Index(row, "</tr>")]
+	want := []string{"BDEWDocumentType</span> = UTILMD", "BDEWDocumentNo</span> = 4711", "app:Note</span> = &lt;img src=x onerror=alert(1)&gt; &amp; &#34;q&#34;"}
+	last := -1
+	for _, w := range want {
+		j := strings.Index(row, w)
+		if j < 0 || j < last {
+			t.Errorf("properties row lacks %q (or out of order): %s", w, row)
+		}
+		last = j
+	}
+	if strings.Contains(b, "<img") {
+		t.Error("a property value is not escaped")
+	}
+	if b := get(t, f.client, f.srv.URL+"/console/outbound/message?id=q1"); strings.Contains(b, `id="outbound-properties"`) {
+		t.Error("a message without properties shows a properties row")
+	}
+}

@@ -3,7 +3,7 @@
 // bearer token or client certificate guards it; this package does no
 // authentication):
 //
-//	POST /api/v1/outbound/messages?partner=P[&protocol=as2|as4][&filename=F][&subject=S][&service=..&action=..&conversation_id=..]
+//	POST /api/v1/outbound/messages?partner=P[&protocol=as2|as4][&filename=F][&subject=S][&service=..&action=..&conversation_id=..][&property=NAME=VALUE…]
 //	GET  /api/v1/outbound/messages?partner=&state=&before=&before_id=&limit=
 //	GET  /api/v1/outbound/messages/{id}
 //	GET  /api/v1/outbound/messages/{id}/evidence
@@ -17,7 +17,8 @@
 // The same key again answers 200 with the message queued first (header
 // Idempotent-Replayed: true); the store does not read the payload of a
 // known key, so the API reads and hashes the body itself and answers 409
-// when its SHA-256 is not the one of the message queued under the key.
+// when its SHA-256 is not the one of the message queued under the key (or
+// its AS4 part properties are not the message's).
 // docs/sending.md is the reference.
 package submitapi
 
@@ -149,6 +150,9 @@ type Status struct {
 	Updated        time.Time        `json:"updated"`
 	Final          bool             `json:"final"`
 	Evidence       *EvidenceSummary `json:"evidence,omitempty"`
+
+	// Properties are the AS4 part properties submitted, in their order.
+	Properties []outbound.Property `json:"properties,omitempty"`
 }
 
 // EvidenceSummary describes the MDN, receipt or error signal received;
@@ -201,7 +205,7 @@ func (a *api) submitted(m outbound.Message) Submitted {
 func (a *api) statusOf(m outbound.Message) Status {
 	s := Status{Submitted: a.submitted(m), IdempotencyKey: m.IdempotencyKey, Source: m.Source, ContentType: m.ContentType,
 		Filename: m.Filename, Subject: m.Subject, Service: m.Service, Action: m.Action, ConversationID: m.ConversationID,
-		Size: m.Size, SHA256: m.SHA256, Attempts: m.Attempts, LastError: m.LastError, Reason: m.Reason,
+		Properties: m.Properties, Size: m.Size, SHA256: m.SHA256, Attempts: m.Attempts, LastError: m.LastError, Reason: m.Reason,
 		Created: m.Created, Updated: m.Updated, Final: m.State.Final()}
 	if !m.State.Final() && !m.NextAttempt.IsZero() {
 		t := m.NextAttempt
@@ -303,14 +307,23 @@ func submission(r *http.Request) (outbound.Submission, error) {
 			if len(v) > 1 {
 				return outbound.Submission{}, fmt.Errorf("%s given %d times", k, len(v))
 			}
+		case "property": // repeated, in order
 		default:
-			return outbound.Submission{}, fmt.Errorf("unknown parameter %q (partner, protocol, filename, subject, service, action, conversation_id)", k)
+			return outbound.Submission{}, fmt.Errorf("unknown parameter %q (partner, protocol, filename, subject, service, action, conversation_id, property)", k)
 		}
+	}
+	var props []outbound.Property
+	for _, v := range q["property"] {
+		p, err := outbound.ParseProperty(v)
+		if err != nil {
+			return outbound.Submission{}, err
+		}
+		props = append(props, p)
 	}
 	s := outbound.Submission{Partner: q.Get("partner"), Protocol: outbound.Protocol(q.Get("protocol")),
 		IdempotencyKey: strings.TrimSpace(r.Header.Get("Idempotency-Key")), ContentType: r.Header.Get("Content-Type"),
 		Filename: q.Get("filename"), Subject: q.Get("subject"), Service: q.Get("service"), Action: q.Get("action"),
-		ConversationID: q.Get("conversation_id"), Source: "http"}
+		ConversationID: q.Get("conversation_id"), Properties: props, Source: "http"}
 	switch {
 	case s.Partner == "":
 		return s, errors.New("partner is required")
@@ -320,6 +333,11 @@ func submission(r *http.Request) (outbound.Submission, error) {
 		return s, fmt.Errorf("Idempotency-Key is longer than %d bytes", MaxIdempotencyKey)
 	case strings.ContainsAny(s.Filename, "/\\\x00"):
 		return s, errors.New("filename must not contain a path")
+	case s.Protocol == outbound.AS2 && len(props) > 0:
+		return s, errors.New("property: AS2 has no part properties (they are AS4's)")
+	}
+	if err := outbound.ValidateProperties(props); err != nil {
+		return s, err
 	}
 	return s, nil
 }
@@ -385,6 +403,11 @@ func (a *api) replay(w http.ResponseWriter, r *http.Request, s outbound.Submissi
 	if got := b.sum(); got != m.SHA256 || b.n != m.Size {
 		a.failID(w, r, http.StatusConflict, fmt.Sprintf("Idempotency-Key %q was used for message %s with another payload (sha256 %s, %d bytes; this one sha256 %s, %d bytes)",
 			s.IdempotencyKey, m.ID, m.SHA256, m.Size, got, b.n), m.ID, nil)
+		return
+	}
+	if !outbound.EqualProperties(s.Properties, m.Properties) {
+		a.failID(w, r, http.StatusConflict, fmt.Sprintf("Idempotency-Key %q was used for message %s with other properties (%d; this one %d)",
+			s.IdempotencyKey, m.ID, len(m.Properties), len(s.Properties)), m.ID, nil)
 		return
 	}
 	if s.Protocol != "" && s.Protocol != m.Protocol {

@@ -139,6 +139,16 @@ func (t *AS4) message(s *AS4Settings, id Identity, m outbound.Message, open func
 	if s.FilenameProperty != "" && m.Filename != "" {
 		p.Properties = append(p.Properties, as4.Property{Name: s.FilenameProperty, Value: m.Filename})
 	}
+	// The message's own part properties (the BDEW profile's BDEWDocumentType,
+	// …), in their order after ours: they are in the eb:Messaging header,
+	// which the signature covers whole. The queue refused MimeType and
+	// CompressionType; the file-name property is ours when we write it.
+	for _, mp := range m.Properties {
+		if s.FilenameProperty != "" && m.Filename != "" && strings.EqualFold(mp.Name, s.FilenameProperty) {
+			return nil, fmt.Errorf("the message's part property %q is the one the partner's settings write the file name in", mp.Name)
+		}
+		p.Properties = append(p.Properties, as4.Property{Name: mp.Name, Value: mp.Value})
+	}
 	msg.Payloads = []client.Payload{p}
 	return msg, nil
 }

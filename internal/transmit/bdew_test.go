@@ -114,7 +114,14 @@ func TestAS4BDEWAcceptedByOurReceiver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &outbound.Message{Partner: "stadtwerke", Protocol: outbound.AS4, MessageID: mid, ContentType: "application/edifact"}
+	// The BDEW part properties a queued message may carry (none is
+	// required by the profile).
+	bdewProps := []outbound.Property{{Name: "BDEWDocumentType", Value: "UTILMD"}, {Name: "BDEWDocumentNo", Value: "4711"},
+		{Name: "BDEWDocumentDate", Value: "2026-12-05"}, {Name: "BDEWFulfillmentDate", Value: "2026-12-31"},
+		{Name: "BDEWSubjectPartyID", Value: "9900000000003"}, {Name: "BDEWSubjectPartyRole", Value: "LF"},
+		{Name: "BDEWApplicationReference", Value: "UTILMD-55001"}}
+	m := &outbound.Message{Partner: "stadtwerke", Protocol: outbound.AS4, MessageID: mid, ContentType: "application/edifact",
+		Properties: bdewProps}
 	a := attempt(t, tr, m, []byte(edi))
 	if a.Outcome != outbound.Deliver || a.Evidence == nil || a.Evidence.Kind != "receipt" {
 		t.Fatalf("attempt %+v", a)
@@ -124,6 +131,11 @@ func TestAS4BDEWAcceptedByOurReceiver(t *testing.T) {
 	mu.Unlock()
 	if len(got) != 1 || got[0].MessageID != mid {
 		t.Fatalf("delivered %d messages", len(got))
+	}
+	for _, p := range bdewProps {
+		if v := got[0].Payloads[0].Properties[p.Name]; v != p.Value {
+			t.Errorf("the receiver read %s = %q, want %q", p.Name, v, p.Value)
+		}
 	}
 	for _, want := range []string{"<eb:ConversationId/>", "X509PKIPathv1", "X509SKI", "application/gzip"} {
 		if !strings.Contains(sent, want) {

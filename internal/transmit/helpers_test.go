@@ -76,6 +76,8 @@ func (s *served) failNext(n int) {
 type receivedPayload struct {
 	n   int64
 	sum string
+	// props are the part's eb:PartProperties as the gateway read them.
+	props map[string]string
 }
 
 func (s *served) received() []receivedPayload {
@@ -152,7 +154,7 @@ func serveGateway(t testing.TB, o gatewayOptions) *served {
 			return err
 		}
 		s.mu.Lock()
-		s.got = append(s.got, receivedPayload{n, hex.EncodeToString(h.Sum(nil))})
+		s.got = append(s.got, receivedPayload{n, hex.EncodeToString(h.Sum(nil)), m.Payloads[0].Properties})
 		s.mu.Unlock()
 		return nil
 	}))

@@ -23,6 +23,7 @@ func brokenCases() []brokenCase {
 	}
 	return []brokenCase{
 		w("drops-subject", func(s outbound.Store) outbound.Store { return dropsSubject{s} }, "submit/round-trip"),
+		w("drops-properties", func(s outbound.Store) outbound.Store { return dropsProperties{s} }, "submit/properties"),
 		w("truncates-payload", func(s outbound.Store) outbound.Store { return truncatesPayload{s} }, "submit/large-payload"),
 		w("no-empty-payload", func(s outbound.Store) outbound.Store { return noEmptyPayload{s} }, "submit/empty-payload"),
 		w("defaults-protocol", func(s outbound.Store) outbound.Store { return defaultsProtocol{s} }, "submit/invalid"),
@@ -92,6 +93,18 @@ type dropsSubject struct{ outbound.Store }
 func (s dropsSubject) Submit(ctx context.Context, m outbound.Message, r io.Reader) (outbound.Message, bool, error) {
 	m.Subject = ""
 	return s.Store.Submit(ctx, m, r)
+}
+
+// dropsProperties loses a message's properties once it is final (a Resend
+// or a final-state update that rewrites the row without them).
+type dropsProperties struct{ outbound.Store }
+
+func (s dropsProperties) Get(ctx context.Context, id string) (outbound.Message, error) {
+	m, err := s.Store.Get(ctx, id)
+	if m.State.Final() || m.Attempts > 0 || !m.Created.Equal(m.Updated) {
+		m.Properties = nil
+	}
+	return m, err
 }
 
 type truncatesPayload struct{ outbound.Store }

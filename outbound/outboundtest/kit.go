@@ -100,6 +100,9 @@ func Exercise(t *testing.T, open func(t *testing.T) outbound.Store) {
 //	submit/idempotent-concurrent  20 concurrent Submits with one key (their payloads read at the same
 //	                           time): one created, all return its ID
 //	submit/failed-payload      a payload reader failing midway stores nothing and leaves the key free
+//	submit/properties          Properties (AS4 part properties) come back whole and in order from Submit,
+//	                           Get, FindByMessageID, List and Lease, and after Failed and Resend; none for
+//	                           a message without; 32 properties of 1024-byte values fit
 //	lease/due-order            Lease hands out due messages, oldest NextAttempt first, up to limit, each
 //	                           with its own token and LeasedUntil; limit 0 hands out nothing
 //	lease/not-due              a retry or an awaited MDN not due yet and final messages are not handed out
@@ -151,6 +154,7 @@ func ExerciseT(t T, open func(t T) outbound.Store) {
 		t.Run("idempotent", k.idempotent)
 		t.Run("idempotent-concurrent", k.idempotentConcurrent)
 		t.Run("failed-payload", k.failedPayload)
+		t.Run("properties", k.properties)
 	})
 	t.Run("lease", func(t T) {
 		t.Run("due-order", k.dueOrder)

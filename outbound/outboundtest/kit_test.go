@@ -14,7 +14,7 @@ import (
 // leaves are the checks of the kit; the recorder must see each of them.
 var leaves = []string{
 	"submit/round-trip", "submit/large-payload", "submit/empty-payload", "submit/invalid", "submit/duplicate",
-	"submit/idempotent", "submit/idempotent-concurrent", "submit/failed-payload",
+	"submit/idempotent", "submit/idempotent-concurrent", "submit/failed-payload", "submit/properties",
 	"lease/due-order", "lease/not-due", "lease/concurrent", "lease/tokens", "lease/expiry", "lease/awaiting-due",
 	"renew/keeps", "renew/expired-not-taken",
 	"release/due-now",

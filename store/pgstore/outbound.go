@@ -39,7 +39,7 @@ const purgeEvery = 10 * time.Minute
 
 const outboundColumns = `id, partner, protocol, message_id, idempotency_key, source, content_type, filename, subject,
 	service, action, conversation_id, size, sha256, state, attempts, next_attempt, last_error, reason, sent, evidence,
-	lease_token, leased_until, created, updated`
+	lease_token, leased_until, created, updated, properties`
 
 // Outbound is the durable outbound.Store in the store's schema.
 //
@@ -120,8 +120,12 @@ func (o *Outbound) commitMessage(ctx context.Context, m outbound.Message, pid st
 	if tag.RowsAffected() != 1 {
 		return false, fmt.Errorf("pgstore: outbound submit %s: upload %s was purged as an orphan", m.ID, pid)
 	}
+	props, err := outbound.EncodeProperties(m.Properties)
+	if err != nil {
+		return false, fmt.Errorf("pgstore: outbound submit %s: %w", m.ID, err)
+	}
 	tag, err = tx.Exec(ctx, o.q.insert, m.ID, m.Partner, string(m.Protocol), m.MessageID, m.IdempotencyKey,
-		m.Source, m.ContentType, m.Filename, m.Subject, m.Service, m.Action, m.ConversationID, pid, size, sum)
+		m.Source, m.ContentType, m.Filename, m.Subject, m.Service, m.Action, m.ConversationID, pid, size, sum, props)
 	if err != nil {
 		return false, wrap("outbound submit", err)
 	}

@@ -48,9 +48,9 @@ SELECT $1, $2, $3, now() WHERE EXISTS (SELECT 1 FROM ` + uploads + ` WHERE paylo
 		// for its commit and find its message.
 		insert: `INSERT INTO ` + t + ` (id, partner, protocol, message_id, idempotency_key, source, content_type,
 	filename, subject, service, action, conversation_id, payload, size, sha256, state, attempts, next_attempt,
-	created, updated)
+	created, updated, properties)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 'queued', 0, now(),
-	now(), now())
+	now(), now(), $16)
 ON CONFLICT DO NOTHING`,
 		orphans: `SELECT payload FROM ` + uploads + ` u
 WHERE started < now() - $1::bigint * interval '1 microsecond'
@@ -394,13 +394,14 @@ func scanOutbound(rows pgx.Rows) (outbound.Message, error) {
 	var (
 		m               outbound.Message
 		protocol, state string
+		props           string
 		sent, evidence  []byte
 		leasedUntil     *time.Time
 	)
 	if err := rows.Scan(&m.ID, &m.Partner, &protocol, &m.MessageID, &m.IdempotencyKey, &m.Source, &m.ContentType,
 		&m.Filename, &m.Subject, &m.Service, &m.Action, &m.ConversationID, &m.Size, &m.SHA256, &state, &m.Attempts,
 		&m.NextAttempt, &m.LastError, &m.Reason, &sent, &evidence, &m.LeaseToken, &leasedUntil, &m.Created,
-		&m.Updated); err != nil {
+		&m.Updated, &props); err != nil {
 		return outbound.Message{}, err
 	}
 	m.Protocol, m.State = outbound.Protocol(protocol), outbound.State(state)
@@ -413,6 +414,10 @@ func scanOutbound(rows pgx.Rows) (outbound.Message, error) {
 	}
 	if len(m.Sent) == 0 {
 		m.Sent = nil
+	}
+	var err error
+	if m.Properties, err = outbound.DecodeProperties(props); err != nil {
+		return outbound.Message{}, fmt.Errorf("properties of %s: %w", m.ID, err)
 	}
 	if evidence != nil {
 		m.Evidence = new(outbound.Evidence)

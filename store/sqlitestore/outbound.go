@@ -37,7 +37,7 @@ const purgeEvery = 10 * time.Minute
 
 const outboundColumns = `id, partner, protocol, message_id, idempotency_key, source, content_type, filename, subject,
 	service, action, conversation_id, size, sha256, state, attempts, next_attempt, last_error, reason, sent, evidence,
-	lease_token, leased_until, created, updated`
+	lease_token, leased_until, created, updated, properties`
 
 const (
 	obByIDSQL  = `SELECT ` + outboundColumns + ` FROM outbound_messages WHERE id = ?1`
@@ -62,9 +62,9 @@ WHERE payload = ?1 AND NOT EXISTS (SELECT 1 FROM outbound_messages WHERE payload
 	// the others find its message.
 	obInsertSQL = `INSERT INTO outbound_messages (id, partner, protocol, message_id, idempotency_key, source,
 	content_type, filename, subject, service, action, conversation_id, payload, size, sha256, state, attempts,
-	next_attempt, created, updated)
+	next_attempt, created, updated, properties)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 'queued', 0, ` + nowMS + `,
-	` + nowMS + `, ` + nowMS + `)
+	` + nowMS + `, ` + nowMS + `, ?16)
 ON CONFLICT DO NOTHING`
 
 	// An orphan: an upload with no chunk written for ?1 milliseconds.
@@ -153,8 +153,12 @@ func (o *Outbound) commitMessage(ctx context.Context, m outbound.Message, pid st
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		return false, fmt.Errorf("sqlitestore: outbound submit %s: upload %s was purged as an orphan", m.ID, pid)
 	}
+	props, err := outbound.EncodeProperties(m.Properties)
+	if err != nil {
+		return false, fmt.Errorf("sqlitestore: outbound submit %s: %w", m.ID, err)
+	}
 	res, err = tx.ExecContext(ctx, obInsertSQL, m.ID, m.Partner, string(m.Protocol), m.MessageID, m.IdempotencyKey,
-		m.Source, m.ContentType, m.Filename, m.Subject, m.Service, m.Action, m.ConversationID, pid, size, sum)
+		m.Source, m.ContentType, m.Filename, m.Subject, m.Service, m.Action, m.ConversationID, pid, size, sum, props)
 	if err != nil {
 		return false, wrap("outbound submit", err)
 	}

@@ -342,13 +342,13 @@ func (o *Outbound) query(ctx context.Context, op, query string, args ...any) ([]
 func scanOutbound(rows *sql.Rows) (outbound.Message, error) {
 	var (
 		m                                   outbound.Message
-		protocol, state, sent               string
+		protocol, state, sent, props        string
 		evidence                            sql.NullString
 		next, leasedUntil, created, updated int64
 	)
 	if err := rows.Scan(&m.ID, &m.Partner, &protocol, &m.MessageID, &m.IdempotencyKey, &m.Source, &m.ContentType,
 		&m.Filename, &m.Subject, &m.Service, &m.Action, &m.ConversationID, &m.Size, &m.SHA256, &state, &m.Attempts,
-		&next, &m.LastError, &m.Reason, &sent, &evidence, &m.LeaseToken, &leasedUntil, &created, &updated); err != nil {
+		&next, &m.LastError, &m.Reason, &sent, &evidence, &m.LeaseToken, &leasedUntil, &created, &updated, &props); err != nil {
 		return outbound.Message{}, err
 	}
 	m.Protocol, m.State = outbound.Protocol(protocol), outbound.State(state)
@@ -361,6 +361,10 @@ func scanOutbound(rows *sql.Rows) (outbound.Message, error) {
 	}
 	if len(m.Sent) == 0 {
 		m.Sent = nil
+	}
+	var err error
+	if m.Properties, err = outbound.DecodeProperties(props); err != nil {
+		return outbound.Message{}, fmt.Errorf("properties of %s: %w", m.ID, err)
 	}
 	if evidence.Valid {
 		m.Evidence = new(outbound.Evidence)
