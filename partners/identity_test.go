@@ -97,3 +97,21 @@ func TestCheckIdentities(t *testing.T) {
 		t.Errorf("from_party_id with spaces: %v", err)
 	}
 }
+
+// TestFilenameProperty: as4.send.filename_property takes a part property
+// name; a name with spaces or a reserved one is refused naming the key.
+func TestFilenameProperty(t *testing.T) {
+	d, _, err := loadOne(t, "id: acme\n"+as4Head+"  send: {url: https://a.example, filename_property: FileName}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Partners[0].AS4.Send.FilenameProperty; got != "FileName" {
+		t.Fatalf("filename_property %q", got)
+	}
+	for _, bad := range []string{"File Name", "MimeType"} {
+		_, f, err := loadOne(t, "id: acme\n"+as4Head+"  send: {url: https://a.example, filename_property: \""+bad+"\"}\n")
+		if err == nil || !strings.Contains(err.Error(), filepath.Base(f)+": as4.send.filename_property:") {
+			t.Errorf("filename_property %q: %v", bad, err)
+		}
+	}
+}

@@ -124,6 +124,10 @@ type AS4Send struct {
 	// (eb:From; its key signs); empty: the first identity with a
 	// party_id. It must be one of our identities' (CheckIdentities).
 	FromPartyID string `yaml:"from_party_id"`
+	// FilenameProperty names the part property that carries a submission's
+	// file name (e.g. FileName); empty: the file name is not sent (AS4 has
+	// no standard place for it).
+	FilenameProperty string `yaml:"filename_property"`
 
 	set map[string]bool
 }
@@ -375,6 +379,11 @@ func (s *AS4Send) validate(a *AS4, bad func(field, format string, a ...any)) {
 	}
 	if pm.ToPartyID == "" {
 		pm.ToPartyID, pm.ToPartyType = a.PartyID, firstSet(pm.ToPartyType, a.PartyType)
+	}
+	if s.FilenameProperty != "" {
+		if err := outbound.ValidateProperties([]outbound.Property{{Name: s.FilenameProperty}}); err != nil {
+			bad("as4.send.filename_property", "%v", err)
+		}
 	}
 	if s.FromPartyID != "" && strings.TrimSpace(s.FromPartyID) != s.FromPartyID {
 		bad("as4.send.from_party_id", "%q has leading or trailing spaces", s.FromPartyID)

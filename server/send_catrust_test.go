@@ -43,7 +43,7 @@ func TestSendCATrustAsyncMDN(t *testing.T) {
 			"  certificate_subject: \"CN=AS2 GLOBEX*,O=Globex*\"\n" +
 			"  send:\n    url: \"https://as2.globex.example/as2\"\n    cipher: none\n    mdn: async\n    async_mdn_url: \"https://gw.example/as2\"\n" +
 			"as4:\n  party_id: urn:globex\n  trust: ca\n  ca_certificates: [root.pem]\n  certificate_subject: \"CN=AS4 GLOBEX*\"\n  pmodes: [{id: p}]\n" +
-			"  send:\n    url: \"https://as4.globex.example/as4\"\n    encrypt: false\n"),
+			"  send:\n    url: \"https://as4.globex.example/as4\"\n    encrypt: false\n    filename_property: FileName\n"),
 	} {
 		if err := os.WriteFile(filepath.Join(pdir, name), text, 0o600); err != nil {
 			t.Fatal(err)
@@ -70,6 +70,11 @@ func TestSendCATrustAsyncMDN(t *testing.T) {
 	}
 	if as4s.CA == nil || as4s.CA.Policy.Subject != "CN=AS4 GLOBEX*" || as4s.CA.Checker != s.trust || len(as4s.ReceiptSigners) != 0 {
 		t.Fatalf("as4 settings: CA %+v, receipt signers %d", as4s.CA, len(as4s.ReceiptSigners))
+	}
+	// as4.send.filename_property reaches the Transmitter (which sends a
+	// submission's file name under it: TestAS4PartPropertyFilenameClash).
+	if as4s.FilenameProperty != "FileName" {
+		t.Fatalf("as4 settings: FilenameProperty %q", as4s.FilenameProperty)
 	}
 
 	// An AS2 message of ours to globex awaiting its async MDN.

@@ -420,11 +420,12 @@ func (s *Server) as4SendSettings(partner string) (*transmit.AS4Settings, error) 
 		FromRole: pm.FromRole, ToRole: pm.ToRole,
 		AgreementRef: pm.Agreement, AgreementType: pm.AgreementType, PMode: pm.ID,
 		Service: pm.Service, ServiceType: pm.ServiceType, Action: pm.Action,
-		ReceiptSigners:  dir.AS4Certificates(p),
-		Compress:        snd.Compress,
-		ReceiptRequired: snd.ReceiptRequired,
-		AllowWeakKeys:   p.AS4.AllowWeakKeys,
-		TLS:             sendTLS(dir, snd.TLS), Timeout: snd.Timeout.Std(),
+		ReceiptSigners:   dir.AS4Certificates(p),
+		Compress:         snd.Compress,
+		ReceiptRequired:  snd.ReceiptRequired,
+		FilenameProperty: snd.FilenameProperty,
+		AllowWeakKeys:    p.AS4.AllowWeakKeys,
+		TLS:              sendTLS(dir, snd.TLS), Timeout: snd.Timeout.Std(),
 	}
 	st.CA = s.sendCATrust(dir.AS4Trust(p))
 	if st.To.Value == "" {
