@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/edigateway/gateway/internal/cms"
 	"github.com/edigateway/gateway/internal/smime"
 	"github.com/edigateway/gateway/internal/testpki"
+	"github.com/edigateway/gateway/internal/testrelay"
 	"github.com/edigateway/gateway/outbound"
 )
 
@@ -146,23 +146,7 @@ func newSendIdentityFixture(t *testing.T) *sendIdentityFixture {
 		f.mu.Lock()
 		f.raw = append(f.raw, capturedRequest{req.URL.Path, req.Header.Clone(), body})
 		f.mu.Unlock()
-		out, err := http.NewRequestWithContext(req.Context(), req.Method, rURL+req.URL.Path, bytes.NewReader(body))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		out.Header = req.Header.Clone()
-		resp, err := http.DefaultClient.Do(out)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(resp.StatusCode)
-		io.Copy(w, resp.Body)
+		testrelay.Forward(w, req, rURL+req.URL.Path, body)
 	}))
 	t.Cleanup(front.Close)
 

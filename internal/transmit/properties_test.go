@@ -13,6 +13,7 @@ import (
 
 	"github.com/beevik/etree"
 
+	"github.com/edigateway/gateway/internal/testrelay"
 	"github.com/edigateway/gateway/internal/transmit"
 	"github.com/edigateway/gateway/outbound"
 )
@@ -40,23 +41,7 @@ func (p *recordingProxy) serve(t *testing.T, url string) *httptest.Server {
 			b = bytes.Replace(b, p.old, p.new, 1)
 		}
 		p.mu.Unlock()
-		req, err := http.NewRequestWithContext(r.Context(), r.Method, url, bytes.NewReader(b))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		req.Header = r.Header.Clone()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		testrelay.Forward(w, r, url, b)
 	}))
 	t.Cleanup(srv.Close)
 	return srv
