@@ -222,6 +222,7 @@ func (f *outboxFleet) states(t *testing.T) map[string]int {
 	q := u.Query()
 	schema := q.Get("schema")
 	q.Del("schema")
+	q.Del("pool_max_conns") // a pool setting: pgx.Connect refuses it
 	u.RawQuery = q.Encode()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, u.String())

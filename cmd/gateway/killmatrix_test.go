@@ -317,6 +317,7 @@ func countTableRows(t *testing.T, storeURL string) map[string]int {
 	q := u.Query()
 	schema := q.Get("schema")
 	q.Del("schema")
+	q.Del("pool_max_conns") // a pool setting: pgx.Connect refuses it
 	u.RawQuery = q.Encode()
 	conn, err := pgx.Connect(ctx, u.String())
 	if err != nil {

@@ -692,6 +692,7 @@ func tableRowsSHA(t *testing.T, storeURL string) [][2]string {
 	q := u.Query()
 	schema := q.Get("schema")
 	q.Del("schema")
+	q.Del("pool_max_conns") // a pool setting: pgx.Connect refuses it
 	u.RawQuery = q.Encode()
 	conn, err := pgx.Connect(ctx, u.String())
 	if err != nil {

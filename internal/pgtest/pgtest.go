@@ -4,6 +4,14 @@
 //
 // When the server cannot be reached the test is skipped with a message,
 // except under CI=true, where it fails: CI must run the PostgreSQL tests.
+//
+// The DSN Schema returns caps each pool at PoolMaxConns connections. The
+// gateway's own default (pgstore.DefaultMaxConns, 32) is right for one
+// process per server, but go test runs two test binaries at once, each with
+// stores open side by side (two pools per store pair in the fleet kits), and
+// the server's max_connections (100 by default) is shared by all of them:
+// uncapped, a run asked for more and failed with SQLSTATE 53300 "sorry, too
+// many clients already".
 package pgtest
 
 import (
@@ -12,6 +20,8 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +29,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// PoolMaxConns caps the pool of every store opened with a DSN from Schema.
+// Concurrency tests still run 32 goroutines against it: they queue for a
+// connection, as deliveries queue in a gateway whose pool is full.
+const PoolMaxConns = 4
 
 // DefaultDSN is used when GATEWAY_TEST_PG_DSN is not set.
 const DefaultDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
@@ -42,7 +57,13 @@ func connect() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	admin, openErr = pgxpool.New(ctx, dsn)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		openErr = err
+		return
+	}
+	cfg.MaxConns = 2
+	admin, openErr = pgxpool.NewWithConfig(ctx, cfg)
 	if openErr == nil {
 		if openErr = admin.Ping(ctx); openErr != nil {
 			admin.Close()
@@ -65,8 +86,8 @@ func DSN(t testing.TB) string {
 }
 
 // Schema creates a schema with a random name on the test server and drops it
-// (with everything in it) when the test ends. It returns the DSN and the
-// schema name.
+// (with everything in it) when the test ends. It returns the DSN, its pool
+// capped at PoolMaxConns, and the schema name.
 func Schema(t testing.TB) (dsn, schema string) {
 	t.Helper()
 	dsn = DSN(t)
@@ -77,7 +98,24 @@ func Schema(t testing.TB) (dsn, schema string) {
 	schema = "test_" + hex.EncodeToString(b[:])
 	exec(t, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
 	t.Cleanup(func() { exec(t, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE") })
-	return dsn, schema
+	return WithPoolMaxConns(dsn, PoolMaxConns), schema
+}
+
+// WithPoolMaxConns returns dsn with pool_max_conns set to n, in the DSN's own
+// form (URL or keyword/value). A DSN that already sets pool_max_conns is
+// returned as it is.
+func WithPoolMaxConns(dsn string, n int) string {
+	if strings.Contains(dsn, "pool_max_conns") {
+		return dsn
+	}
+	v := "pool_max_conns=" + strconv.Itoa(n)
+	switch {
+	case !strings.Contains(dsn, "://"):
+		return dsn + " " + v
+	case strings.Contains(dsn, "?"):
+		return dsn + "&" + v
+	}
+	return dsn + "?" + v
 }
 
 func exec(t testing.TB, sql string) {

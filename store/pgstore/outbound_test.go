@@ -17,22 +17,10 @@ import (
 	"github.com/edigateway/gateway/store/pgstore"
 )
 
-// smallPool bounds the pool of a test store: the kit runs its subtests in
-// parallel, each with its own store, on a server other tests share.
-func smallPool(dsn string) string {
-	switch {
-	case !strings.Contains(dsn, "://"):
-		return dsn + " pool_max_conns=8"
-	case strings.Contains(dsn, "?"):
-		return dsn + "&pool_max_conns=8"
-	}
-	return dsn + "?pool_max_conns=8"
-}
-
 func openOutbound(t testing.TB) *pgstore.Store {
 	t.Helper()
 	dsn, schema := pgtest.Schema(t)
-	return open(t, smallPool(dsn), schema, dedup.Options{})
+	return open(t, dsn, schema, dedup.Options{})
 }
 
 func chunkCount(s *pgstore.Store) func(t testing.TB) int {
@@ -137,8 +125,8 @@ func TestOutboundContractTwoPools(t *testing.T) {
 	t.Parallel()
 	outboundtest.Exercise(t, func(t *testing.T) outbound.Store {
 		dsn, schema := pgtest.Schema(t)
-		return outboundcheck.Alternate(backdated(open(t, smallPool(dsn), schema, dedup.Options{})),
-			open(t, smallPool(dsn), schema, dedup.Options{}).Outbound())
+		return outboundcheck.Alternate(backdated(open(t, dsn, schema, dedup.Options{})),
+			open(t, dsn, schema, dedup.Options{}).Outbound())
 	})
 }
 

@@ -166,7 +166,7 @@ func TestCreatesSchema(t *testing.T) {
 	dsn, schema := pgtest.Schema(t)
 	inner := schema + "_store" // does not exist yet
 	t.Cleanup(func() {
-		conn, err := pgx.Connect(ctx, dsn)
+		conn, err := pgx.Connect(ctx, pgtest.DSN(t))
 		if err == nil {
 			conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{inner}.Sanitize()+` CASCADE`)
 			conn.Close(ctx)
@@ -244,7 +244,7 @@ func TestUnavailable(t *testing.T) {
 		}
 		// An operator kills the store's sessions: the pool reconnects and
 		// the next claims work.
-		admin, err := pgx.Connect(ctx, dsn)
+		admin, err := pgx.Connect(ctx, pgtest.DSN(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -375,15 +375,12 @@ func withApplicationName(t testing.TB, dsn, name string) string {
 // sets pool_max_conns, so that concurrent exchanges do not queue behind
 // pgx's default of 4 on a small machine.
 func TestPoolSize(t *testing.T) {
-	dsn, schema := pgtest.Schema(t)
+	_, schema := pgtest.Schema(t)
+	dsn := pgtest.DSN(t) // the server's DSN as given, without the tests' pool cap
 	if got := open(t, dsn, schema, dedup.Options{}).Pool().Config().MaxConns; got != pgstore.DefaultMaxConns {
 		t.Errorf("MaxConns %d, want %d", got, pgstore.DefaultMaxConns)
 	}
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
-	if got := open(t, dsn+sep+"pool_max_conns=3", schema, dedup.Options{}).Pool().Config().MaxConns; got != 3 {
+	if got := open(t, pgtest.WithPoolMaxConns(dsn, 3), schema, dedup.Options{}).Pool().Config().MaxConns; got != 3 {
 		t.Errorf("with pool_max_conns=3: MaxConns %d", got)
 	}
 }
