@@ -2,18 +2,11 @@ package endpoint_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/asn1"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -49,8 +42,8 @@ func TestBDEWTrustCA(t *testing.T) {
 	foreign := bptest.New(t).Party("9900000000002")
 	crls := trusttest.ServeFiles(t)
 	now := time.Now()
-	crls.Set("/bdew.crl", brainpoolCRL(t, pki.CA, now.Add(-time.Hour), now.Add(time.Hour), revoked.Cert))
-	crls.Set("/forged.crl", brainpoolCRL(t, foreign.Signing, now.Add(-time.Hour), now.Add(time.Hour)))
+	crls.Set("/bdew.crl", bptest.CRL(t, pki.CA, now.Add(-time.Hour), now.Add(time.Hour), revoked.Cert))
+	crls.Set("/forged.crl", bptest.CRL(t, foreign.Signing, now.Add(-time.Hour), now.Add(time.Hour)))
 
 	dir := t.TempDir()
 	tlsCert, _ := os.ReadFile(sw.TLS.CertFile)
@@ -138,47 +131,4 @@ as4:
 	if calls.Load() != delivered {
 		t.Fatalf("handler ran %d times, want %d", calls.Load(), delivered)
 	}
-}
-
-// brainpoolCRL is a CRL signed by issuer's brainpoolP256r1 key (crypto/x509
-// cannot sign with the curve: it builds the TBS with a stand-in P-256 key,
-// which is signed again with the issuer's key).
-func brainpoolCRL(t *testing.T, issuer bptest.KeyPair, thisUpdate, nextUpdate time.Time, revoked ...*x509.Certificate) []byte {
-	t.Helper()
-	standIn, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	iss := *issuer.Cert
-	iss.KeyUsage |= x509.KeyUsageCRLSign // CreateRevocationList asks for it; the checker reads the real certificate
-	if len(iss.SubjectKeyId) == 0 {
-		iss.SubjectKeyId = []byte{1}
-	}
-	tmpl := &x509.RevocationList{Number: big.NewInt(1), ThisUpdate: thisUpdate, NextUpdate: nextUpdate}
-	for _, r := range revoked {
-		tmpl.RevokedCertificateEntries = append(tmpl.RevokedCertificateEntries, x509.RevocationListEntry{SerialNumber: r.SerialNumber, RevocationTime: thisUpdate})
-	}
-	der, err := x509.CreateRevocationList(rand.Reader, tmpl, &iss, standIn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rl, err := x509.ParseRevocationList(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(rl.RawTBSRevocationList)
-	sig, err := issuer.Key.Sign(rand.Reader, sum[:], nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := asn1.Marshal(struct {
-		TBS asn1.RawValue
-		Alg pkix.AlgorithmIdentifier
-		Sig asn1.BitString
-	}{asn1.RawValue{FullBytes: rl.RawTBSRevocationList}, pkix.AlgorithmIdentifier{Algorithm: asn1.ObjectIdentifier{1, 2, 840, 10045, 4, 3, 2}},
-		asn1.BitString{Bytes: sig, BitLength: len(sig) * 8}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }

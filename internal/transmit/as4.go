@@ -15,6 +15,7 @@ import (
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/wssec"
 	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/outbound"
 	"github.com/edigateway/gateway/receipt"
@@ -270,6 +271,14 @@ func judgeAS4(s *AS4Settings, run *signerRun, sent []string, resp *client.Respon
 		// A signer the partner's CA policy refuses: unverifiable, as one
 		// signed by another key.
 		a.Outcome, a.Reason = outbound.Retry, "not delivered: the answer's signature verified, but "+run.refusal()
+	case s.CA.active() && !run.ran && errors.Is(err, wssec.ErrUnknownSigner):
+		// The signature names its signer by a key identifier (X509SKI,
+		// issuer and serial, thumbprint) that matches no certificate the
+		// answer carries and none listed: the CA policy has nothing to
+		// judge, and an unverified answer is no receipt.
+		a.Outcome, a.Reason = outbound.Retry, "not delivered: the answer's signer is neither a certificate the answer carries "+
+			"(BinarySecurityToken) nor one of the partner's listed certificates, so its trust: ca policy has no certificate to judge "+
+			"(list the partner's signing certificate if it names it by key identifier only): "+snippet([]byte(err.Error()))
 	default:
 		a.Outcome, a.Reason = outbound.Retry, "not delivered: "+snippet([]byte(err.Error()))
 	}

@@ -19,6 +19,12 @@ var (
 	// ErrInvalidXML (EBMS:0009 InvalidHeader): the envelope is not a
 	// well-formed, DTD-free SOAP envelope within the configured limits.
 	ErrInvalidXML = errors.New("wssec: invalid envelope")
+	// ErrUnknownSigner is wrapped, besides ErrFailedAuthentication, by the
+	// error of a ds:KeyInfo that names a signer (by token, subject key
+	// identifier, issuer and serial or thumbprint) that is none of the
+	// certificates Verify may accept: the trusted ones and, with
+	// CheckSigner, those of the header's tokens.
+	ErrUnknownSigner = errors.New("wssec: unknown signer")
 )
 
 // EBMS error codes the sentinel errors map to.
@@ -48,6 +54,17 @@ func Code(err error) string {
 func authErr(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrFailedAuthentication}, a...)...)
 }
+
+// unknownSignerErr is authErr that also wraps ErrUnknownSigner (the text
+// is authErr's).
+func unknownSignerErr(format string, a ...any) error {
+	return &unknownSignerError{authErr(format, a...)}
+}
+
+type unknownSignerError struct{ err error }
+
+func (e *unknownSignerError) Error() string   { return e.err.Error() }
+func (e *unknownSignerError) Unwrap() []error { return []error{e.err, ErrUnknownSigner} }
 
 func policyErr(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrPolicyNoncompliance}, a...)...)

@@ -105,7 +105,7 @@ func (s *Signature) resolveTokenReference(r *etree.Element, trusted []*x509.Cert
 					return c, nil
 				}
 			}
-			return nil, authErr("signer (SHA-1 thumbprint %x) is not a trusted certificate", id)
+			return nil, unknownSignerErr("signer (SHA-1 thumbprint %x) is not a trusted certificate", id)
 		}
 		return nil, policyErr("KeyIdentifier ValueType %q not supported", vt)
 	case isElement(r, NamespaceDSig, "X509Data"):
@@ -143,7 +143,7 @@ func resolveX509Data(d *etree.Element, trusted []*x509.Certificate) (*x509.Certi
 				return c, nil
 			}
 		}
-		return nil, authErr("signer (issuer %q, serial %s) is not a trusted certificate", issuer, serial)
+		return nil, unknownSignerErr("signer (issuer %q, serial %s) is not a trusted certificate", issuer, serial)
 	case isElement(k, NamespaceDSig, "X509SKI"):
 		id, err := decodeBase64(k.Text())
 		if err != nil {
@@ -169,9 +169,9 @@ func matchCertificate(b64 string, trusted []*x509.Certificate) (*x509.Certificat
 		}
 	}
 	if cert, err := brainpool.ParseCertificate(der); err == nil {
-		return nil, authErr("signer %q (serial %s) is not a trusted certificate", cert.Subject.String(), trust.Serial(cert))
+		return nil, unknownSignerErr("signer %q (serial %s) is not a trusted certificate", cert.Subject.String(), trust.Serial(cert))
 	}
-	return nil, authErr("signer certificate token is not a trusted certificate")
+	return nil, unknownSignerErr("signer certificate token is not a trusted certificate")
 }
 
 func matchSKI(id []byte, trusted []*x509.Certificate) (*x509.Certificate, error) {
@@ -180,7 +180,7 @@ func matchSKI(id []byte, trusted []*x509.Certificate) (*x509.Certificate, error)
 			return c, nil
 		}
 	}
-	return nil, authErr("signer (subject key identifier %x) is not a trusted certificate", id)
+	return nil, unknownSignerErr("signer (subject key identifier %x) is not a trusted certificate", id)
 }
 
 // subjectKeyID returns the certificate's SubjectKeyIdentifier extension, or

@@ -330,6 +330,7 @@ func TestKeyReferenceForms(t *testing.T) {
 		{"issuer serial, wrong issuer", `<wsse:SecurityTokenReference><ds:X509Data><ds:X509IssuerSerial><ds:X509IssuerName>CN=rsa,O=Other,C=DE</ds:X509IssuerName><ds:X509SerialNumber>100</ds:X509SerialNumber></ds:X509IssuerSerial></ds:X509Data></wsse:SecurityTokenReference>`, CodeFailedAuthentication},
 		{"X509SKI", `<wsse:SecurityTokenReference><ds:X509Data><ds:X509SKI>` + encodeB64(subjectKeyID(k.cert)) + `</ds:X509SKI></ds:X509Data></wsse:SecurityTokenReference>`, ""},
 		{"KeyIdentifier SKI", `<wsse:SecurityTokenReference><wsse:KeyIdentifier EncodingType="` + EncodingBase64Binary + `" ValueType="` + ValueTypeX509SKI + `">` + encodeB64(subjectKeyID(k.cert)) + `</wsse:KeyIdentifier></wsse:SecurityTokenReference>`, ""},
+		{"X509SKI unknown", `<wsse:SecurityTokenReference><ds:X509Data><ds:X509SKI>` + encodeB64(make([]byte, 20)) + `</ds:X509SKI></ds:X509Data></wsse:SecurityTokenReference>`, CodeFailedAuthentication},
 		{"KeyIdentifier thumbprint", `<wsse:SecurityTokenReference><wsse:KeyIdentifier ValueType="` + ValueTypeThumbprintSHA + `">` + encodeB64(thumb[:]) + `</wsse:KeyIdentifier></wsse:SecurityTokenReference>`, ""},
 		{"KeyIdentifier unknown thumbprint", `<wsse:SecurityTokenReference><wsse:KeyIdentifier ValueType="` + ValueTypeThumbprintSHA + `">` + encodeB64(make([]byte, 20)) + `</wsse:KeyIdentifier></wsse:SecurityTokenReference>`, CodeFailedAuthentication},
 		{"X509Certificate", `<ds:X509Data><ds:X509Certificate>` + encodeB64(k.cert.Raw) + `</ds:X509Certificate></ds:X509Data>`, ""},
@@ -351,10 +352,37 @@ func TestKeyReferenceForms(t *testing.T) {
 			if Code(err) != tc.code {
 				t.Fatalf("got %v, want code %q", err, tc.code)
 			}
+			// Every authentication failure here is a signer that is not
+			// trusted.
+			if unknown := errors.Is(err, ErrUnknownSigner); unknown != (tc.code == CodeFailedAuthentication) {
+				t.Fatalf("errors.Is(%v, ErrUnknownSigner) = %v", err, unknown)
+			}
 			if err == nil && res.Signer != k.cert {
 				t.Fatalf("signer %s", res.Signer.Subject)
 			}
 		})
+	}
+}
+
+// TestUnknownSignerError: a signer that is none of the certificates Verify
+// may accept is ErrUnknownSigner (and EBMS:0101, the text unchanged); a
+// signature that does not verify with a trusted signer's key is not.
+func TestUnknownSignerError(t *testing.T) {
+	k := key(t, "rsa")
+	raw := signedMessage(t, k, nil, nil)
+	_, err := Verify(mustParse(t, raw), nil, VerifyOptions{Trusted: []*x509.Certificate{key(t, "rsa-old").cert}})
+	if !errors.Is(err, ErrUnknownSigner) || Code(err) != CodeFailedAuthentication || Reason(err) != err.Error() ||
+		!strings.Contains(err.Error(), `signer "CN=rsa,O=Gateway Test\\, Inc.,C=DE" (serial 64) is not a trusted certificate`) {
+		t.Fatalf("untrusted token: %v", err)
+	}
+	doc := mustParse(t, raw)
+	sv := find(doc, NamespaceDSig, "SignatureValue")
+	v := []byte(sv.Text())
+	v[10] ^= 1
+	sv.SetText(string(v))
+	_, err = Verify(doc, nil, VerifyOptions{Trusted: []*x509.Certificate{k.cert}})
+	if Code(err) != CodeFailedAuthentication || errors.Is(err, ErrUnknownSigner) {
+		t.Fatalf("bad signature value: %v", err)
 	}
 }
 

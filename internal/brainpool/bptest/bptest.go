@@ -6,12 +6,20 @@ package bptest
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/pem"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/edigateway/gateway/internal/brainpool"
 )
@@ -116,6 +124,71 @@ func (p *PKI) Issue(name, subject, keyUsage string, extra ...string) KeyPair {
 	OpenSSL(p.t, p.Dir, "x509", "-req", "-in", name+".csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
 		"-days", "30", "-sha256", "-extfile", name+".ext", "-out", name+".crt")
 	return p.load(name+".crt", key)
+}
+
+// IssueDated is Issue with the validity period given (openssl ca: openssl
+// x509 -req cannot set one), for certificates that are expired or not yet
+// valid.
+func (p *PKI) IssueDated(name, subject, keyUsage string, notBefore, notAfter time.Time) KeyPair {
+	p.t.Helper()
+	key := p.genKey(name)
+	OpenSSL(p.t, p.Dir, "req", "-new", "-key", key, "-subj", subject, "-out", name+".csr")
+	ext := "keyUsage=critical," + keyUsage + "\nsubjectKeyIdentifier=hash\n"
+	conf := "[ca]\ndefault_ca = test\n[test]\ndatabase = " + name + ".index\nnew_certs_dir = .\nserial = " + name + ".serial\n" +
+		"default_md = sha256\npolicy = any\nunique_subject = no\n[any]\norganizationName = optional\ncommonName = supplied\n"
+	for file, text := range map[string]string{name + ".ext": ext, name + ".cnf": conf, name + ".index": "", name + ".serial": "1000\n"} {
+		if err := os.WriteFile(filepath.Join(p.Dir, file), []byte(text), 0o600); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+	const asn1Time = "20060102150405Z"
+	OpenSSL(p.t, p.Dir, "ca", "-batch", "-config", name+".cnf", "-in", name+".csr", "-cert", "ca.crt", "-keyfile", "ca.key",
+		"-startdate", notBefore.UTC().Format(asn1Time), "-enddate", notAfter.UTC().Format(asn1Time),
+		"-extfile", name+".ext", "-notext", "-out", name+".crt")
+	return p.load(name+".crt", key)
+}
+
+// CRL is a DER CRL signed by issuer's brainpoolP256r1 key listing revoked
+// (crypto/x509 cannot sign with the curve: it builds the TBS with a
+// stand-in P-256 key, which is signed again with the issuer's key).
+func CRL(t testing.TB, issuer KeyPair, thisUpdate, nextUpdate time.Time, revoked ...*x509.Certificate) []byte {
+	t.Helper()
+	standIn, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss := *issuer.Cert
+	iss.KeyUsage |= x509.KeyUsageCRLSign // CreateRevocationList asks for it; the checker reads the real certificate
+	if len(iss.SubjectKeyId) == 0 {
+		iss.SubjectKeyId = []byte{1}
+	}
+	tmpl := &x509.RevocationList{Number: big.NewInt(1), ThisUpdate: thisUpdate, NextUpdate: nextUpdate}
+	for _, r := range revoked {
+		tmpl.RevokedCertificateEntries = append(tmpl.RevokedCertificateEntries, x509.RevocationListEntry{SerialNumber: r.SerialNumber, RevocationTime: thisUpdate})
+	}
+	der, err := x509.CreateRevocationList(rand.Reader, tmpl, &iss, standIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := x509.ParseRevocationList(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(rl.RawTBSRevocationList)
+	sig, err := issuer.Key.Sign(rand.Reader, sum[:], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := asn1.Marshal(struct {
+		TBS asn1.RawValue
+		Alg pkix.AlgorithmIdentifier
+		Sig asn1.BitString
+	}{asn1.RawValue{FullBytes: rl.RawTBSRevocationList}, pkix.AlgorithmIdentifier{Algorithm: asn1.ObjectIdentifier{1, 2, 840, 10045, 4, 3, 2}},
+		asn1.BitString{Bytes: sig, BitLength: len(sig) * 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // Party issues the three key pairs of a market partner.
