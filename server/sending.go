@@ -175,7 +175,11 @@ func (s *Server) pickupTargets() []pickup.Target {
 	var ts []pickup.Target
 	for _, p := range s.Directory().Partners {
 		if sends := p.Sends(); len(sends) > 0 {
-			ts = append(ts, pickup.Target{Partner: p.ID, Protocols: sends})
+			t := pickup.Target{Partner: p.ID, Protocols: sends}
+			if p.AS4 != nil && p.AS4.Send != nil {
+				t.FilenameProperty = p.AS4.Send.FilenameProperty
+			}
+			ts = append(ts, t)
 		}
 	}
 	return ts

@@ -26,7 +26,7 @@ func (s *submitter) Submit(ctx context.Context, sub outbound.Submission) (outbou
 	}
 	id := outbound.NewID(time.Now())
 	m := outbound.Message{ID: id, MessageID: "<" + id + "@test>", Partner: sub.Partner, Protocol: sub.Protocol,
-		IdempotencyKey: sub.IdempotencyKey, Source: sub.Source, Filename: sub.Filename}
+		IdempotencyKey: sub.IdempotencyKey, Source: sub.Source, Filename: sub.Filename, Properties: sub.Properties}
 	return s.store.Submit(ctx, m, sub.Payload)
 }
 
@@ -49,8 +49,10 @@ func (f *fixture) watcher(t *testing.T) *Watcher {
 	t.Helper()
 	w, err := New(Config{Dir: f.root, Submitter: f.sub, Store: f.store, MaxPayload: 1000, Interval: time.Hour,
 		Targets: func() []Target {
-			return []Target{{"acme", []outbound.Protocol{outbound.AS2}}, {"both", []outbound.Protocol{outbound.AS2, outbound.AS4}},
-				{"../evil", []outbound.Protocol{outbound.AS2}}}
+			return []Target{{Partner: "acme", Protocols: []outbound.Protocol{outbound.AS2}},
+				{Partner: "both", Protocols: []outbound.Protocol{outbound.AS2, outbound.AS4}, FilenameProperty: "FileName"},
+				{Partner: "stadtwerke", Protocols: []outbound.Protocol{outbound.AS4}},
+				{Partner: "../evil", Protocols: []outbound.Protocol{outbound.AS2}}}
 		}})
 	if err != nil {
 		t.Fatal(err)
