@@ -31,7 +31,9 @@ Queues PATH to be sent to partner ID through the running gateway's submission AP
 message's queue id, its transport message id and its status URL. The payload is streamed.
 
 The idempotency key defaults to one derived from the file (name, size, modification time,
-SHA-256): running the command twice for the same file queues it once. With -wait the
+SHA-256) and the -property flags, as a pickup directory derives it from a file and its
+sidecar: running the command twice for the same file and properties queues it once; other
+properties queue another message. With -wait the
 command polls the status until the message is final: exit status 0 when delivered, 1 when
 failed or cancelled (or still not final when -wait runs out).
 
@@ -65,7 +67,7 @@ func parseSubmitFlags(args []string, stderr io.Writer) (*submitOptions, error) {
 	fs.StringVar(&o.partner, "partner", "", "partner id (required)")
 	fs.StringVar(&o.file, "file", "", "payload file (required)")
 	fs.StringVar(&o.protocol, "protocol", "", "as2 or as4 (default: the one the partner sends with)")
-	fs.StringVar(&o.key, "idempotency-key", "", "idempotency key (default: derived from the file's name, size, mtime and SHA-256)")
+	fs.StringVar(&o.key, "idempotency-key", "", "idempotency key (default: derived from the file's name, size, mtime and SHA-256 and the -property flags)")
 	fs.StringVar(&o.contentType, "content-type", "", "payload content type (default: the partner's send content_type)")
 	fs.StringVar(&o.filename, "filename", "", "file name the partner is given (default: the file's base name)")
 	fs.StringVar(&o.subject, "subject", "", "AS2 Subject (default: the partner's)")
@@ -234,9 +236,10 @@ func apiError(resp *http.Response) error {
 	return fmt.Errorf("submit: %s: %s", resp.Status, strings.TrimSpace(string(b)))
 }
 
-// fileKey is the default idempotency key of a file (as a pickup directory
-// derives it).
-func fileKey(f *os.File, fi os.FileInfo) (string, error) {
+// fileKey is the default idempotency key of a file with its part
+// properties (as a pickup directory derives it from a file and its
+// sidecar).
+func fileKey(f *os.File, fi os.FileInfo, props []outbound.Property) (string, error) {
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return "", fmt.Errorf("submit: reading %s: %w", f.Name(), err)
@@ -244,7 +247,7 @@ func fileKey(f *os.File, fi os.FileInfo) (string, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
-	return pickup.FileKey(fi.Name(), fi.Size(), fi.ModTime(), hex.EncodeToString(h.Sum(nil))), nil
+	return pickup.FileKey(fi.Name(), fi.Size(), fi.ModTime(), hex.EncodeToString(h.Sum(nil)), props...), nil
 }
 
 // submit is `gateway submit`.
@@ -271,7 +274,7 @@ func submit(args []string, stdout, stderr io.Writer) error {
 	}
 	key := o.key
 	if key == "" {
-		if key, err = fileKey(f, fi); err != nil {
+		if key, err = fileKey(f, fi, o.properties); err != nil {
 			return err
 		}
 	}

@@ -301,4 +301,18 @@ func TestSubmitCommandProperties(t *testing.T) {
 	if ms, _ := st.List(context.Background(), outbound.Filter{}); len(ms) != 1 {
 		t.Fatalf("%d messages queued, want 1", len(ms))
 	}
+	// The default key covers the properties, as a pickup sidecar's do: the
+	// same file with the same properties is queued once; with another
+	// value it is another message (before, the API answered 409).
+	same := append(base, "-protocol", "as4", "-property", "BDEWDocumentType=UTILMD",
+		"-property", "BDEWDocumentNo=47=11", "-property", "BDEWDocumentDate=2026-12-05", "-property", "app:Note=Grüße & <gut>")
+	if code, out, errOut := runSubmit(same...); code != 0 || !strings.Contains(out, "already queued") {
+		t.Fatalf("same properties again: exit %d: %s %s", code, out, errOut)
+	}
+	if code, out, errOut := runSubmit(append(base, "-protocol", "as4", "-property", "BDEWDocumentType=MSCONS")...); code != 0 {
+		t.Fatalf("other properties: exit %d: %s %s", code, out, errOut)
+	}
+	if ms, _ := st.List(context.Background(), outbound.Filter{}); len(ms) != 2 {
+		t.Fatalf("%d messages queued, want 2", len(ms))
+	}
 }
