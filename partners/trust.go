@@ -150,6 +150,13 @@ func (d *Directory) loadTrust(file, section string, t *Trust, allowWeak bool) (*
 // pinned certificates.
 func (d *Directory) AS2Trust(p *Partner) *trust.CAPolicy { return d.policies["as2\x00"+p.ID] }
 
+// SignerPolicy is the CA trust policy of partner's use ("as2" or "as4")
+// under trust: ca, nil for pinned certificates or an unknown partner
+// (certs.CAPolicies).
+func (d *Directory) SignerPolicy(partner, use string) *trust.CAPolicy {
+	return d.policies[use+"\x00"+partner]
+}
+
 // AS4Trust is the CA trust policy of a trust: ca AS4 agreement; nil for
 // pinned certificates.
 func (d *Directory) AS4Trust(p *Partner) *trust.CAPolicy { return d.policies["as4\x00"+p.ID] }

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/edigateway/gateway/internal/testpki"
+	"github.com/edigateway/gateway/internal/trust/trusttest"
 )
 
 // TestPartnersCheckReportsEveryProblem: partners check reports every
@@ -226,5 +229,37 @@ func TestSendOptOutsAreWarnedAtStart(t *testing.T) {
 		if !strings.Contains(errb.String(), `"level":"WARN","msg":"partner configuration","warning":"`+w) {
 			t.Errorf("no WARN at start for %q:\n%s", w, errb.String())
 		}
+	}
+}
+
+// TestPartnersCheckWarnsAboutAListedCertificateItsCAPolicyRefuses: a
+// trust: ca partner that lists the demo partner's self-signed certificate
+// (an operator moving a partner from pinned to ca and keeping the old
+// certificate) would have every message it signs refused; partners check
+// says so as a warning on the certificate's line, and exits 0.
+func TestPartnersCheckWarnsAboutAListedCertificateItsCAPolicyRefuses(t *testing.T) {
+	dir := t.TempDir()
+	pem, err := os.ReadFile(filepath.Join(filepath.Dir(demoConfig(t)), "partners", "demo-partner.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := trusttest.NewRoot(t, "Acme Root CA")
+	for name, body := range map[string][]byte{
+		"demo-partner.pem": pem,
+		"root.pem":         testpki.CertPEM(root.Cert),
+		"acme.yaml": []byte("id: acme\nas2:\n  as2_id: ACME\n  trust: ca\n  ca_certificates: [root.pem]\n" +
+			"  certificate_subject: \"CN=*\"\n  certificates: [demo-partner.pem]\n"),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"partners", "check", "-dir", dir}, &out, &errb)
+	want := "warning: partner acme (" + filepath.Join(dir, "acme.yaml") + " as2.certificates[0]) " + filepath.Join(dir, "demo-partner.pem") +
+		": the signer's certificate "
+	if code != 0 || !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "does not chain to a configured CA: this partner's as2.trust: ca policy refuses it") ||
+		!strings.Contains(out.String(), "1 partners, 1 warnings, 0 errors") {
+		t.Fatalf("exit %d, output:\n%s\nwant a line starting %q", code, out.String(), want)
 	}
 }

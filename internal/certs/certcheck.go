@@ -209,11 +209,15 @@ func days(d time.Duration) string {
 	return fmt.Sprintf("%d days", n)
 }
 
-// All runs every check over a partner directory and our identity keys.
+// All runs every check over a partner directory and our identity keys:
+// Check, and CheckCAPolicies when d has trust: ca policies.
 func All(d Directory, keys []config.KeyPair, now time.Time, warnAhead time.Duration) (certs []Cert, findings []Finding) {
 	ids, bad := IdentityCerts(keys)
 	certs = append(ids, PartnerCerts(d)...)
 	findings = append(bad, Check(certs, now, warnAhead)...)
+	if p, ok := d.(CAPolicies); ok {
+		findings = append(findings, CheckCAPolicies(p, certs, now)...)
+	}
 	sort.SliceStable(findings, func(i, j int) bool { return findings[i].Severity > findings[j].Severity })
 	return certs, findings
 }
