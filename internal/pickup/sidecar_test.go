@@ -25,18 +25,6 @@ func writeSidecar(t *testing.T, dir, name, content string) string {
 	return path
 }
 
-func equalProps(a, b []outbound.Property) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // queuedNames lists the entries of dir's .queued/.
 func queuedNames(t *testing.T, dir string) []string {
 	t.Helper()
@@ -81,7 +69,7 @@ func TestPickupSidecarPropertiesReachTheSubmission(t *testing.T) {
 	if len(byName) != 2 || m.ID == "" || plain.ID == "" {
 		t.Fatalf("queued %v, want utilmd.edi and plain.edi", byName)
 	}
-	if !equalProps(m.Properties, bdewProps) {
+	if !outbound.EqualProperties(m.Properties, bdewProps) {
 		t.Fatalf("properties\n got %q\nwant %q", m.Properties, bdewProps)
 	}
 	if len(plain.Properties) != 0 {
@@ -142,7 +130,7 @@ func TestPickupSidecarCRLFAndByteOrderMark(t *testing.T) {
 	f.w.Scan(ctx)
 	ms := f.messages(t)
 	want := []outbound.Property{{Name: "BDEWDocumentType", Value: "UTILMD"}, {Name: "BDEWDocumentNo", Value: "4711"}}
-	if len(ms) != 1 || !equalProps(ms[0].Properties, want) {
+	if len(ms) != 1 || !outbound.EqualProperties(ms[0].Properties, want) {
 		t.Fatalf("queued %+v, want one message with %q", ms, want)
 	}
 }
@@ -269,7 +257,7 @@ func TestPickupCrashWithSidecarQueuesOnce(t *testing.T) {
 			f.w = f.watcher(t)
 			f.w.Scan(ctx)
 			after := f.messages(t)
-			if len(after) != 1 || after[0].ID != ms[0].ID || !equalProps(after[0].Properties, bdewProps) {
+			if len(after) != 1 || after[0].ID != ms[0].ID || !outbound.EqualProperties(after[0].Properties, bdewProps) {
 				t.Fatalf("after the restart %d messages (%v), want only %s", len(after), after, ms[0].ID)
 			}
 			q := filepath.Join(dir, QueuedDir)
