@@ -18,10 +18,12 @@ import (
 // also lists certificates judges them by its policy when they sign, so a
 // listed signing certificate the policy refuses (self-signed, another CA,
 // another subject) is a warning naming the file, the field and the
-// reason; certificates the policy accepts (with the chain completed by
-// the section's other certificates), that cannot sign (CA certificates,
-// encryption-only keys), of pinned sections, or already refused for their
-// dates are not.
+// reason, and one that chains only through a CA certificate listed beside
+// it (never used to complete a chain) is a warning pointing to
+// intermediates; certificates the policy accepts (the chain completed by
+// intermediates), CA certificates that issued a listed one, encryption-only
+// keys, pinned sections and certificates already refused for their dates
+// are not.
 func TestListedCertificatesAreJudgedByTheirCAPolicy(t *testing.T) {
 	root := trusttest.NewRoot(t, "Partner Root CA")
 	ica := root.NewIntermediate(t, "Partner Issuing CA")
@@ -30,7 +32,10 @@ func TestListedCertificatesAreJudgedByTheirCAPolicy(t *testing.T) {
 	pem := func(name string, cs ...*x509.Certificate) { write(t, filepath.Join(dir, name), testpki.CertPEM(cs...)) }
 	pem("root.pem", root.Cert)
 	pem("good.pem", root.Issue(t, trusttest.Leaf{CommonName: "AS2 Good"}).Cert)
-	pem("chain.pem", ica.Issue(t, trusttest.Leaf{CommonName: "AS2 Chain"}).Cert, ica.Cert)
+	chainLeaf := ica.Issue(t, trusttest.Leaf{CommonName: "AS2 Chain"}).Cert
+	pem("chain.pem", chainLeaf, ica.Cert)
+	pem("leaf.pem", chainLeaf)
+	pem("ica.pem", ica.Cert)
 	pem("self.pem", testpki.SelfSigned(t, keys[0], testpki.Cert{CommonName: "AS2 Self"}))
 	pem("wrongcn.pem", root.Issue(t, trusttest.Leaf{CommonName: "Somebody Else"}).Cert)
 	pem("enc.pem", testpki.SelfSigned(t, keys[1], testpki.Cert{CommonName: "AS2 Enc", KeyUsage: x509.KeyUsageKeyEncipherment}))
@@ -40,6 +45,7 @@ func TestListedCertificatesAreJudgedByTheirCAPolicy(t *testing.T) {
 	for name, yaml := range map[string]string{
 		"good":    "as2:\n  as2_id: GOOD\n" + ca + "  certificates: [good.pem]\n",
 		"chain":   "as2:\n  as2_id: CHAIN\n" + ca + "  certificates: [chain.pem]\n",
+		"inter":   "as2:\n  as2_id: INTER\n" + ca + "  intermediates: [ica.pem]\n  certificates: [leaf.pem, ica.pem]\n",
 		"self":    "as2:\n  as2_id: SELF\n" + ca + "  certificates: [good.pem, self.pem]\n",
 		"wrongcn": "as4:\n  party_id: urn:wrongcn\n" + ca + "  certificates: [wrongcn.pem]\n  pmodes: [{id: p}]\n",
 		"enc":     "as2:\n  as2_id: ENC\n" + ca + "  certificates: [enc.pem]\n",
@@ -55,7 +61,7 @@ func TestListedCertificatesAreJudgedByTheirCAPolicy(t *testing.T) {
 	_, fs := certs.All(d, nil, now, certs.DefaultWarning)
 	var got []string
 	for _, f := range fs {
-		if strings.Contains(f.Msg, "trust: ca policy refuses it") {
+		if strings.Contains(f.Msg, "trust: ca policy refuses it") || strings.Contains(f.Msg, "not used to complete chains") {
 			if f.Severity != certs.Warning {
 				t.Errorf("%s: severity %s, want warning", f, f.Severity)
 			}
@@ -64,6 +70,8 @@ func TestListedCertificatesAreJudgedByTheirCAPolicy(t *testing.T) {
 	}
 	sort.Strings(got)
 	want := []struct{ where, reason string }{
+		{"partner chain (" + filepath.Join(dir, "chain.yaml") + " as2.certificates[0]) " + filepath.Join(dir, "chain.pem"),
+			`issuer "CN=Partner Issuing CA,O=trusttest") does not chain to a configured CA without the CA certificates listed beside it in as2.certificates, which are not used to complete chains: a message or reply it signs that does not carry them is refused (list them in as2.intermediates)`},
 		{"partner self (" + filepath.Join(dir, "self.yaml") + " as2.certificates[1]) " + filepath.Join(dir, "self.pem"), `"CN=AS2 Self" (serial 01, issuer "CN=AS2 Self") does not chain to a configured CA`},
 		{"partner wrongcn (" + filepath.Join(dir, "wrongcn.yaml") + " as4.certificates[0]) " + filepath.Join(dir, "wrongcn.pem"), `does not match the partner's certificate subject "CN=AS2 *"`},
 	}
@@ -75,8 +83,8 @@ func TestListedCertificatesAreJudgedByTheirCAPolicy(t *testing.T) {
 			t.Errorf("finding %q\nwant %q … %q", got[i], w.where, w.reason)
 		}
 	}
-	if !strings.Contains(got[1], "as4.ca_certificates") {
-		t.Errorf("the AS4 finding names as2 fields: %s", got[1])
+	if !strings.Contains(got[2], "as4.ca_certificates") {
+		t.Errorf("the AS4 finding names as2 fields: %s", got[2])
 	}
 	// The expired certificate is Check's error, not a policy finding too.
 	var expired int
