@@ -55,6 +55,9 @@ func connect() {
 	if dsn == "" {
 		dsn = DefaultDSN
 	}
+	// The tests set the pool size (Schema); DSN must stay one that
+	// pgx.Connect takes.
+	dsn = withoutPoolMaxConns(dsn)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	cfg, err := pgxpool.ParseConfig(dsn)
@@ -72,7 +75,8 @@ func connect() {
 }
 
 // DSN returns the test server's DSN after checking that it answers, or skips
-// (fails under CI=true) the test.
+// (fails under CI=true) the test. It never sets pool_max_conns (one the
+// environment's DSN sets is removed), so pgx.Connect takes it.
 func DSN(t testing.TB) string {
 	t.Helper()
 	once.Do(connect)
@@ -99,6 +103,30 @@ func Schema(t testing.TB) (dsn, schema string) {
 	exec(t, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
 	t.Cleanup(func() { exec(t, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE") })
 	return WithPoolMaxConns(dsn, PoolMaxConns), schema
+}
+
+// withoutPoolMaxConns removes pool_max_conns from dsn (URL or
+// keyword/value form).
+func withoutPoolMaxConns(dsn string) string {
+	if !strings.Contains(dsn, "pool_max_conns") {
+		return dsn
+	}
+	if strings.Contains(dsn, "://") {
+		if u, err := url.Parse(dsn); err == nil {
+			q := u.Query()
+			q.Del("pool_max_conns")
+			u.RawQuery = q.Encode()
+			return u.String()
+		}
+		return dsn
+	}
+	var kept []string
+	for _, f := range strings.Fields(dsn) {
+		if !strings.HasPrefix(f, "pool_max_conns=") {
+			kept = append(kept, f)
+		}
+	}
+	return strings.Join(kept, " ")
 }
 
 // WithPoolMaxConns returns dsn with pool_max_conns set to n, in the DSN's own

@@ -14,3 +14,16 @@ func TestWithPoolMaxConns(t *testing.T) {
 		}
 	}
 }
+
+func TestWithoutPoolMaxConns(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"postgres://u@h/db?sslmode=disable&pool_max_conns=32", "postgres://u@h/db?sslmode=disable"},
+		{"postgres://u@h/db?pool_max_conns=32", "postgres://u@h/db"},
+		{"host=h pool_max_conns=32 dbname=db", "host=h dbname=db"},
+		{"postgres://u@h/db?sslmode=disable", "postgres://u@h/db?sslmode=disable"},
+	} {
+		if got := withoutPoolMaxConns(c.in); got != c.want {
+			t.Errorf("withoutPoolMaxConns(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
