@@ -24,9 +24,19 @@
 // derives the same key and the queue returns the message queued first.
 // The sidecar is moved before its payload; a crash in between leaves it
 // in .queued/ without its payload, where the next scan finds it for the
-// payload still waiting (same properties, same key). The same name
+// payload still waiting: used only if its message <id> has the key the
+// payload gets with it (same file, same properties), so that another file
+// of that name dropped instead does not get it; one whose message the
+// queue does not know refuses the waiting file (cannot tell). A sidecar
+// left in .queued/ without its payload and not used is filed alone
+// (sent/ or failed/<name>.properties, with the evidence and reason) once
+// its message is final and no file of its name waits. The same name
 // dropped again later has another modification time, hence another key:
 // a new message.
+//
+// A file is filed under a name (<name>, else <name>.1 …) for which neither
+// it nor any file it writes beside it is taken, so that an archived
+// a.properties is not replaced by the sidecar of a.
 //
 // File events (fsnotify) start a scan at once; a scan also runs every
 // Interval, since events get lost (overflow, network file systems). The
@@ -35,6 +45,7 @@
 package pickup
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -255,12 +266,12 @@ func (w *Watcher) submitAll(ctx context.Context, d dir) {
 	}
 	// The sidecars stranded in .queued/ by a crash, read once a scan and
 	// only for a payload without a sidecar beside it.
-	var stranded map[string]string
-	strandedFor := func(name string) (string, error) {
+	var stranded map[string][]queuedSidecar
+	strandedFor := func(name string) ([]queuedSidecar, error) {
 		if stranded == nil {
 			m, err := strandedSidecars(filepath.Join(d.path, QueuedDir))
 			if err != nil {
-				return "", err
+				return nil, err
 			}
 			stranded = m
 		}
@@ -281,9 +292,9 @@ func (w *Watcher) submitAll(ctx context.Context, d dir) {
 }
 
 // submit queues one file and moves it to .queued/, its sidecar first.
-// stranded names the sidecar a crashed scan left in .queued/ for a
-// payload name ("": none).
-func (w *Watcher) submit(ctx context.Context, d dir, name string, stranded func(name string) (string, error)) error {
+// stranded lists the sidecars left in .queued/ without their payload for
+// a payload name.
+func (w *Watcher) submit(ctx context.Context, d dir, name string, stranded func(name string) ([]queuedSidecar, error)) error {
 	path := filepath.Join(d.path, name)
 	f, err := os.Open(path)
 	if err != nil {
@@ -297,9 +308,11 @@ func (w *Watcher) submit(ctx context.Context, d dir, name string, stranded func(
 	if !fi.Mode().IsRegular() {
 		return nil
 	}
-	sc, err := w.findSidecar(d, name, stranded)
-	if err != nil {
-		return err
+	// The sidecar beside the payload; one stranded in .queued/ is looked
+	// for below, once the key it would give is known.
+	sc := filepath.Join(d.path, SidecarName(name))
+	if _, err := os.Lstat(sc); errors.Is(err, os.ErrNotExist) {
+		sc = "" // an error other than "none" is the sidecar's: refused when read
 	}
 	// A payload refused for itself takes its sidecar along first (a crash
 	// in between refuses it again); one refused for its sidecar goes first,
@@ -327,6 +340,22 @@ func (w *Watcher) submit(ctx context.Context, d dir, name string, stranded func(
 	sum := hex.EncodeToString(h.Sum(nil))
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("seek: %w", err)
+	}
+	if sc == "" && d.protocol == outbound.AS4 {
+		cands, err := stranded(name)
+		if err != nil {
+			return fmt.Errorf("looking for a sidecar moved to %s: %w", QueuedDir, err)
+		}
+		var unsure *queuedSidecar
+		if sc, props, unsure, err = w.strandedSidecar(ctx, d, name, fi, sum, cands); err != nil {
+			return err
+		}
+		if unsure != nil {
+			return w.refuse(d, name, fmt.Sprintf("the sidecar %s was left in %s by a stop and the queue has no message %s "+
+				"(a memory: store forgets its queue on restart), so whether it is this file's cannot be told; "+
+				"drop the file again, with its sidecar if it has one", filepath.Base(unsure.path), QueuedDir, unsure.id),
+				unsure.path, true)
+		}
 	}
 	key := FileKey(d.prefix+name, fi.Size(), fi.ModTime(), sum, props...)
 	m, created, err := w.cfg.Submitter.Submit(ctx, outbound.Submission{Partner: d.partner, Protocol: d.protocol,
@@ -360,22 +389,43 @@ func (w *Watcher) submit(ctx context.Context, d dir, name string, stranded func(
 	return nil
 }
 
-// findSidecar returns the path of the sidecar of payload name in d ("":
-// none): .<name>.properties beside it, else, in an AS4 directory, the one
-// a crashed scan moved to .queued/ before the payload.
-func (w *Watcher) findSidecar(d dir, name string, stranded func(string) (string, error)) (string, error) {
-	beside := filepath.Join(d.path, SidecarName(name))
-	if _, err := os.Lstat(beside); !errors.Is(err, os.ErrNotExist) {
-		return beside, nil // an error other than "none" is the sidecar's: refused when read
+// strandedSidecar returns the sidecar a stopped scan left in .queued/
+// for payload name, with its properties: the one whose message has the
+// key the payload gets with them (the stop fell between the sidecar's move
+// and the payload's). Another file of that name dropped later has another
+// key: it gets none of them, and they are filed when their messages are
+// final (settleAll). unsure is one whose message the queue does not know
+// or that cannot be read any more (nothing to compare), when none
+// matched: the payload is refused with it rather than sent with or
+// without properties that may not be its own.
+func (w *Watcher) strandedSidecar(ctx context.Context, d dir, name string, fi os.FileInfo, sum string, cands []queuedSidecar) (
+	sc string, props []outbound.Property, unsure *queuedSidecar, err error) {
+	for i, c := range cands {
+		ps, err := readSidecar(c.path, d.filenameProperty)
+		if err != nil {
+			if unsure == nil {
+				unsure = &cands[i]
+			}
+			continue
+		}
+		m, err := w.cfg.Store.Get(ctx, c.id)
+		switch {
+		case errors.Is(err, outbound.ErrNotFound):
+			if unsure == nil {
+				unsure = &cands[i]
+			}
+			continue
+		case err != nil:
+			return "", nil, nil, fmt.Errorf("looking up message %s of the sidecar %s in %s: %w", c.id, filepath.Base(c.path), QueuedDir, err)
+		}
+		if m.Partner == d.partner && m.IdempotencyKey == FileKey(d.prefix+name, fi.Size(), fi.ModTime(), sum, ps...) {
+			return c.path, ps, nil, nil
+		}
+		w.warnOnce("stranded:"+c.path+":"+filepath.Join(d.path, name)+":"+fi.ModTime().String(),
+			"pickup: a sidecar left in .queued/ by a stop is not the waiting file's; the file is queued without it, the sidecar filed when its message is final",
+			"partner", d.partner, "file", filepath.Join(d.path, name), "sidecar", c.path, "id", c.id)
 	}
-	if d.protocol != outbound.AS4 {
-		return "", nil
-	}
-	p, err := stranded(name)
-	if err != nil {
-		return "", fmt.Errorf("looking for a sidecar moved to %s: %w", QueuedDir, err)
-	}
-	return p, nil
+	return "", nil, unsure, nil
 }
 
 // refuse moves a file that cannot be queued to failed/ with the reason,
@@ -383,7 +433,8 @@ func (w *Watcher) findSidecar(d dir, name string, stranded func(string) (string,
 // sidecarLast.
 func (w *Watcher) refuse(d dir, name, reason, sidecar string, sidecarLast bool) error {
 	w.cfg.Log.Warn("pickup: file refused", "partner", d.partner, "file", filepath.Join(d.path, name), "reason", reason)
-	return w.finish(d, filepath.Join(d.path, name), name, FailedDir, reason+"\n", nil, sidecar, sidecarLast)
+	return w.finish(d, filing{path: filepath.Join(d.path, name), name: name, sub: FailedDir, reason: reason + "\n",
+		sidecar: sidecar, sidecarLast: sidecarLast})
 }
 
 // settleAll moves the queued files of d whose message is final.
@@ -396,48 +447,85 @@ func (w *Watcher) settleAll(ctx context.Context, d dir) {
 		}
 		return
 	}
+	payloads := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		payloads[e.Name()] = !strings.HasPrefix(e.Name(), ".")
+	}
 	for _, e := range entries {
 		if ctx.Err() != nil {
 			return
 		}
-		id, name, ok := strings.Cut(e.Name(), "--")
-		if !ok || !e.Type().IsRegular() || name == "" || strings.HasPrefix(e.Name(), ".") { // .<id>--<name>.properties: a sidecar
+		if !e.Type().IsRegular() {
 			continue
 		}
-		if err := w.settle(ctx, d, filepath.Join(qdir, e.Name()), id, name); err != nil {
+		path, sc := filepath.Join(qdir, e.Name()), ""
+		id, name, ok := parseQueuedSidecar(e.Name())
+		if ok {
+			// A sidecar: settled with its payload when that is here; else
+			// an orphan, filed alone, unless a file of its name waits in the
+			// directory (it may be that file's, whose move failed: submit
+			// decides at the next scan).
+			if payloads[id+"--"+name] {
+				continue
+			}
+			if _, err := os.Lstat(filepath.Join(d.path, name)); !errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			path, sc = "", path
+		} else {
+			if id, name, ok = strings.Cut(e.Name(), "--"); !ok || name == "" || strings.HasPrefix(e.Name(), ".") {
+				continue
+			}
+			if q := filepath.Join(qdir, queuedSidecarName(id, name)); lexists(q) {
+				sc = q
+			}
+		}
+		if err := w.settle(ctx, d, path, sc, id, name); err != nil {
 			w.warnOnce("settle:"+e.Name()+":"+err.Error(), "pickup: queued file not moved, tried again at the next scan",
 				"partner", d.partner, "file", filepath.Join(qdir, e.Name()), "error", err)
 		}
 	}
 }
 
-// settle moves one queued file once its message is final, its sidecar
-// first (a crash in between moves the file at the next scan; the other
-// way round would leave the sidecar in .queued/ without its payload, as a
-// crash in submit does).
-func (w *Watcher) settle(ctx context.Context, d dir, path, id, name string) error {
-	sc := filepath.Join(filepath.Dir(path), queuedSidecarName(id, name))
-	if _, err := os.Lstat(sc); err != nil {
-		sc = ""
-	}
+// settle moves one queued file once its message is final, its sidecar sc
+// ("": none) first (a crash in between moves the file at the next scan;
+// the other way round would leave the sidecar in .queued/ without its
+// payload, as a crash in submit does). An empty path is a sidecar without
+// its payload (an orphan): filed alone, as <name>.properties with the
+// evidence and reason its payload would have got.
+func (w *Watcher) settle(ctx context.Context, d dir, path, sc, id, name string) error {
 	m, err := w.cfg.Store.Get(ctx, id)
 	switch {
 	case errors.Is(err, outbound.ErrNotFound):
-		return w.finish(d, path, name, FailedDir, fmt.Sprintf("the queue has no message %s (a memory: store forgets its queue on restart)\n", id), nil, sc, false)
+		return w.finish(d, filing{path: path, name: name, sub: FailedDir,
+			reason: fmt.Sprintf("the queue has no message %s (a memory: store forgets its queue on restart)\n", id), sidecar: sc})
 	case err != nil:
 		return fmt.Errorf("looking up message %s: %w", id, err)
 	case !m.State.Final():
 		return nil
-	case m.State == outbound.Delivered:
-		w.cfg.Log.Info("pickup: file delivered", "partner", d.partner, "file", name, "id", id)
-		return w.finish(d, path, name, SentDir, "", m.Evidence, sc, false)
+	}
+	if path == "" {
+		w.cfg.Log.Warn("pickup: sidecar filed without its payload (the payload queued with it was removed or replaced after a stop)",
+			"partner", d.partner, "file", name, "id", id, "state", m.State)
+	}
+	// A payload without a sidecar must not land beside another file's
+	// <name>.properties; one whose sidecar is gone from .queued/ has it
+	// in sent/ or failed/ already (a stop between the two moves).
+	bare := path != "" && sc == "" && len(m.Properties) == 0
+	if m.State == outbound.Delivered {
+		if path != "" {
+			w.cfg.Log.Info("pickup: file delivered", "partner", d.partner, "file", name, "id", id)
+		}
+		return w.finish(d, filing{path: path, name: name, sub: SentDir, ev: m.Evidence, sidecar: sc, bare: bare})
 	}
 	reason := fmt.Sprintf("%s: %s\nmessage %s (%s), %d attempts\n", m.State, m.Reason, m.ID, m.MessageID, m.Attempts)
 	if m.LastError != "" && m.LastError != m.Reason {
 		reason += "last error: " + m.LastError + "\n"
 	}
-	w.cfg.Log.Info("pickup: file not delivered", "partner", d.partner, "file", name, "id", id, "state", m.State, "reason", m.Reason)
-	return w.finish(d, path, name, FailedDir, reason, m.Evidence, sc, false)
+	if path != "" {
+		w.cfg.Log.Info("pickup: file not delivered", "partner", d.partner, "file", name, "id", id, "state", m.State, "reason", m.Reason)
+	}
+	return w.finish(d, filing{path: path, name: name, sub: FailedDir, reason: reason, ev: m.Evidence, sidecar: sc, bare: bare})
 }
 
 // evidenceSuffix names a file of evidence by its kind.
@@ -453,64 +541,136 @@ func evidenceSuffix(kind string) string {
 	return ".evidence"
 }
 
-// finish moves path to sub/<name> of d (another name when taken), with
-// the evidence and the reason beside it, and its sidecar (when sidecar is
-// not "") as <name>.properties. The evidence is written first and the
-// file moved last: a crash in between writes them again. The sidecar is
-// moved before the file, or right after it when sidecarLast.
-func (w *Watcher) finish(d dir, path, name, sub, reason string, ev *outbound.Evidence, sidecar string, sidecarLast bool) error {
-	dest := filepath.Join(d.path, sub)
+// filing is what finish moves to sent/ or failed/.
+type filing struct {
+	// path is the payload ("": none, a sidecar filed alone), name the
+	// name it is filed under in sub (SentDir, FailedDir).
+	path, name, sub string
+	// reason is written to <name>.reason.txt ("": none), ev beside it
+	// (nil: none).
+	reason string
+	ev     *outbound.Evidence
+	// sidecar ("": none) is moved to <name>.properties, before the
+	// payload, or right after it when sidecarLast.
+	sidecar     string
+	sidecarLast bool
+	// bare: the payload has no sidecar, so no <name>.properties may be
+	// beside it either.
+	bare bool
+}
+
+// finish moves f.path to f.sub/<name> of d (another name when that name or
+// a name it writes beside it is taken: free), with the evidence and the
+// reason beside it, and its sidecar as <name>.properties. The evidence is
+// written first and the file moved last: a crash in between writes them
+// again, under the same name.
+func (w *Watcher) finish(d dir, f filing) error {
+	dest := filepath.Join(d.path, f.sub)
 	if err := os.MkdirAll(dest, 0o750); err != nil {
-		return fmt.Errorf("creating %s: %w", sub, err)
+		return fmt.Errorf("creating %s: %w", f.sub, err)
 	}
-	target := free(dest, name)
-	if ev != nil {
-		if err := os.WriteFile(filepath.Join(dest, target+evidenceSuffix(ev.Kind)), ev.Body, 0o640); err != nil {
-			return fmt.Errorf("writing the evidence: %w", err)
-		}
+	var written []companion
+	if f.ev != nil {
+		written = append(written, companion{suffix: evidenceSuffix(f.ev.Kind), body: f.ev.Body})
 	}
-	if reason != "" {
-		if err := os.WriteFile(filepath.Join(dest, target+".reason.txt"), []byte(reason), 0o640); err != nil {
-			return fmt.Errorf("writing the reason: %w", err)
+	if f.reason != "" {
+		written = append(written, companion{suffix: ".reason.txt", body: []byte(f.reason)})
+	}
+	var absent []string
+	if f.sidecar != "" || f.bare {
+		absent = append(absent, sidecarSuffix)
+	}
+	target := free(dest, f.name, written, absent)
+	for _, c := range written {
+		if err := os.WriteFile(filepath.Join(dest, target+c.suffix), c.body, 0o640); err != nil {
+			return fmt.Errorf("writing %s: %w", target+c.suffix, err)
 		}
 	}
 	moveSidecar := func() error {
-		if sidecar == "" {
+		if f.sidecar == "" {
 			return nil
 		}
-		if err := w.rename(sidecar, filepath.Join(dest, target+sidecarSuffix)); err != nil {
-			return fmt.Errorf("moving the sidecar %s to %s: %w", filepath.Base(sidecar), sub, err)
+		if err := w.rename(f.sidecar, filepath.Join(dest, target+sidecarSuffix)); err != nil {
+			return fmt.Errorf("moving the sidecar %s to %s: %w", filepath.Base(f.sidecar), f.sub, err)
 		}
 		return nil
 	}
-	if !sidecarLast {
+	if !f.sidecarLast || f.path == "" {
 		if err := moveSidecar(); err != nil {
 			return err
 		}
 	}
-	if err := w.rename(path, filepath.Join(dest, target)); err != nil {
-		return fmt.Errorf("moving to %s: %w", sub, err)
+	if f.path == "" {
+		return nil
 	}
-	if sidecarLast {
+	if err := w.rename(f.path, filepath.Join(dest, target)); err != nil {
+		return fmt.Errorf("moving to %s: %w", f.sub, err)
+	}
+	if f.sidecarLast {
 		if err := moveSidecar(); err != nil {
-			return fmt.Errorf("moved to %s, but: %w", sub, err)
+			return fmt.Errorf("moved to %s, but: %w", f.sub, err)
 		}
 	}
 	return nil
 }
 
+// companion is a file finish writes beside a payload: <name><suffix>.
+type companion struct {
+	suffix string
+	body   []byte
+}
+
 // free returns name, or name with a suffix (inv.edi → inv.1.edi, inv.2.edi
-// …) when dir holds a file of that name.
-func free(dir, name string) string {
-	if _, err := os.Lstat(filepath.Join(dir, name)); errors.Is(err, os.ErrNotExist) {
+// …), such that dir holds no file of that name, none of that name with
+// one of the suffixes absent, and none with the suffix of one of the
+// companions written, unless that one holds the very bytes (written by a
+// stopped attempt to file the same message: written again, not under
+// another name).
+func free(dir, name string, written []companion, absent []string) string {
+	isFree := func(n string) bool {
+		if _, err := os.Lstat(filepath.Join(dir, n)); !errors.Is(err, os.ErrNotExist) {
+			return false
+		}
+		for _, s := range absent {
+			if _, err := os.Lstat(filepath.Join(dir, n+s)); !errors.Is(err, os.ErrNotExist) {
+				return false
+			}
+		}
+		for _, c := range written {
+			if !freeOrSame(filepath.Join(dir, n+c.suffix), c.body) {
+				return false
+			}
+		}
+		return true
+	}
+	if isFree(name) {
 		return name
 	}
 	ext := filepath.Ext(name)
 	stem := strings.TrimSuffix(name, ext)
 	for i := 1; ; i++ {
-		n := fmt.Sprintf("%s.%d%s", stem, i, ext)
-		if _, err := os.Lstat(filepath.Join(dir, n)); errors.Is(err, os.ErrNotExist) {
+		if n := fmt.Sprintf("%s.%d%s", stem, i, ext); isFree(n) {
 			return n
 		}
 	}
+}
+
+// lexists reports whether path names a file (a link itself).
+func lexists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// freeOrSame reports whether path does not exist or is a regular file
+// holding body.
+func freeOrSame(path string, body []byte) bool {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return true
+	case err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(body)):
+		return false
+	}
+	b, err := os.ReadFile(path)
+	return err == nil && bytes.Equal(b, body)
 }

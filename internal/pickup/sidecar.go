@@ -114,42 +114,56 @@ func readSidecar(path, filenameProperty string) ([]outbound.Property, error) {
 // name in .queued/ (hidden, so that it is not settled as a payload).
 func queuedSidecarName(id, name string) string { return "." + id + "--" + name + sidecarSuffix }
 
+// queuedSidecar is a sidecar a stopped scan left in .queued/ without its
+// payload: .<id>--<name>.properties.
+type queuedSidecar struct {
+	path, id string
+}
+
+// parseQueuedSidecar splits the name of a sidecar in .queued/ into the id
+// of its message and the name of its payload (ok false: not one).
+func parseQueuedSidecar(n string) (id, name string, ok bool) {
+	rest, ok := strings.CutPrefix(n, ".")
+	if !ok {
+		return "", "", false
+	}
+	if rest, ok = strings.CutSuffix(rest, sidecarSuffix); !ok {
+		return "", "", false
+	}
+	id, name, ok = strings.Cut(rest, "--")
+	if !ok || id == "" || name == "" {
+		return "", "", false
+	}
+	return id, name, true
+}
+
 // strandedSidecars lists, by payload name, the sidecars in qdir whose
 // payload is not there: a scan moved the sidecar to .queued/ and stopped
-// before moving its payload, still in the pickup directory. For a name
-// found twice the newest id is kept (ReadDir sorts by name, ids sort by
-// time).
-func strandedSidecars(qdir string) (map[string]string, error) {
+// before moving its payload, or the payload it was moved for never
+// followed (removed, or another sidecar beside it won). Newest id first
+// (ids sort by time).
+func strandedSidecars(qdir string) (map[string][]queuedSidecar, error) {
 	entries, err := os.ReadDir(qdir)
 	if errors.Is(err, os.ErrNotExist) {
-		return map[string]string{}, nil
+		return map[string][]queuedSidecar{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", QueuedDir, err)
 	}
-	names := make([]string, 0, len(entries))
+	payloads := make(map[string]bool, len(entries))
 	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	payloads := make(map[string]bool, len(names))
-	for _, n := range names {
-		if !strings.HasPrefix(n, ".") {
-			payloads[n] = true
+		if !strings.HasPrefix(e.Name(), ".") {
+			payloads[e.Name()] = true
 		}
 	}
-	out := map[string]string{}
-	for _, n := range names {
-		queued, ok := strings.CutPrefix(n, ".")
-		if !ok {
+	out := map[string][]queuedSidecar{}
+	for i := len(entries) - 1; i >= 0; i-- { // ReadDir sorts by name: newest id last
+		n := entries[i].Name()
+		id, name, ok := parseQueuedSidecar(n)
+		if !ok || payloads[id+"--"+name] {
 			continue
 		}
-		queued, ok = strings.CutSuffix(queued, sidecarSuffix)
-		if !ok || payloads[queued] {
-			continue
-		}
-		if _, name, ok := strings.Cut(queued, "--"); ok && name != "" {
-			out[name] = filepath.Join(qdir, n)
-		}
+		out[name] = append(out[name], queuedSidecar{path: filepath.Join(qdir, n), id: id})
 	}
 	return out, nil
 }

@@ -104,3 +104,25 @@ func FuzzParseSidecar(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseQueuedSidecar: no panic; a name accepted splits into a
+// non-empty id without "--" and a non-empty name that give it back; the
+// name of a payload's queued sidecar is accepted.
+func FuzzParseQueuedSidecar(f *testing.F) {
+	for _, s := range []string{".06h4gcq5pp6rt6imbd7tjstjm8--utilmd.edi.properties", ".x--a--b.properties", ".--a.properties",
+		".x--.properties", "x--a.properties", ".x--a", ".properties", "..properties", ".x--a.properties.properties", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, n string) {
+		id, name, ok := parseQueuedSidecar(n)
+		if !ok {
+			return
+		}
+		if id == "" || name == "" || strings.Contains(id, "--") || queuedSidecarName(id, name) != n {
+			t.Fatalf("parseQueuedSidecar(%q) = %q, %q", n, id, name)
+		}
+		if id2, name2, ok := parseQueuedSidecar(queuedSidecarName(id, name+"x")); !ok || id2 != id || name2 != name+"x" {
+			t.Fatalf("queuedSidecarName(%q, %q) not parsed back: %q, %q, %v", id, name+"x", id2, name2, ok)
+		}
+	})
+}
