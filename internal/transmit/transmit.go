@@ -26,6 +26,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -271,6 +272,12 @@ func retryAfter(v string, now time.Time) time.Duration {
 	if s, err := strconv.Atoi(v); err == nil {
 		if s < 0 {
 			return 0
+		}
+		if s > int(math.MaxInt64/time.Second) {
+			// More seconds than a Duration holds (some 292 years): the
+			// longest wait, not the product wrapped round to a negative
+			// or short one.
+			return math.MaxInt64
 		}
 		return time.Duration(s) * time.Second
 	}
