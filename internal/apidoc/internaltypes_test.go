@@ -17,13 +17,14 @@ import (
 // has to write that type: the field is optional (nil means the default) or
 // the value is only ever received and used through its methods.
 var internalLeft = map[string]string{
-	"server.Server.Metrics":       "set by server.New; served on /metrics, never built by an embedder",
-	"server.Server.Purger":        "returned to cmd/gateway's dedup purge; used through its methods",
-	"as2.Config.Trust":            "optional: nil means a checker with defaults (server wires one)",
-	"endpoint.Config.Trust":       "optional: nil means a checker with defaults (server wires one)",
-	"endpoint.Config.Peppol":      "optional: set by server from the peppol configuration",
-	"partners.Directory.AS2Trust": "returned policy, used through its methods",
-	"partners.Directory.AS4Trust": "returned policy, used through its methods",
+	"server.Server.Metrics":           "set by server.New; served on /metrics, never built by an embedder",
+	"server.Server.Purger":            "returned to cmd/gateway's dedup purge; used through its methods",
+	"as2.Config.Trust":                "optional: nil means a checker with defaults (server wires one)",
+	"endpoint.Config.Trust":           "optional: nil means a checker with defaults (server wires one)",
+	"endpoint.Config.Peppol":          "optional: set by server from the peppol configuration",
+	"partners.Directory.AS2Trust":     "returned policy, used through its methods",
+	"partners.Directory.AS4Trust":     "returned policy, used through its methods",
+	"partners.Directory.SignerPolicy": "returned policy, for internal/certs' check of listed certificates (certs.CAPolicies); never built by an embedder",
 }
 
 // TestPublicAPINamesNoInternalType: an exported function, method, struct
