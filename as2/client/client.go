@@ -18,12 +18,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/edigateway/gateway/internal/cms"
+	"github.com/edigateway/gateway/internal/retryafter"
 	"github.com/edigateway/gateway/internal/sendspool"
 	"github.com/edigateway/gateway/internal/smime"
 	"github.com/edigateway/gateway/mdn"
@@ -332,9 +332,7 @@ func (c *Client) Send(ctx context.Context, m *Message) (*Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("as2client: read response to %s: %w", m.ID, err)
 	}
-	if secs, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && secs > 0 {
-		res.RetryAfter = time.Duration(secs) * time.Second
-	}
+	res.RetryAfter = retryafter.Parse(resp.Header.Get("Retry-After"), time.Now())
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		res.Problems = append(res.Problems, fmt.Sprintf("HTTP %s: %s", resp.Status, strings.TrimSpace(truncate(string(rb), 300))))
 		return res, nil

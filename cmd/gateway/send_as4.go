@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/edigateway/gateway/config"
 	"github.com/edigateway/gateway/internal/brainpool"
 	"github.com/edigateway/gateway/internal/certs"
+	"github.com/edigateway/gateway/internal/retryafter"
 	"github.com/edigateway/gateway/internal/wssec"
 	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/partners"
@@ -413,7 +413,7 @@ func (o *sendAS4Options) sendAndVerifyReceipt(stdout, stderr io.Writer, c *clien
 	deadline := time.Now().Add(*o.retryFor)
 	resp, err := postAS4(c, *o.url, out, *o.timeout)
 	for errors.Is(err, client.ErrNoSignal) && resp.Status == http.StatusServiceUnavailable && time.Now().Before(deadline) {
-		pause := min(max(retryAfter(resp.RetryAfter), time.Second), time.Until(deadline))
+		pause := min(max(retryafter.Parse(resp.RetryAfter, time.Now()), time.Second), time.Until(deadline))
 		fmt.Fprintf(stdout, "busy: HTTP 503; resending in %s\n", pause.Round(time.Second))
 		time.Sleep(pause)
 		resp, err = postAS4(c, *o.url, out, *o.timeout)
@@ -431,16 +431,6 @@ func postAS4(c *client.Client, url string, out *client.Outgoing, timeout time.Du
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	return c.Post(ctx, url, out)
-}
-
-// retryAfter reads a Retry-After header in seconds (zero when absent or
-// not a number of seconds).
-func retryAfter(v string) time.Duration {
-	s, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil || s < 0 {
-		return 0
-	}
-	return time.Duration(s) * time.Second
 }
 
 // reportAS4 prints the outcome of one post of out; the error is for

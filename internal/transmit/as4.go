@@ -15,6 +15,7 @@ import (
 	"github.com/edigateway/gateway/as4"
 	"github.com/edigateway/gateway/as4/client"
 	"github.com/edigateway/gateway/internal/brainpool"
+	"github.com/edigateway/gateway/internal/retryafter"
 	"github.com/edigateway/gateway/internal/wssec"
 	"github.com/edigateway/gateway/internal/xmlenc"
 	"github.com/edigateway/gateway/outbound"
@@ -211,7 +212,7 @@ func (t *AS4) Transmit(ctx context.Context, m outbound.Message, open func() (io.
 // judgeAS4 turns the answer to a transmission into an Attempt; run is the
 // CA trust check of the answer's signer (trust: ca partners).
 func judgeAS4(s *AS4Settings, run *signerRun, sent []string, resp *client.Response, err error) outbound.Attempt {
-	a := outbound.Attempt{Status: resp.Status, RetryAfter: retryAfter(resp.RetryAfter, time.Now())}
+	a := outbound.Attempt{Status: resp.Status, RetryAfter: retryafter.Parse(resp.RetryAfter, time.Now())}
 	ev := &outbound.Evidence{ContentType: resp.ContentType, Body: resp.Body, Received: time.Now()}
 	var se *receipt.SignalError
 	switch {

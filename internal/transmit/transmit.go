@@ -26,15 +26,14 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	as2client "github.com/edigateway/gateway/as2/client"
+	"github.com/edigateway/gateway/internal/retryafter"
 	"github.com/edigateway/gateway/internal/trust"
 	"github.com/edigateway/gateway/outbound"
 )
@@ -263,35 +262,11 @@ func mustParse(der []byte) *x509.Certificate {
 	return c
 }
 
-// retryAfter reads a Retry-After header: seconds or an HTTP date.
-func retryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(v); err == nil {
-		if s < 0 {
-			return 0
-		}
-		if s > int(math.MaxInt64/time.Second) {
-			// More seconds than a Duration holds (some 292 years): the
-			// longest wait, not the product wrapped round to a negative
-			// or short one.
-			return math.MaxInt64
-		}
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
-}
-
 // statusAttempt judges an HTTP status that carries no verdict of its own
 // (no MDN, no signal): 408, 429, 5xx and 3xx are retried, other 4xx
 // refused; ok reports a 2xx, left to the caller.
 func statusAttempt(status int, h http.Header, body []byte) (a outbound.Attempt, ok bool) {
-	a = outbound.Attempt{Status: status, RetryAfter: retryAfter(h.Get("Retry-After"), time.Now())}
+	a = outbound.Attempt{Status: status, RetryAfter: retryafter.Parse(h.Get("Retry-After"), time.Now())}
 	text := fmt.Sprintf("HTTP %d %s", status, http.StatusText(status))
 	if s := snippet(body); s != "" {
 		text += ": " + s

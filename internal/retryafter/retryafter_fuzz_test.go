@@ -1,4 +1,4 @@
-package transmit
+package retryafter
 
 import (
 	"strconv"
@@ -8,7 +8,7 @@ import (
 )
 
 // FuzzRetryAfter feeds arbitrary Retry-After values (a partner's HTTP
-// answer) to retryAfter: the wait is never negative, a number of seconds
+// answer) to Parse: the wait is never negative, a number of seconds
 // is waited for (at least as long as any smaller number), and an HTTP date
 // is waited for until it comes.
 func FuzzRetryAfter(f *testing.F) {
@@ -19,7 +19,7 @@ func FuzzRetryAfter(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		d := retryAfter(v, now)
+		d := Parse(v, now)
 		if d < 0 {
 			t.Fatalf("Retry-After %q: negative wait %v", v, d)
 		}
@@ -30,7 +30,7 @@ func FuzzRetryAfter(f *testing.F) {
 			if s <= int64(time.Duration(1<<63-1)/time.Second) && d != time.Duration(s)*time.Second {
 				t.Fatalf("Retry-After %q: wait %v", v, d)
 			}
-			if s > 1 && retryAfter(strconv.FormatInt(s-1, 10), now) > d {
+			if s > 1 && Parse(strconv.FormatInt(s-1, 10), now) > d {
 				t.Fatalf("Retry-After %q: shorter wait than for one second less", v)
 			}
 		}
