@@ -10,23 +10,31 @@ import (
 
 // FuzzNewDecoder feeds arbitrary part bodies (an AS4 attachment or an AS2
 // entity whose Content-Transfer-Encoding is base64) to the decoder, read
-// whole and one byte at a time: no panic, never more bytes than the text
-// can encode, and where the body with its white space removed is valid
-// base64 the decoder gives exactly its bytes. For bodies without text
-// after '=' padding (what smime's padGuard lets through) the answer is the
-// same however the body arrives; text after the padding is decoded past
-// or refused depending on where the reads end (encoding/base64's stream
-// decoder), which is why smime guards against it.
+// whole, one byte at a time and in reads of three bytes: no panic, never
+// more bytes than the text can encode, the same bytes or a refusal each
+// way however the body arrives, base64 text after '=' padding refused, and
+// where the body with its white space removed is valid base64 the decoder
+// gives exactly its bytes.
 func FuzzNewDecoder(f *testing.F) {
 	for _, s := range []string{"", "QUJD", "QUJD\r\nRA==\r\n", "QU JD\tRA==\n", "QUJ", "QUJD=", "====",
-		"Q\nU\nJ\nD\n", "QQ==QUJD", "QUJD\r\n\r\n", "\xff\xfe", "VU5CK1VOT0M6Mysr\r\nQUNNRStHQVRFV0FZJw==\r\n"} {
+		"Q\nU\nJ\nD\n", "QQ==QUJD", "QQ==\r\nQUJD", "QQ===", "QUJD====", "QUJD\r\n\r\n", "\xff\xfe", "VU5CK1VOT0M6Mysr\r\nQUNNRStHQVRFV0FZJw==\r\n"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		got, err := io.ReadAll(NewDecoder(bytes.NewReader(body)))
 		slow, serr := io.ReadAll(NewDecoder(iotest.OneByteReader(bytes.NewReader(body))))
-		if !textAfterPadding(body) && ((err == nil) != (serr == nil) || err == nil && !bytes.Equal(got, slow)) {
-			t.Fatalf("%q: whole %q (%v), a byte at a time %q (%v)", body, got, err, slow, serr)
+		three, terr := io.ReadAll(NewDecoder(chunkReader{bytes.NewReader(body), 3}))
+		for _, o := range []struct {
+			how string
+			b   []byte
+			err error
+		}{{"a byte at a time", slow, serr}, {"three bytes at a time", three, terr}} {
+			if (err == nil) != (o.err == nil) || err == nil && !bytes.Equal(got, o.b) {
+				t.Fatalf("%q: whole %q (%v), %s %q (%v)", body, got, err, o.how, o.b, o.err)
+			}
+		}
+		if textAfterPadding(body) && err == nil {
+			t.Fatalf("%q: text after the padding decoded to %q", body, got)
 		}
 		if len(got) > base64.StdEncoding.DecodedLen(len(body)) {
 			t.Fatalf("%q: %d bytes from %d characters", body, len(got), len(body))

@@ -262,17 +262,11 @@ func (e *Entity) DecodedBody() ([]byte, error) {
 	return decodeTransfer(e.Header.Get("Content-Transfer-Encoding"), e.Body)
 }
 
-// decodeBase64Stream decodes a padded base64 body, skipping white space;
-// ok is false when it is not one (decodeTransfer then tries harder).
+// decodeBase64Stream decodes a padded base64 body, skipping white space
+// (base64body refuses text after the padding, as the one-go decoder in
+// decodeTransfer does); ok is false when it is not one (decodeTransfer then
+// tries harder).
 func decodeBase64Stream(body []byte) ([]byte, bool) {
-	if i := bytes.IndexByte(body, '='); i >= 0 {
-		// Padding only at the end (the stream decoder would go on after it).
-		for _, c := range body[i:] {
-			if c != '=' && c != ' ' && c != '\t' && c != '\r' && c != '\n' {
-				return nil, false
-			}
-		}
-	}
 	out := make([]byte, base64.StdEncoding.DecodedLen(len(body))+1) // +1: room to see the end
 	dec := base64body.NewDecoder(bytes.NewReader(body))
 	n := 0

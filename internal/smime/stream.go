@@ -734,44 +734,19 @@ func cmsBodyStream(e *streamEntity, opts StreamOptions) (Section, error) {
 }
 
 // decodeBase64ToFile decodes a base64 body (whitespace ignored, padding
-// only at the end) into a new file.
+// only at the end: base64body refuses text after it) into a new file.
 func decodeBase64ToFile(body Section, opts StreamOptions) (Section, error) {
 	f, err := opts.NewFile()
 	if err != nil {
 		return Section{}, err
 	}
-	dec := base64body.NewDecoder(&padGuard{r: body.Reader()})
+	dec := base64body.NewDecoder(body.Reader())
 	n, err := io.Copy(f, dec)
 	if err != nil {
 		f.Truncate(0)
 		return Section{}, fmt.Errorf("%w: base64 body: %v", ErrMalformedMIME, err)
 	}
 	return Section{R: f, N: n}, nil
-}
-
-// errPadInside: base64 text goes on after its padding; the in-memory
-// decoder reads such bodies leniently (decodeTransfer), the stream does not.
-var errPadInside = errors.New("base64 text after the padding")
-
-// padGuard fails once base64 text goes on after '=' padding (the stream
-// decoder would decode past it), as decodeBase64Stream refuses it.
-type padGuard struct {
-	r   io.Reader
-	pad bool
-}
-
-func (g *padGuard) Read(p []byte) (int, error) {
-	n, err := g.r.Read(p)
-	for _, c := range p[:n] {
-		switch {
-		case c == '=':
-			g.pad = true
-		case c == ' ' || c == '\t' || c == '\r' || c == '\n':
-		case g.pad:
-			return 0, errPadInside
-		}
-	}
-	return n, err
 }
 
 // decodeBodyStream is DecodedBody for a body in a file.
