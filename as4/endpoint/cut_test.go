@@ -42,6 +42,15 @@ func bigMessage(t *testing.T, k testKeys, id string, from as4.PartyID) (*client.
 // fails when none comes within 20 s.
 func sendPart(t *testing.T, target string, out *client.Outgoing, n int, closeWrite bool) *client.Response {
 	t.Helper()
+	return sendRaw(t, target, out.ContentType, len(out.Body), out.Body[:n], len(out.Body), closeWrite)
+}
+
+// sendRaw sends a request head with contentLength and then body in writes
+// of at most piece bytes (closing the sending side after them when
+// closeWrite is set), and returns the answer as the client sees it; it
+// fails when none comes within 20 s.
+func sendRaw(t *testing.T, target, contentType string, contentLength int, body []byte, piece int, closeWrite bool) *client.Response {
+	t.Helper()
 	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
@@ -53,12 +62,16 @@ func sendPart(t *testing.T, target string, out *client.Outgoing, n int, closeWri
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(20 * time.Second))
 	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
-		u.RequestURI(), u.Host, out.ContentType, len(out.Body))
+		u.RequestURI(), u.Host, contentType, contentLength)
 	if _, err := io.WriteString(conn, head); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Write(out.Body[:n]); err != nil {
-		t.Fatal(err)
+	for len(body) > 0 {
+		n := min(piece, len(body))
+		if _, err := conn.Write(body[:n]); err != nil {
+			t.Fatal(err)
+		}
+		body = body[n:]
 	}
 	if closeWrite {
 		conn.(*net.TCPConn).CloseWrite()
@@ -66,14 +79,14 @@ func sendPart(t *testing.T, target string, out *client.Outgoing, n int, closeWri
 	req, _ := http.NewRequest(http.MethodPost, target, nil)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
 	if err != nil {
-		t.Fatalf("no answer with %d of %d body bytes sent: %v", n, len(out.Body), err)
+		t.Fatalf("no answer to a body of %d bytes: %v", contentLength, err)
 	}
-	body, err := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &client.Response{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: body}
+	return &client.Response{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: b}
 }
 
 // TestCutBodyRefused is the AS4 twin of AS2's TestStreamedBodyCutWhileUnwrapped:
